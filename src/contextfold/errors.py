@@ -1,0 +1,85 @@
+"""The errors contextfold raises.
+
+Every error derives from one root, so callers can catch ``ContextfoldError``::
+
+    ContextfoldError
+    ├── InvalidInput          bad message, file or argument; names index and field
+    ├── BudgetError           budget cannot hold the system prompt + latest user message
+    ├── StoreError            a backend failed
+    │   ├── NotFound          unknown session
+    │   └── FoldConflict      the view's fold set moved since the job was planned
+    └── ModelError            a model call failed (status and body when known)
+
+Errors from drivers and SDKs are translated where they are raised, with
+``raise ... from exc``, so nothing below this tree escapes the library.
+"""
+
+from __future__ import annotations
+
+
+class ContextfoldError(Exception):
+    """Root of every error the library raises on purpose."""
+
+
+class InvalidInput(ContextfoldError, ValueError):
+    """Input refused before anything was stored.
+
+    ``index`` is the message index (or line number for files) and ``field`` the
+    offending field, so a user can find the fault without reading a traceback.
+    """
+
+    def __init__(self, reason: str, *, index: int | None = None, field: str | None = None) -> None:
+        self.reason = reason
+        self.index = index
+        self.field = field
+        where = []
+        if index is not None:
+            where.append(f"message {index}")
+        if field is not None:
+            where.append(f"field {field!r}")
+        prefix = f"{', '.join(where)}: " if where else ""
+        super().__init__(f"{prefix}{reason}")
+
+
+class BudgetError(ContextfoldError, ValueError):
+    """The budget cannot hold what must always be rendered."""
+
+    def __init__(self, budget: int, required: int) -> None:
+        self.budget = budget
+        self.required = required
+        super().__init__(
+            f"budget of {budget} tokens is smaller than the system prompt plus the latest "
+            f"user message ({required} tokens)"
+        )
+
+
+class StoreError(ContextfoldError):
+    """A store backend failed."""
+
+
+class NotFound(StoreError, KeyError):
+    """The session does not exist."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "not found"
+
+
+class FoldConflict(StoreError):
+    """The view's folds changed since the job was planned; re-plan and retry."""
+
+    def __init__(self, view: str, expected: int, actual: int) -> None:
+        self.view = view
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"fold set of view {view!r} is at version {actual}, the job was planned at {expected}"
+        )
+
+
+class ModelError(ContextfoldError):
+    """A model call failed or returned unusable output."""
+
+    def __init__(self, message: str, *, status: int | None = None, body: str | None = None) -> None:
+        self.status = status
+        self.body = body
+        super().__init__(message)

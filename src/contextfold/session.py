@@ -1,0 +1,293 @@
+"""The facade a user holds: ``Memory`` opens sessions, a ``Session`` owns a log,
+a ``View`` renders and compacts one consumer's lens on it.
+
+::
+
+    memory = Memory("chat.db")                   # SQLite; Memory() keeps it in RAM
+    session = memory.session("s1", system="You are a helpful agent.")
+    session.append({"role": "user", "content": "hi"})
+    view = session.view("default", preset="offline", budget=8000)
+    view.compact()
+    prompt = view.render()                       # list of OpenAI-format messages
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from contextfold.entries import Entry, entries_of
+from contextfold.errors import FoldConflict, InvalidInput
+from contextfold.folds import Fold, active_facts, active_in_place
+from contextfold.log import LoggedMessage, NewMessage
+from contextfold.messages import Message, validate_messages
+from contextfold.render import Rendered, render
+from contextfold.store.base import Store
+from contextfold.store.memory import MemoryStore
+from contextfold.strategies.base import ViewState
+from contextfold.strategies.pipeline import Pipeline
+from contextfold.tokens import TokenCounter, get_counter
+
+MessageFilter = Callable[[Message], bool]
+_PAGE = 256
+MAX_COMPACTION_STEPS = 200
+
+
+class Memory:
+    """Where sessions live: a store and a token counter."""
+
+    def __init__(
+        self, store: Store | str | Path | None = None, *, encoding: str = "o200k_base"
+    ) -> None:
+        if isinstance(store, str | Path):
+            from contextfold.store.sqlite import SQLiteStore
+
+            self.store: Store = SQLiteStore(store)
+        else:
+            self.store = store if store is not None else MemoryStore()
+        self.encoding = encoding
+
+    def session(
+        self,
+        session_id: str,
+        *,
+        system: str | None = None,
+        encoding: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> Session:
+        """Open a session, creating it (with ``system`` as its first message) if new."""
+        record = self.store.create_session(
+            session_id, encoding=encoding or self.encoding, meta=meta
+        )
+        session = Session(self.store, record.id, get_counter(record.encoding))
+        if system is not None and self.store.last_seq(record.id) == 0:
+            session.append({"role": "system", "content": system})
+        return session
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Session:
+    """One conversation: an append-only log and the views over it."""
+
+    def __init__(self, store: Store, session_id: str, counter: TokenCounter) -> None:
+        self.store = store
+        self.id = session_id
+        self.counter = counter
+        self._views: dict[str, View] = {}
+
+    def append(self, message: Mapping[str, Any], *, key: str | None = None) -> LoggedMessage:
+        """Validate, count and log one message; ``key`` makes a retried append a no-op."""
+        return self.extend([message], keys=[key])[0]
+
+    def extend(
+        self, messages: Sequence[Mapping[str, Any]], *, keys: Sequence[str | None] | None = None
+    ) -> list[LoggedMessage]:
+        """Append a batch atomically: all are stored or, on any error, none."""
+        if keys is not None and len(keys) != len(messages):
+            raise InvalidInput("keys must match messages one to one", field="keys")
+        answered = {
+            str(m.get("tool_call_id"))
+            for m in messages
+            if isinstance(m, Mapping) and m.get("role") == "tool" and m.get("tool_call_id")
+        }
+        offset = self.store.last_seq(self.id)
+        open_calls = self.store.called_ids(self.id, answered) if answered else set()
+        valid = validate_messages(messages, open_calls=open_calls, offset=offset)
+        batch = [
+            NewMessage(m, self.counter.message(m), keys[i] if keys else None)
+            for i, m in enumerate(valid)
+        ]
+        return self.store.append(self.id, batch)
+
+    def history(self) -> list[Message]:
+        """The whole log, never folded."""
+        return [m.message for m in self.store.messages(self.id)]
+
+    def view(
+        self,
+        name: str = "default",
+        *,
+        pipeline: Pipeline | None = None,
+        preset: str | None = None,
+        budget: int | None = None,
+        filter: MessageFilter | None = None,
+        llm: Any = None,
+        **preset_options: Any,
+    ) -> View:
+        """Get or configure a view; a view's folds are its own."""
+        if pipeline is None and preset is not None:
+            from contextfold.strategies.presets import get_preset
+
+            pipeline = get_preset(preset, **preset_options)
+        existing = self._views.get(name)
+        if (
+            existing is not None
+            and pipeline is None
+            and budget is None
+            and filter is None
+            and llm is None
+        ):
+            return existing
+        view = View(self, name, pipeline=pipeline, budget=budget, filter=filter, llm=llm)
+        self._views[name] = view
+        return view
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    """What one ``compact`` call committed."""
+
+    folds: tuple[Fold, ...]
+    conflicts: int
+    tokens_before: int
+    tokens_after: int
+
+
+class View:
+    """One consumer's lens: a filter, a pipeline, a budget and its own folds."""
+
+    def __init__(
+        self,
+        session: Session,
+        name: str,
+        *,
+        pipeline: Pipeline | None = None,
+        budget: int | None = None,
+        filter: MessageFilter | None = None,
+        llm: Any = None,
+    ) -> None:
+        if not name:
+            raise InvalidInput("view name must not be empty", field="view")
+        self.session = session
+        self.name = name
+        self.pipeline = pipeline
+        self.budget = budget
+        self.filter = filter
+        self.llm = llm
+
+    @property
+    def _store(self) -> Store:
+        return self.session.store
+
+    def folds(self, *, include_superseded: bool = False) -> list[Fold]:
+        return self._store.folds(self.session.id, self.name, include_superseded=include_superseded)
+
+    def _keep(self, logged: LoggedMessage) -> bool:
+        return self.filter is None or bool(self.filter(logged.message))
+
+    def _system(self) -> list[LoggedMessage]:
+        """The leading system messages of the log: never folded, always rendered."""
+        out: list[LoggedMessage] = []
+        for logged in self._store.messages(self.session.id, 1, 8):
+            if logged.role not in ("system", "developer"):
+                break
+            out.append(logged)
+        return out
+
+    def state(self, budget: int | None = None) -> ViewState:
+        """The view as strategies see it (reads live messages, not the folded past)."""
+        sid = self.session.id
+        version = self._store.fold_version(sid, self.name)
+        folds = self._store.folds(sid, self.name)
+        in_place = active_in_place(folds)
+        system = self._system()
+        first = len(system) + 1
+        for fold in in_place:
+            if fold.start <= first:
+                first = max(first, fold.end + 1)
+        live = [m for m in self._store.messages(sid, first) if self._keep(m)]
+        entries = entries_of(live, [f for f in in_place if f.end >= first])
+        return ViewState(
+            session_id=sid,
+            view=self.name,
+            version=version,
+            system=tuple(system),
+            entries=tuple(entries),
+            facts=active_facts(folds),
+            counter=self.session.counter,
+            budget=budget if budget is not None else self.budget,
+        )
+
+    def render(self, budget: int | None = None) -> list[Message]:
+        """The prompt for the next model call."""
+        return self.render_report(budget).messages
+
+    def render_report(self, budget: int | None = None) -> Rendered:
+        """Render, with what was omitted and clipped on the way."""
+        sid = self.session.id
+        folds = self._store.folds(sid, self.name)
+        system = self._system()
+        latest = self._store.last_of_role(sid, "user")
+        in_place = active_in_place(folds)
+        latest_user = None
+        if (
+            latest is not None
+            and self._keep(latest)
+            and not any(f.start <= latest.seq <= f.end for f in in_place)
+        ):
+            latest_user = Entry.of_message(latest)
+        return render(
+            system=[m.message for m in system],
+            newest_first=self._newest_first(in_place, after=len(system)),
+            counter=self.session.counter,
+            budget=budget if budget is not None else self.budget,
+            facts=active_facts(folds),
+            latest_user=latest_user,
+        )
+
+    def _newest_first(self, in_place: list[Fold], *, after: int) -> Iterator[Entry]:
+        """Entries newest first, reading the log backwards a page at a time."""
+        sid = self.session.id
+        folds = sorted(in_place, key=lambda f: f.end, reverse=True)
+        fi = 0
+        before = self._store.last_seq(sid) + 1
+        while before > after + 1:
+            while fi < len(folds) and folds[fi].end >= before:
+                fi += 1
+            if fi < len(folds) and folds[fi].end == before - 1:
+                yield Entry.of_fold(folds[fi])
+                before = folds[fi].start
+                fi += 1
+                continue
+            floor = folds[fi].end if fi < len(folds) else after
+            page = self._store.messages_before(sid, before, min(_PAGE, before - 1 - floor))
+            if not page:
+                return
+            for logged in page:
+                if self._keep(logged):
+                    yield Entry.of_message(logged)
+            before = page[-1].seq
+
+    def compact(self, budget: int | None = None) -> CompactionReport:
+        """Run the pipeline inline until no strategy plans a job."""
+        if self.pipeline is None:
+            raise InvalidInput(
+                f"view {self.name!r} has no pipeline: pass preset= or pipeline=", field="pipeline"
+            )
+        committed: list[Fold] = []
+        conflicts = 0
+        state = self.state(budget)
+        before = state.tokens
+        for _ in range(MAX_COMPACTION_STEPS):
+            job = self.pipeline.plan(state)
+            if job is None:
+                break
+            folds = self.pipeline.strategy(job.strategy).run(job, self.llm, self.session.counter)
+            try:
+                self._store.commit_folds(self.session.id, self.name, folds, job.version)
+            except FoldConflict:
+                conflicts += 1
+            else:
+                committed.extend(folds)
+            state = self.state(budget)
+        return CompactionReport(tuple(committed), conflicts, before, state.tokens)

@@ -1,0 +1,77 @@
+"""The store protocol: what every backend promises.
+
+Invariants, checked by ``tests/store_contract.py`` against every backend:
+
+- The log is append-only. ``seq`` runs 1, 2, 3... per session without gaps; a
+  stored message never changes. An append is all-or-nothing.
+- A message appended with an idempotency ``key`` already in the session is not
+  stored again; the earlier record is returned in its place.
+- Folds are per (session, view) and versioned: every successful commit bumps the
+  view's version by one. ``commit_folds`` is atomic and refused with
+  ``FoldConflict`` when the version is not the one the job was planned at, and
+  with ``InvalidInput`` when a fold partly overlaps an active one. Folds a commit
+  covers are marked superseded, never deleted.
+- Views never see each other's folds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from contextfold.folds import Fold
+from contextfold.log import LoggedMessage, NewMessage, SessionRecord
+
+
+class Store(Protocol):
+    def create_session(
+        self, session_id: str, *, encoding: str, meta: dict[str, Any] | None = None
+    ) -> SessionRecord:
+        """Create a session; return the existing one if ``session_id`` is taken."""
+        ...
+
+    def get_session(self, session_id: str) -> SessionRecord:
+        """The session, or ``NotFound``."""
+        ...
+
+    def list_sessions(self) -> list[str]: ...
+
+    def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
+        """Append atomically; one record a message, in order (earlier ones for known keys)."""
+        ...
+
+    def messages(
+        self, session_id: str, start: int = 1, end: int | None = None
+    ) -> list[LoggedMessage]:
+        """Messages with ``start <= seq <= end``, oldest first."""
+        ...
+
+    def messages_before(self, session_id: str, before: int, limit: int) -> list[LoggedMessage]:
+        """Up to ``limit`` messages with ``seq < before``, newest first (for render)."""
+        ...
+
+    def last_seq(self, session_id: str) -> int:
+        """The highest seq, 0 for an empty log."""
+        ...
+
+    def last_of_role(self, session_id: str, role: str) -> LoggedMessage | None: ...
+
+    def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:
+        """Which of ``ids`` some logged assistant message called as a tool."""
+        ...
+
+    def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:
+        """The view's folds ordered by start (superseded ones only on request)."""
+        ...
+
+    def fold_version(self, session_id: str, view: str) -> int:
+        """0 before the first commit."""
+        ...
+
+    def commit_folds(
+        self, session_id: str, view: str, folds: Sequence[Fold], expected_version: int
+    ) -> int:
+        """Commit folds atomically if the view is still at ``expected_version``; the new version."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,151 @@
+"""In-memory store: the reference backend, and the one tests default to."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from contextfold.errors import FoldConflict, InvalidInput, NotFound
+from contextfold.folds import Fold, superseded_by_commit
+from contextfold.log import LoggedMessage, NewMessage, SessionRecord
+
+
+class MemoryStore:
+    """Everything in dicts behind one lock; gone when the process ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sessions: dict[str, SessionRecord] = {}
+        self._log: dict[str, list[LoggedMessage]] = {}
+        self._keys: dict[str, dict[str, LoggedMessage]] = {}
+        self._calls: dict[str, set[str]] = {}
+        self._folds: dict[tuple[str, str], list[Fold]] = {}
+        self._versions: dict[tuple[str, str], int] = {}
+
+    def create_session(
+        self, session_id: str, *, encoding: str, meta: dict[str, Any] | None = None
+    ) -> SessionRecord:
+        if not session_id:
+            raise InvalidInput("session id must not be empty", field="session_id")
+        with self._lock:
+            if session_id not in self._sessions:
+                self._sessions[session_id] = SessionRecord(
+                    session_id, encoding, dict(meta or {}), time.time()
+                )
+                self._log[session_id] = []
+                self._keys[session_id] = {}
+                self._calls[session_id] = set()
+            return self._sessions[session_id]
+
+    def get_session(self, session_id: str) -> SessionRecord:
+        try:
+            return self._sessions[session_id]
+        except KeyError:
+            raise NotFound(f"no session {session_id!r}") from None
+
+    def list_sessions(self) -> list[str]:
+        return sorted(self._sessions)
+
+    def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
+        self.get_session(session_id)
+        with self._lock:
+            log, keys = self._log[session_id], self._keys[session_id]
+            out: list[LoggedMessage] = []
+            fresh: list[LoggedMessage] = []
+            added: dict[str, LoggedMessage] = {}
+            now = time.time()
+            for new in batch:
+                known = (keys.get(new.key) or added.get(new.key)) if new.key else None
+                if known is not None:
+                    out.append(known)
+                    continue
+                logged = LoggedMessage(
+                    len(log) + len(fresh) + 1, new.message, new.tokens, new.key, now
+                )
+                if new.key:
+                    added[new.key] = logged
+                fresh.append(logged)
+                out.append(logged)
+            log.extend(fresh)
+            keys.update(added)
+            for m in fresh:
+                self._calls[session_id].update(c["id"] for c in m.message.get("tool_calls") or ())
+            return out
+
+    def messages(
+        self, session_id: str, start: int = 1, end: int | None = None
+    ) -> list[LoggedMessage]:
+        self.get_session(session_id)
+        log = self._log[session_id]
+        stop = len(log) if end is None else min(end, len(log))
+        return log[max(start, 1) - 1 : stop]
+
+    def messages_before(self, session_id: str, before: int, limit: int) -> list[LoggedMessage]:
+        self.get_session(session_id)
+        log = self._log[session_id]
+        hi = min(before - 1, len(log))
+        lo = max(hi - limit, 0)
+        return log[lo:hi][::-1]
+
+    def last_seq(self, session_id: str) -> int:
+        self.get_session(session_id)
+        return len(self._log[session_id])
+
+    def last_of_role(self, session_id: str, role: str) -> LoggedMessage | None:
+        self.get_session(session_id)
+        for m in reversed(self._log[session_id]):
+            if m.role == role:
+                return m
+        return None
+
+    def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:
+        self.get_session(session_id)
+        return set(ids) & self._calls[session_id]
+
+    def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:
+        self.get_session(session_id)
+        folds = self._folds.get((session_id, view), [])
+        return sorted(
+            (f for f in folds if include_superseded or f.superseded_by is None),
+            key=lambda f: (f.start, f.created_at),
+        )
+
+    def fold_version(self, session_id: str, view: str) -> int:
+        self.get_session(session_id)
+        return self._versions.get((session_id, view), 0)
+
+    def commit_folds(
+        self, session_id: str, view: str, folds: Sequence[Fold], expected_version: int
+    ) -> int:
+        self.get_session(session_id)
+        with self._lock:
+            key = (session_id, view)
+            version = self._versions.get(key, 0)
+            if version != expected_version:
+                raise FoldConflict(view, expected_version, version)
+            current = list(self._folds.get(key, []))
+            last = len(self._log[session_id])
+            for fold in folds:
+                if fold.view != view:
+                    raise InvalidInput(
+                        f"fold is for view {fold.view!r}, not {view!r}", field="view"
+                    )
+                if fold.end > last:
+                    raise InvalidInput(
+                        f"fold ends at seq {fold.end}, the log at {last}", field="end"
+                    )
+                active = [f for f in current if f.superseded_by is None]
+                gone = {f.id for f in superseded_by_commit(active, fold)}
+                current = [
+                    replace(f, superseded_by=fold.id) if f.id in gone else f for f in current
+                ]
+                current.append(fold)
+            self._folds[key] = current
+            self._versions[key] = version + 1
+            return version + 1
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,1 @@
+"""Strategies: the protocol, pipeline, triggers, presets and the built-ins."""

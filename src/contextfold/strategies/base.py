@@ -1,0 +1,117 @@
+"""The strategy protocol: ``plan`` is cheap and pure, ``run`` does the work.
+
+``plan`` looks at a ``ViewState`` (counts and boundaries) and returns a ``Job`` or
+None; it runs on every append. ``run`` turns a job into folds and writes
+nothing: the caller commits them at the fold-set version the job was planned at,
+so a job overtaken by another commit is refused instead of applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Protocol, runtime_checkable
+
+from contextfold.entries import Entry
+from contextfold.folds import Fold
+from contextfold.log import LoggedMessage
+from contextfold.messages import text_of
+from contextfold.tokens import REPLY_PRIMING, TokenCounter
+from contextfold.units import Round, round_spans, unit_spans
+
+
+@dataclass(frozen=True)
+class ViewState:
+    """A view as a strategy sees it: system prompt, active folds, live messages."""
+
+    session_id: str
+    view: str
+    version: int
+    system: tuple[LoggedMessage, ...]
+    entries: tuple[Entry, ...]
+    facts: Fold | None
+    counter: TokenCounter
+    budget: int | None = None
+
+    @cached_property
+    def tokens(self) -> int:
+        """Prompt tokens if everything were rendered unclipped."""
+        facts = self.facts.tokens_after if self.facts else 0
+        return (
+            REPLY_PRIMING
+            + sum(m.tokens for m in self.system)
+            + facts
+            + sum(e.tokens for e in self.entries)
+        )
+
+    @cached_property
+    def message_count(self) -> int:
+        """Rendered messages, system prompt included."""
+        facts = len(self.facts.messages) if self.facts else 0
+        return len(self.system) + facts + sum(len(e.messages) for e in self.entries)
+
+    @cached_property
+    def characters(self) -> int:
+        return sum(len(text_of(m)) for e in self.entries for m in e.messages)
+
+    @cached_property
+    def units(self) -> list[tuple[int, int]]:
+        return unit_spans(self.entries)
+
+    @cached_property
+    def rounds(self) -> list[Round]:
+        return round_spans(self.entries)
+
+    @cached_property
+    def unfolded_rounds(self) -> list[Round]:
+        """Rounds after the last summary fold whose entries are all raw messages or masks."""
+        last_summary = max(
+            (
+                i
+                for i, e in enumerate(self.entries)
+                if e.fold is not None and e.fold.kind != "masked"
+            ),
+            default=-1,
+        )
+        return [r for r in self.rounds if r.first > last_summary and r.has_user]
+
+    @property
+    def over_budget(self) -> bool:
+        return self.budget is not None and self.tokens > self.budget
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a strategy decided to fold: ``entries`` cover seq ``start..end``."""
+
+    strategy: str
+    view: str
+    version: int
+    start: int
+    end: int
+    entries: tuple[Entry, ...]
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens_before(self) -> int:
+        return sum(e.tokens for e in self.entries)
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    """One way of folding. ``llm`` is None for model-free strategies."""
+
+    name: str
+
+    def plan(self, state: ViewState) -> Job | None: ...
+
+    def run(self, job: Job, llm: Any, counter: TokenCounter) -> Sequence[Fold]: ...
+
+
+def job_for(strategy: str, state: ViewState, first: int, last: int, **params: Any) -> Job:
+    """A job over entries ``first..last`` (indices, inclusive) of ``state``."""
+    entries = state.entries[first : last + 1]
+    return Job(
+        strategy, state.view, state.version, entries[0].start, entries[-1].end, entries, params
+    )

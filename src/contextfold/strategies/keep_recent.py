@@ -1,0 +1,72 @@
+"""Keep-recent: the plain trimming baseline, for comparison.
+
+Drops the oldest whole units until the view fits its budget and leaves one
+marker in their place. It never drops the latest user message or anything
+after it. This is what most chat libraries do; contextfold's presets are
+measured against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from contextfold.folds import Fold
+from contextfold.strategies.base import Job, ViewState, job_for
+from contextfold.strategies.triggers import OverBudget, Trigger
+from contextfold.tokens import TokenCounter
+
+
+@dataclass
+class KeepRecent:
+    trigger: Trigger = field(default_factory=OverBudget)
+    name: str = "keep-recent"
+
+    def plan(self, state: ViewState) -> Job | None:
+        if state.budget is None or not self.trigger(state):
+            return None
+        entries = state.entries
+        stop = _latest_user_index(state)
+        over = state.tokens - state.budget + MARKER_TOKENS
+        cut = -1
+        saved = 0
+        for i, j in state.units:
+            if j >= stop or saved >= over:
+                break
+            saved += sum(e.tokens for e in entries[i : j + 1])
+            cut = j
+        already_trimmed = (
+            cut == 0 and entries[0].fold is not None and entries[0].fold.kind == "trimmed"
+        )
+        if cut < 0 or already_trimmed:
+            return None
+        return job_for(self.name, state, 0, cut)
+
+    def run(self, job: Job, llm: Any, counter: TokenCounter) -> Sequence[Fold]:
+        count = job.end - job.start + 1
+        text = f"[{count} earlier messages left out]"
+        message = {"role": "system", "content": text}
+        return [
+            Fold(
+                view=job.view,
+                start=job.start,
+                end=job.end,
+                kind="trimmed",
+                text=text,
+                messages=(message,),
+                strategy=self.name,
+                tokens_before=job.tokens_before,
+                tokens_after=counter.message(message),
+            )
+        ]
+
+
+MARKER_TOKENS = 16
+
+
+def _latest_user_index(state: ViewState) -> int:
+    for i in range(len(state.entries) - 1, -1, -1):
+        if state.entries[i].role == "user":
+            return i
+    return len(state.entries)

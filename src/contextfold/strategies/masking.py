@@ -1,0 +1,137 @@
+"""Observation masking: old tool results become a one-line placeholder.
+
+The cheapest fold there is (the "observation masking" baseline of agent
+context-management studies): the assistant's call stays as it was, each result
+is replaced by a line naming the tool, its arguments (abridged) and the size
+removed. The last ``keep_last`` tool units stay verbatim; when a budget is set
+and still exceeded, older ones are masked down to ``min_keep``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from contextfold.entries import Entry
+from contextfold.folds import Fold
+from contextfold.messages import Message
+from contextfold.strategies.base import Job, ViewState, job_for
+from contextfold.strategies.triggers import Always, Trigger
+from contextfold.tokens import TokenCounter
+
+ARGS_CHARS = 80
+
+
+@dataclass
+class ObservationMasking:
+    keep_last: int = 5
+    min_keep: int = 1
+    exclude_tools: Sequence[str] = ()
+    trigger: Trigger = field(default_factory=Always)
+    name: str = "masking"
+
+    def plan(self, state: ViewState) -> Job | None:
+        if not self.trigger(state):
+            return None
+        units = [(i, j) for i, j in state.units if _is_raw_tool_unit(state.entries[i : j + 1])]
+        keep = max(self.keep_last, 0)
+        eligible = units[: max(len(units) - keep, 0)]
+        chosen = [u for u in eligible if self._worth(state, u)]
+        if state.budget is not None:
+            over = state.tokens - state.budget
+            extra = units[len(eligible) : max(len(units) - self.min_keep, len(eligible))]
+            saved = sum(self._saving(state, u) for u in chosen)
+            for u in extra:
+                if saved >= over:
+                    break
+                if self._worth(state, u):
+                    chosen.append(u)
+                    saved += self._saving(state, u)
+        if not chosen:
+            return None
+        first, last = chosen[0][0], chosen[-1][1]
+        spans = [(i - first, j - first) for i, j in chosen]
+        return job_for(self.name, state, first, last, spans=spans)
+
+    def run(self, job: Job, llm: Any, counter: TokenCounter) -> Sequence[Fold]:
+        folds = []
+        for i, j in job.params["spans"]:
+            unit = job.entries[i : j + 1]
+            messages = tuple(self._mask(e.messages[0], unit) for e in unit)
+            placeholders = [m["content"] for m in messages if m["role"] == "tool"]
+            folds.append(
+                Fold(
+                    view=job.view,
+                    start=unit[0].start,
+                    end=unit[-1].end,
+                    kind="masked",
+                    text="\n".join(placeholders),
+                    messages=messages,
+                    strategy=self.name,
+                    tokens_before=sum(e.tokens for e in unit),
+                    tokens_after=sum(counter.message(m) for m in messages),
+                    data={"masked_seqs": [e.start for e in unit if e.role == "tool"]},
+                )
+            )
+        return folds
+
+    def _worth(self, state: ViewState, span: tuple[int, int]) -> bool:
+        unit = state.entries[span[0] : span[1] + 1]
+        if any(_tool_name(e, unit) in self.exclude_tools for e in unit if e.role == "tool"):
+            return False
+        return self._saving(state, span) > 0
+
+    def _saving(self, state: ViewState, span: tuple[int, int]) -> int:
+        unit = state.entries[span[0] : span[1] + 1]
+        return sum(
+            e.tokens - state.counter.message(self._mask(e.messages[0], unit))
+            for e in unit
+            if e.role == "tool"
+        )
+
+    def _mask(self, message: Message, unit: Sequence[Entry]) -> Message:
+        if message["role"] != "tool":
+            return message
+        call = _call_for(message, unit)
+        name = call["function"]["name"] if call else "tool"
+        args = _abridge(call["function"].get("arguments", "")) if call else ""
+        content = message.get("content")
+        size = len(content) if isinstance(content, str) else len(str(content))
+        masked: Message = {
+            "role": "tool",
+            "tool_call_id": message["tool_call_id"],
+            "content": f"[masked: output of {name}({args}), {size} characters, kept in the log]",
+        }
+        return masked
+
+
+def _is_raw_tool_unit(unit: Sequence[Entry]) -> bool:
+    return (
+        len(unit) > 1
+        and all(e.fold is None for e in unit)
+        and bool(unit[0].message and unit[0].message.get("tool_calls"))
+    )
+
+
+def _call_for(message: Message, unit: Sequence[Entry]) -> dict[str, Any] | None:
+    """The nearest call before ``message`` in its unit with the id it answers."""
+    found = None
+    for e in unit:
+        msg = e.message
+        if msg is message:
+            break
+        for call in (msg or {}).get("tool_calls") or ():
+            if call["id"] == message.get("tool_call_id"):
+                found = call
+    return found
+
+
+def _tool_name(entry: Entry, unit: Sequence[Entry]) -> str:
+    call = _call_for(entry.messages[0], unit)
+    return str(call["function"]["name"]) if call else ""
+
+
+def _abridge(args: str) -> str:
+    flat = " ".join(args.split())
+    return flat if len(flat) <= ARGS_CHARS else flat[: ARGS_CHARS - 1] + "…"

@@ -1,0 +1,38 @@
+"""A pipeline: strategies in order; the first that plans a job wins.
+
+ADR-0041's order is the model: cheap, fine-grained folds first (tool calls),
+coarser ones after (threshold, then goal batches). Re-planning after every
+commit lets a later strategy see what an earlier one folded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from contextfold.errors import InvalidInput
+from contextfold.strategies.base import Job, Strategy, ViewState
+
+
+class Pipeline:
+    def __init__(self, strategies: Sequence[Strategy], *, name: str = "custom") -> None:
+        names = [s.name for s in strategies]
+        if len(set(names)) != len(names):
+            raise InvalidInput(
+                f"strategy names must be unique in a pipeline: {names}", field="strategies"
+            )
+        self.name = name
+        self.strategies = tuple(strategies)
+        self._by_name = {s.name: s for s in strategies}
+
+    def plan(self, state: ViewState) -> Job | None:
+        for strategy in self.strategies:
+            job = strategy.plan(state)
+            if job is not None:
+                return job
+        return None
+
+    def strategy(self, name: str) -> Strategy:
+        return self._by_name[name]
+
+    def __repr__(self) -> str:
+        return f"Pipeline({self.name!r}, {[s.name for s in self.strategies]})"

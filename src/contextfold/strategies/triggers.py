@@ -1,0 +1,121 @@
+"""Composable triggers: small predicates over a view's counts.
+
+``Tokens(3000) | Messages(200)`` fires when either does; ``&`` needs both.
+``OverBudget()`` compares with the budget the view is rendered at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from contextfold.strategies.base import ViewState
+
+
+class Trigger:
+    def __call__(self, state: ViewState) -> bool:
+        raise NotImplementedError
+
+    def __or__(self, other: Trigger) -> Trigger:
+        return AnyOf((self, other))
+
+    def __and__(self, other: Trigger) -> Trigger:
+        return AllOf((self, other))
+
+
+@dataclass(frozen=True)
+class AnyOf(Trigger):
+    triggers: tuple[Trigger, ...]
+
+    def __call__(self, state: ViewState) -> bool:
+        return any(t(state) for t in self.triggers)
+
+
+@dataclass(frozen=True)
+class AllOf(Trigger):
+    triggers: tuple[Trigger, ...]
+
+    def __call__(self, state: ViewState) -> bool:
+        return all(t(state) for t in self.triggers)
+
+
+@dataclass(frozen=True)
+class Always(Trigger):
+    def __call__(self, state: ViewState) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class Never(Trigger):
+    def __call__(self, state: ViewState) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class Tokens(Trigger):
+    """More than ``limit`` prompt tokens."""
+
+    limit: int
+
+    def __call__(self, state: ViewState) -> bool:
+        return state.tokens > self.limit
+
+
+@dataclass(frozen=True)
+class Messages(Trigger):
+    """More than ``limit`` rendered messages."""
+
+    limit: int
+
+    def __call__(self, state: ViewState) -> bool:
+        return state.message_count > self.limit
+
+
+@dataclass(frozen=True)
+class Characters(Trigger):
+    """More than ``limit`` characters of conversation text."""
+
+    limit: int
+
+    def __call__(self, state: ViewState) -> bool:
+        return state.characters > self.limit
+
+
+@dataclass(frozen=True)
+class Rounds(Trigger):
+    """More than ``limit`` rounds in the view."""
+
+    limit: int
+
+    def __call__(self, state: ViewState) -> bool:
+        return len(state.rounds) > self.limit
+
+
+@dataclass(frozen=True)
+class UnfoldedRounds(Trigger):
+    """More than ``limit`` rounds after the last summary."""
+
+    limit: int
+
+    def __call__(self, state: ViewState) -> bool:
+        return len(state.unfolded_rounds) > self.limit
+
+
+@dataclass(frozen=True)
+class OverBudget(Trigger):
+    """Prompt tokens above ``ratio`` of the render budget (never without a budget)."""
+
+    ratio: float = 1.0
+
+    def __call__(self, state: ViewState) -> bool:
+        return state.budget is not None and state.tokens > state.budget * self.ratio
+
+
+@dataclass(frozen=True)
+class Predicate(Trigger):
+    """A user function of the view state."""
+
+    fn: Callable[[ViewState], bool]
+
+    def __call__(self, state: ViewState) -> bool:
+        return bool(self.fn(state))

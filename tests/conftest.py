@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DATA = Path(
+    os.environ.get("CONTEXTFOLD_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")
+)
+
+
+def load_rows(name: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """Rows of a shared data file; the suite needs them, so a missing file fails."""
+    path = DATA / f"{name}.jsonl"
+    rows: list[dict[str, Any]] = []
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            rows.append(json.loads(line))
+            if limit is not None and len(rows) >= limit:
+                break
+    return rows
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    yield DATA
