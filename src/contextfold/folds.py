@@ -123,6 +123,33 @@ def superseded_by_commit(active: Iterable[Fold], new: Fold) -> list[Fold]:
     return replaced
 
 
+def plan_commit(
+    active: Sequence[Fold], view: str, folds: Sequence[Fold], last_seq: int
+) -> list[tuple[Fold, set[str]]]:
+    """Check a commit against the view's active folds; for each new fold, the ids it supersedes.
+
+    Pure, so every store refuses the same commits with the same errors before writing.
+    """
+    current = list(active)
+    seen = {f.id for f in current}
+    out: list[tuple[Fold, set[str]]] = []
+    for fold in folds:
+        if fold.view != view:
+            raise InvalidInput(f"fold is for view {fold.view!r}, not {view!r}", field="view")
+        if fold.end > last_seq:
+            raise InvalidInput(f"fold ends at seq {fold.end}, the log at {last_seq}", field="end")
+        if fold.superseded_by is not None:
+            raise InvalidInput("a fold is committed active, not superseded", field="superseded_by")
+        if fold.id in seen:
+            raise InvalidInput(f"fold id {fold.id!r} is already stored", field="id")
+        gone = {f.id for f in superseded_by_commit(current, fold)}
+        current = [f for f in current if f.id not in gone]
+        current.append(fold)
+        seen.add(fold.id)
+        out.append((fold, gone))
+    return out
+
+
 def active_in_place(folds: Sequence[Fold]) -> list[Fold]:
     """Active in-place folds sorted by start."""
     return sorted(

@@ -2,5 +2,6 @@
 
 from contextfold.store.base import Store
 from contextfold.store.memory import MemoryStore
+from contextfold.store.sqlite import SQLiteStore
 
-__all__ = ["MemoryStore", "Store"]
+__all__ = ["MemoryStore", "SQLiteStore", "Store"]

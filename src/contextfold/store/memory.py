@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -9,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from contextfold.errors import FoldConflict, InvalidInput, NotFound
-from contextfold.folds import Fold, superseded_by_commit
+from contextfold.folds import Fold, plan_commit
 from contextfold.log import LoggedMessage, NewMessage, SessionRecord
 
 
@@ -41,38 +42,39 @@ class MemoryStore:
             return self._sessions[session_id]
 
     def get_session(self, session_id: str) -> SessionRecord:
-        try:
-            return self._sessions[session_id]
-        except KeyError:
-            raise NotFound(f"no session {session_id!r}") from None
+        with self._lock:
+            record = self._sessions.get(session_id)
+        if record is None:
+            raise NotFound(f"no session {session_id!r}")
+        return record
 
     def list_sessions(self) -> list[str]:
-        return sorted(self._sessions)
+        with self._lock:
+            return sorted(self._sessions)
 
     def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
         self.get_session(session_id)
+        calls = [_call_ids(i, new) for i, new in enumerate(batch)]
         with self._lock:
             log, keys = self._log[session_id], self._keys[session_id]
             out: list[LoggedMessage] = []
             fresh: list[LoggedMessage] = []
             added: dict[str, LoggedMessage] = {}
             now = time.time()
-            for new in batch:
+            for i, new in enumerate(batch):
                 known = (keys.get(new.key) or added.get(new.key)) if new.key else None
                 if known is not None:
                     out.append(known)
                     continue
-                logged = LoggedMessage(
-                    len(log) + len(fresh) + 1, new.message, new.tokens, new.key, now
-                )
+                seq = len(log) + len(fresh) + 1
+                logged = LoggedMessage(seq, copy.deepcopy(new.message), new.tokens, new.key, now)
                 if new.key:
                     added[new.key] = logged
                 fresh.append(logged)
                 out.append(logged)
+                self._calls[session_id].update(calls[i])
             log.extend(fresh)
             keys.update(added)
-            for m in fresh:
-                self._calls[session_id].update(c["id"] for c in m.message.get("tool_calls") or ())
             return out
 
     def messages(
@@ -127,18 +129,11 @@ class MemoryStore:
             if version != expected_version:
                 raise FoldConflict(view, expected_version, version)
             current = list(self._folds.get(key, []))
-            last = len(self._log[session_id])
-            for fold in folds:
-                if fold.view != view:
-                    raise InvalidInput(
-                        f"fold is for view {fold.view!r}, not {view!r}", field="view"
-                    )
-                if fold.end > last:
-                    raise InvalidInput(
-                        f"fold ends at seq {fold.end}, the log at {last}", field="end"
-                    )
-                active = [f for f in current if f.superseded_by is None]
-                gone = {f.id for f in superseded_by_commit(active, fold)}
+            stored = {f.id for f in current}
+            if any(f.id in stored for f in folds):
+                raise InvalidInput("fold id is already stored", field="id")
+            active = [f for f in current if f.superseded_by is None]
+            for fold, gone in plan_commit(active, view, folds, len(self._log[session_id])):
                 current = [
                     replace(f, superseded_by=fold.id) if f.id in gone else f for f in current
                 ]
@@ -149,3 +144,11 @@ class MemoryStore:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _call_ids(index: int, new: NewMessage) -> list[str]:
+    """Tool-call ids of a message, checked before the log is touched."""
+    try:
+        return [str(call["id"]) for call in new.message.get("tool_calls") or ()]
+    except (KeyError, TypeError) as exc:
+        raise InvalidInput("tool call without an id", index=index, field="tool_calls") from exc

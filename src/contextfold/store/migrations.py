@@ -1,0 +1,102 @@
+"""Schema of the SQLite store, as a numbered list of migrations.
+
+Each migration is applied once, in order, and recorded by name in
+``_migrations``; all pending ones run in one transaction when a file is opened,
+so a file is never left half-migrated. Append new migrations at the end and
+never edit one that has shipped.
+
+Statements run one at a time with ``execute``: ``executescript`` would commit
+the open transaction first.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+from contextfold.errors import StoreError
+
+MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
+    (
+        "001_initial",
+        (
+            """CREATE TABLE sessions (
+                id TEXT PRIMARY KEY,
+                encoding TEXT NOT NULL,
+                meta TEXT NOT NULL,
+                created_at REAL NOT NULL
+            )""",
+            """CREATE TABLE messages (
+                session_id TEXT NOT NULL REFERENCES sessions(id),
+                seq INTEGER NOT NULL CHECK (seq >= 1),
+                role TEXT NOT NULL,
+                message TEXT NOT NULL,
+                tokens INTEGER NOT NULL,
+                key TEXT,
+                created_at REAL NOT NULL,
+                PRIMARY KEY (session_id, seq)
+            )""",
+            "CREATE INDEX messages_role ON messages (session_id, role, seq)",
+            """CREATE UNIQUE INDEX messages_key ON messages (session_id, key)
+                WHERE key IS NOT NULL""",
+            """CREATE TABLE tool_calls (
+                session_id TEXT NOT NULL,
+                call_id TEXT NOT NULL,
+                seq INTEGER NOT NULL,
+                PRIMARY KEY (session_id, call_id, seq),
+                FOREIGN KEY (session_id, seq) REFERENCES messages (session_id, seq)
+            )""",
+            """CREATE TABLE folds (
+                id TEXT PRIMARY KEY,
+                session_id TEXT NOT NULL REFERENCES sessions(id),
+                view TEXT NOT NULL,
+                start_seq INTEGER NOT NULL,
+                end_seq INTEGER NOT NULL,
+                placement TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                fold TEXT NOT NULL,
+                superseded_by TEXT,
+                created_at REAL NOT NULL
+            )""",
+            "CREATE INDEX folds_view ON folds (session_id, view, start_seq)",
+            """CREATE TABLE fold_versions (
+                session_id TEXT NOT NULL REFERENCES sessions(id),
+                view TEXT NOT NULL,
+                version INTEGER NOT NULL,
+                PRIMARY KEY (session_id, view)
+            )""",
+        ),
+    ),
+]
+
+
+def migrate(conn: sqlite3.Connection) -> list[str]:
+    """Apply the pending migrations atomically; return their names.
+
+    Refuses a file that records migrations this code does not know: it was
+    written by a newer contextfold, and this one would misread it.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
+        )
+        done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
+        unknown = done - {name for name, _ in MIGRATIONS}
+        if unknown:
+            raise StoreError(
+                f"database has migrations this version does not know: {sorted(unknown)}"
+            )
+        applied: list[str] = []
+        for name, statements in MIGRATIONS:
+            if name in done:
+                continue
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))
+            applied.append(name)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.rollback()
+        raise
+    return applied

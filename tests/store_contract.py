@@ -1,0 +1,309 @@
+"""The Store contract, written once; ``test_store.py`` runs it against every backend.
+
+Each test takes a ``store`` fixture with no sessions in it. A new backend passes
+when it is added to that fixture's parameters and every test here is green.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from contextfold.errors import FoldConflict, InvalidInput, NotFound, StoreError
+from contextfold.folds import Fold, Placement
+from contextfold.log import NewMessage
+from contextfold.store.base import Store
+
+
+def _new(text: str, role: str = "user", *, key: str | None = None) -> NewMessage:
+    return NewMessage({"role": role, "content": text}, len(text), key)
+
+
+def _call(*ids: str) -> NewMessage:
+    calls = [
+        {"id": i, "type": "function", "function": {"name": "read", "arguments": "{}"}} for i in ids
+    ]
+    return NewMessage({"role": "assistant", "content": None, "tool_calls": calls}, 10)
+
+
+def _session(store: Store, n: int = 0, session_id: str = "s") -> str:
+    store.create_session(session_id, encoding="o200k_base")
+    if n:
+        store.append(session_id, [_new(f"m{i}") for i in range(1, n + 1)])
+    return session_id
+
+
+def _fold(
+    start: int, end: int, *, view: str = "default", placement: Placement = "in_place"
+) -> Fold:
+    return Fold(
+        view=view,
+        start=start,
+        end=end,
+        kind="facts" if placement == "facts" else "summary",
+        text=f"summary of {start}..{end}",
+        messages=({"role": "user", "content": f"summary of {start}..{end}"},),
+        strategy="test",
+        tokens_before=100,
+        tokens_after=10,
+        placement=placement,
+        data={"sections": {"goal": "x"}, "n": [1, 2]},
+        usage={"prompt_tokens": 100},
+    )
+
+
+def _snapshot(store: Store, session_id: str, *views: str) -> Any:
+    """Everything a failed call must leave as it was."""
+    return (
+        store.messages(session_id),
+        store.last_seq(session_id),
+        [
+            (store.fold_version(session_id, v), store.folds(session_id, v, include_superseded=True))
+            for v in views
+        ],
+    )
+
+
+def _seqs(records: Any) -> list[int]:
+    return [r.seq for r in records]
+
+
+def test_seq_numbers_from_one_without_gaps(store: Store) -> None:
+    sid = _session(store)
+    assert store.last_seq(sid) == 0
+    assert _seqs(store.append(sid, [_new("a")])) == [1]
+    assert _seqs(store.append(sid, [_new("b"), _new("c", "assistant")])) == [2, 3]
+    assert _seqs(store.append(sid, [_new("d")])) == [4]
+    assert _seqs(store.messages(sid)) == [1, 2, 3, 4]
+    assert store.last_seq(sid) == 4
+
+
+def test_records_round_trip(store: Store) -> None:
+    sid = _session(store)
+    parts = {"role": "user", "content": [{"type": "text", "text": "héllo ✓"}], "meta": {"k": 1}}
+    appended = store.append(sid, [NewMessage(parts, 7, "k1"), _call("c1"), _new("x", "assistant")])
+    stored = store.messages(sid)
+    assert stored == appended
+    assert stored[0].message == parts
+    assert (stored[0].tokens, stored[0].key, stored[0].role) == (7, "k1", "user")
+    assert stored[1].message["tool_calls"][0]["id"] == "c1"
+
+
+def test_empty_batch_stores_nothing(store: Store) -> None:
+    sid = _session(store, 2)
+    assert store.append(sid, []) == []
+    assert store.last_seq(sid) == 2
+
+
+def test_batch_append_all_or_nothing(store: Store) -> None:
+    sid = _session(store, 2)
+    before = _snapshot(store, sid)
+    broken = NewMessage({"role": "assistant", "content": None, "tool_calls": [{"x": 1}]}, 1)
+    with pytest.raises(InvalidInput):
+        store.append(sid, [_new("a"), _call("c1"), broken])
+    assert _snapshot(store, sid) == before
+    assert store.called_ids(sid, ["c1"]) == set()
+    assert _seqs(store.append(sid, [_new("b")])) == [3]
+
+
+def test_idempotency_key_returns_earlier_record(store: Store) -> None:
+    sid = _session(store, 1)
+    first = store.append(sid, [_new("hello", key="k")])[0]
+    again = store.append(sid, [_new("changed on retry", key="k")])[0]
+    assert again == first
+    assert again.message["content"] == "hello"
+    assert store.last_seq(sid) == 2
+    mixed = store.append(sid, [_new("again", key="k"), _new("new", key="k2"), _new("plain")])
+    assert _seqs(mixed) == [2, 3, 4]
+    assert mixed[0] == first
+    assert store.last_seq(sid) == 4
+
+
+def test_idempotency_key_repeated_within_one_batch(store: Store) -> None:
+    sid = _session(store)
+    out = store.append(sid, [_new("one", key="k"), _new("two", key="k"), _new("three")])
+    assert _seqs(out) == [1, 1, 2]
+    assert out[1] == out[0]
+    assert [m.message["content"] for m in store.messages(sid)] == ["one", "three"]
+
+
+def test_idempotency_keys_are_per_session(store: Store) -> None:
+    a, b = _session(store, 0, "a"), _session(store, 3, "b")
+    assert _seqs(store.append(a, [_new("x", key="k")])) == [1]
+    assert _seqs(store.append(b, [_new("x", key="k")])) == [4]
+
+
+def test_messages_ranges(store: Store) -> None:
+    sid = _session(store, 10)
+    assert _seqs(store.messages(sid, 3, 5)) == [3, 4, 5]
+    assert _seqs(store.messages(sid, 8)) == [8, 9, 10]
+    assert _seqs(store.messages(sid, 1, 100)) == list(range(1, 11))
+    assert [m.message["content"] for m in store.messages(sid, 4, 4)] == ["m4"]
+    assert store.messages(sid, 5, 4) == []
+    assert store.messages(sid, 11) == []
+
+
+def test_messages_before_newest_first_with_limit(store: Store) -> None:
+    sid = _session(store, 10)
+    assert _seqs(store.messages_before(sid, 8, 3)) == [7, 6, 5]
+    assert _seqs(store.messages_before(sid, 3, 10)) == [2, 1]
+    assert _seqs(store.messages_before(sid, 100, 2)) == [10, 9]
+    assert store.messages_before(sid, 8, 0) == []
+    assert store.messages_before(sid, 1, 5) == []
+
+
+def test_last_of_role(store: Store) -> None:
+    sid = _session(store)
+    assert store.last_of_role(sid, "user") is None
+    store.append(sid, [_new("q1"), _new("a1", "assistant"), _new("q2"), _new("a2", "assistant")])
+    latest = store.last_of_role(sid, "user")
+    assert latest is not None
+    assert (latest.seq, latest.message["content"]) == (3, "q2")
+    assert store.last_of_role(sid, "tool") is None
+
+
+def test_called_ids(store: Store) -> None:
+    sid = _session(store)
+    store.append(sid, [_new("go"), _call("c1", "c2")])
+    tool = NewMessage({"role": "tool", "tool_call_id": "c9", "content": "r"}, 1)
+    store.append(sid, [tool, _call("c3")])
+    assert store.called_ids(sid, ["c1", "c3", "c9", "zz"]) == {"c1", "c3"}
+    assert store.called_ids(sid, iter(["c2"])) == {"c2"}
+    assert store.called_ids(sid, []) == set()
+
+
+def test_unknown_session_not_found(store: Store) -> None:
+    for call in (
+        lambda: store.get_session("nope"),
+        lambda: store.append("nope", [_new("a")]),
+        lambda: store.messages("nope"),
+        lambda: store.messages_before("nope", 5, 5),
+        lambda: store.last_seq("nope"),
+        lambda: store.last_of_role("nope", "user"),
+        lambda: store.called_ids("nope", ["c1"]),
+        lambda: store.folds("nope", "default"),
+        lambda: store.fold_version("nope", "default"),
+        lambda: store.commit_folds("nope", "default", [], 0),
+    ):
+        with pytest.raises(NotFound) as info:
+            call()
+        assert isinstance(info.value, StoreError)
+    assert store.list_sessions() == []
+
+
+def test_create_session_returns_existing(store: Store) -> None:
+    created = store.create_session("s", encoding="o200k_base", meta={"user": "ann"})
+    store.append("s", [_new("a")])
+    again = store.create_session("s", encoding="cl100k_base", meta={"user": "bob"})
+    assert again == created
+    assert (again.encoding, again.meta) == ("o200k_base", {"user": "ann"})
+    assert store.get_session("s") == created
+    store.create_session("r", encoding="o200k_base")
+    assert store.list_sessions() == ["r", "s"]
+    assert store.last_seq("s") == 1
+
+
+def test_create_session_refuses_empty_id(store: Store) -> None:
+    with pytest.raises(InvalidInput):
+        store.create_session("", encoding="o200k_base")
+
+
+def test_fold_commit_bumps_version(store: Store) -> None:
+    sid = _session(store, 10)
+    assert store.fold_version(sid, "default") == 0
+    first, second = _fold(5, 6), _fold(1, 2)
+    assert store.commit_folds(sid, "default", [first], 0) == 1
+    assert store.commit_folds(sid, "default", [second], 1) == 2
+    assert store.fold_version(sid, "default") == 2
+    assert store.folds(sid, "default") == [second, first]
+
+
+def test_stale_version_conflicts_and_changes_nothing(store: Store) -> None:
+    sid = _session(store, 10)
+    store.commit_folds(sid, "default", [_fold(1, 2)], 0)
+    before = _snapshot(store, sid, "default")
+    with pytest.raises(FoldConflict) as info:
+        store.commit_folds(sid, "default", [_fold(1, 4)], 0)
+    assert (info.value.view, info.value.expected, info.value.actual) == ("default", 0, 1)
+    assert _snapshot(store, sid, "default") == before
+
+
+def test_partial_overlap_refused_and_changes_nothing(store: Store) -> None:
+    sid = _session(store, 10)
+    store.commit_folds(sid, "default", [_fold(1, 4)], 0)
+    before = _snapshot(store, sid, "default")
+    with pytest.raises(InvalidInput) as info:
+        store.commit_folds(sid, "default", [_fold(3, 6)], 1)
+    assert info.value.field == "start"
+    assert _snapshot(store, sid, "default") == before
+
+
+def test_covering_fold_supersedes(store: Store) -> None:
+    sid = _session(store, 10)
+    old, later = _fold(1, 4), _fold(9, 10)
+    store.commit_folds(sid, "default", [old, later], 0)
+    cover = _fold(1, 8)
+    store.commit_folds(sid, "default", [cover], 1)
+    assert store.folds(sid, "default") == [cover, later]
+    every = store.folds(sid, "default", include_superseded=True)
+    assert [(f.id, f.superseded_by) for f in every] == [
+        (old.id, cover.id),
+        (cover.id, None),
+        (later.id, None),
+    ]
+
+
+def test_facts_fold_supersedes_previous_facts(store: Store) -> None:
+    sid = _session(store, 10)
+    summary, facts = _fold(1, 6), _fold(1, 4, placement="facts")
+    store.commit_folds(sid, "default", [summary, facts], 0)
+    newer = _fold(1, 8, placement="facts")
+    store.commit_folds(sid, "default", [newer], 1)
+    assert store.folds(sid, "default") == [summary, newer]
+    superseded = [
+        f for f in store.folds(sid, "default", include_superseded=True) if f.superseded_by
+    ]
+    assert [(f.id, f.superseded_by) for f in superseded] == [(facts.id, newer.id)]
+
+
+def test_views_isolated(store: Store) -> None:
+    sid = _session(store, 10)
+    store.commit_folds(sid, "planner", [_fold(1, 4, view="planner")], 0)
+    assert store.folds(sid, "default", include_superseded=True) == []
+    assert store.fold_version(sid, "default") == 0
+    assert store.commit_folds(sid, "default", [_fold(3, 6)], 0) == 1
+    assert [(f.start, f.end) for f in store.folds(sid, "planner")] == [(1, 4)]
+    before = _snapshot(store, sid, "default", "planner")
+    with pytest.raises(InvalidInput) as info:
+        store.commit_folds(sid, "default", [_fold(7, 8, view="planner")], 1)
+    assert info.value.field == "view"
+    assert _snapshot(store, sid, "default", "planner") == before
+
+
+def test_fold_past_the_log_refused(store: Store) -> None:
+    sid = _session(store, 5)
+    with pytest.raises(InvalidInput) as info:
+        store.commit_folds(sid, "default", [_fold(1, 6)], 0)
+    assert info.value.field == "end"
+    assert store.fold_version(sid, "default") == 0
+    assert store.folds(sid, "default", include_superseded=True) == []
+
+
+def test_multi_fold_commit_atomic(store: Store) -> None:
+    sid = _session(store, 10)
+    store.commit_folds(sid, "default", [_fold(1, 2)], 0)
+    before = _snapshot(store, sid, "default")
+    for second in (_fold(5, 99), _fold(4, 7)):
+        with pytest.raises(InvalidInput):
+            store.commit_folds(sid, "default", [_fold(1, 5), second], 1)
+        assert _snapshot(store, sid, "default") == before
+
+
+def test_later_fold_in_one_commit_may_cover_an_earlier_one(store: Store) -> None:
+    sid = _session(store, 10)
+    inner, outer = _fold(2, 3), _fold(1, 6)
+    assert store.commit_folds(sid, "default", [inner, outer], 0) == 1
+    assert store.folds(sid, "default") == [outer]
+    every = store.folds(sid, "default", include_superseded=True)
+    assert [(f.id, f.superseded_by) for f in every] == [(outer.id, None), (inner.id, outer.id)]

@@ -1,0 +1,272 @@
+"""Every store backend against the shared contract, then what only SQLite promises."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from store_contract import *  # noqa: F403  (the contract's tests run here, once per backend)
+
+from contextfold.errors import InvalidInput, StoreError
+from contextfold.folds import Fold
+from contextfold.log import NewMessage
+from contextfold.store import MemoryStore, SQLiteStore, Store
+from contextfold.store.migrations import MIGRATIONS, migrate
+from contextfold.store.sqlite import LAST_OF_ROLE_SQL, MESSAGES_BEFORE_SQL
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    backend: Store = (
+        MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "store.db")
+    )
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[SQLiteStore]:
+    opened = SQLiteStore(tmp_path / "log.db")
+    opened.create_session("s", encoding="o200k_base")
+    yield opened
+    opened.close()
+
+
+def _user(text: str, key: str | None = None) -> NewMessage:
+    return NewMessage({"role": "user", "content": text}, 1, key)
+
+
+def _fold(start: int, end: int) -> Fold:
+    text = f"{start}..{end}"
+    return Fold(
+        "default", start, end, "summary", text, ({"role": "user", "content": text},), "t", 9, 1
+    )
+
+
+def _raw(store: SQLiteStore) -> sqlite3.Connection:
+    """A second connection to the file, as another process would have."""
+    return sqlite3.connect(store.path, isolation_level=None)
+
+
+def test_reopen_keeps_everything(tmp_path: Path) -> None:
+    path = tmp_path / "keep.db"
+    first = SQLiteStore(path)
+    first.create_session("s", encoding="cl100k_base", meta={"user": "ann"})
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    logged = first.append(
+        "s",
+        [
+            _user("q", key="k"),
+            NewMessage({"role": "assistant", "content": None, "tool_calls": [call]}, 5),
+        ],
+    )
+    old, cover = _fold(1, 1), _fold(1, 2)
+    first.commit_folds("s", "default", [old], 0)
+    first.commit_folds("s", "default", [cover], 1)
+    first.close()
+
+    again = SQLiteStore(path)
+    assert again.get_session("s").meta == {"user": "ann"}
+    assert again.messages("s") == logged
+    assert again.called_ids("s", ["c1"]) == {"c1"}
+    assert again.fold_version("s", "default") == 2
+    assert again.folds("s", "default") == [cover]
+    assert again.folds("s", "default", include_superseded=True)[0].superseded_by == cover.id
+    assert again.append("s", [_user("retry", key="k")]) == logged[:1]
+    assert again.append("s", [_user("next")])[0].seq == 3
+    again.close()
+
+
+def test_relative_path_without_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = SQLiteStore("plain.db")
+    store.create_session("s", encoding="o200k_base")
+    store.close()
+    assert (tmp_path / "plain.db").is_file()
+    reopened = SQLiteStore("plain.db")
+    assert reopened.list_sessions() == ["s"]
+    reopened.close()
+
+
+def test_migrations_recorded_once(db: SQLiteStore) -> None:
+    names = [name for name, _ in MIGRATIONS]
+    with _raw(db) as raw:
+        assert [r[0] for r in raw.execute("SELECT name FROM _migrations ORDER BY name")] == names
+        assert migrate(raw) == []
+    SQLiteStore(db.path).close()
+    with _raw(db) as raw:
+        assert raw.execute("SELECT COUNT(*) FROM _migrations").fetchone()[0] == len(names)
+
+
+def test_file_from_newer_version_refused(db: SQLiteStore) -> None:
+    with _raw(db) as raw:
+        raw.execute("INSERT INTO _migrations VALUES ('999_future', 0)")
+    with pytest.raises(StoreError, match="999_future"):
+        SQLiteStore(db.path)
+
+
+def test_wal_mode_and_foreign_keys(db: SQLiteStore) -> None:
+    with _raw(db) as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with db._read() as conn:
+        assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+
+
+def test_not_a_database_is_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError) as info:
+        SQLiteStore(path)
+    assert isinstance(info.value.__cause__, sqlite3.DatabaseError)
+
+
+def test_closed_store_refuses_calls(db: SQLiteStore) -> None:
+    db.close()
+    db.close()
+    with pytest.raises(StoreError, match="closed"):
+        db.last_seq("s")
+
+
+def test_unserializable_message_leaves_log_unchanged(db: SQLiteStore) -> None:
+    db.append("s", [_user("a")])
+    bad = NewMessage({"role": "user", "content": "x", "meta": {"tags": {1, 2}}}, 1)
+    with pytest.raises(InvalidInput) as info:
+        db.append("s", [_user("b"), bad])
+    assert (info.value.index, info.value.field) == (1, "message")
+    assert [m.message["content"] for m in db.messages("s")] == ["a"]
+
+
+def test_driver_failure_mid_append_rolls_back(db: SQLiteStore) -> None:
+    db.append("s", [_user("a")])
+    with _raw(db) as raw:
+        raw.execute(
+            "CREATE TRIGGER boom BEFORE INSERT ON messages WHEN NEW.seq = 3 "
+            "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
+        )
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    batch = [NewMessage({"role": "assistant", "content": None, "tool_calls": [call]}, 1)]
+    with pytest.raises(StoreError, match="disk on fire") as info:
+        db.append("s", [*batch, _user("c")])
+    assert isinstance(info.value.__cause__, sqlite3.IntegrityError)
+    assert db.last_seq("s") == 1
+    assert db.called_ids("s", ["c1"]) == set()
+    with _raw(db) as raw:
+        raw.execute("DROP TRIGGER boom")
+    assert [m.seq for m in db.append("s", [_user("b")])] == [2]
+
+
+def test_driver_failure_mid_commit_rolls_back(db: SQLiteStore) -> None:
+    db.append("s", [_user(str(i)) for i in range(6)])
+    old = _fold(1, 2)
+    db.commit_folds("s", "default", [old], 0)
+    with _raw(db) as raw:
+        raw.execute(
+            "CREATE TRIGGER boom BEFORE INSERT ON folds WHEN NEW.start_seq = 5 "
+            "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
+        )
+    with pytest.raises(StoreError, match="disk on fire"):
+        db.commit_folds("s", "default", [_fold(1, 4), _fold(5, 6)], 1)
+    assert db.fold_version("s", "default") == 1
+    assert db.folds("s", "default", include_superseded=True) == [old]
+
+
+def test_fold_id_stored_twice_refused(db: SQLiteStore) -> None:
+    db.append("s", [_user("a"), _user("b")])
+    fold = _fold(1, 1)
+    db.commit_folds("s", "default", [fold], 0)
+    with pytest.raises(InvalidInput) as info:
+        db.commit_folds("s", "other", [Fold.from_dict({**fold.to_dict(), "view": "other"})], 0)
+    assert info.value.field == "id"
+    assert db.fold_version("s", "other") == 0
+
+
+@pytest.mark.parametrize(
+    ("sql", "params"), [(MESSAGES_BEFORE_SQL, ("s", 10, 5)), (LAST_OF_ROLE_SQL, ("s", "user"))]
+)
+def test_newest_first_reads_walk_an_index(
+    db: SQLiteStore, sql: str, params: tuple[object, ...]
+) -> None:
+    """Render reads the newest messages; their cost must not grow with the log."""
+    with _raw(db) as raw:
+        plan = " ".join(row[3] for row in raw.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+    assert "USING INDEX" in plan or "USING PRIMARY KEY" in plan
+    assert "TEMP B-TREE" not in plan
+
+
+def _assert_gapless(store: SQLiteStore, writers: int, each: int) -> None:
+    logged = store.messages("s")
+    assert [m.seq for m in logged] == list(range(1, writers * each + 1))
+    for w in range(writers):
+        mine = [m.message["content"] for m in logged if m.message["content"].startswith(f"w{w}-")]
+        assert mine == [f"w{w}-{i}" for i in range(each)]
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["one-store", "store-per-thread"])
+def test_threads_append_gapless(db: SQLiteStore, shared: bool) -> None:
+    writers, each = 4, 50
+    start = threading.Barrier(writers)
+    errors: list[BaseException] = []
+
+    def write(w: int) -> None:
+        mine = db if shared else SQLiteStore(db.path)
+        try:
+            start.wait()
+            for i in range(each):
+                mine.append("s", [_user(f"w{w}-{i}")])
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            if not shared:
+                mine.close()
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    _assert_gapless(db, writers, each)
+
+
+_CHILD = """
+import sys, time
+from pathlib import Path
+from contextfold.log import NewMessage
+from contextfold.store.sqlite import SQLiteStore
+
+path, name, each, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+store = SQLiteStore(path)
+Path(f"{go}.{name}").touch()
+while not go.exists():
+    time.sleep(0.001)
+for i in range(each):
+    store.append("s", [NewMessage({"role": "user", "content": f"{name}-{i}"}, 1)])
+    time.sleep(0.001)  # let the other writers take the lock between appends
+store.close()
+"""
+
+
+def test_processes_append_gapless(db: SQLiteStore, tmp_path: Path) -> None:
+    writers, each, go = 3, 60, tmp_path / "go"
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CHILD, db.path, f"w{w}", str(each), str(go)],
+            stderr=subprocess.PIPE,
+        )
+        for w in range(writers)
+    ]
+    deadline = time.monotonic() + 60
+    while not all(Path(f"{go}.w{w}").exists() for w in range(writers)):
+        assert time.monotonic() < deadline, "writers never got ready"
+        assert all(child.poll() is None for child in children), "a writer died"
+        time.sleep(0.01)
+    go.touch()
+    for child in children:
+        _, err = child.communicate(timeout=120)
+        assert child.returncode == 0, err.decode()
+    _assert_gapless(db, writers, each)
