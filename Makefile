@@ -21,7 +21,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy src/
 
 test: lint typecheck
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -q
 
 bench: $(STAMP)
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
