@@ -69,20 +69,24 @@ def validate_message(raw: Mapping[str, Any], *, index: int = 0) -> Message:
         raise InvalidInput(f"unknown keys {sorted(extra)}", index=index, field=sorted(extra)[0])
     msg: Message = {"role": role}
     content = raw.get("content")
-    if role == "assistant" and raw.get("tool_calls"):
+    calls = raw.get("tool_calls")
+    # Only user messages may carry images or other media: OpenAI takes text
+    # alone from system, developer, assistant and tool messages.
+    text_only = role != "user"
+    if role == "assistant" and calls is not None and calls != []:
         if content is not None:
-            msg["content"] = _check_content(content, index, text_only=True)
+            msg["content"] = _check_content(content, index, text_only=text_only)
         else:
             msg["content"] = None
-        msg["tool_calls"] = _check_tool_calls(raw["tool_calls"], index)
+        msg["tool_calls"] = _check_tool_calls(calls, index)
     else:
-        if "tool_calls" in raw and raw["tool_calls"] not in (None, []):
+        if calls is not None and calls != []:
             raise InvalidInput(
                 "only assistant messages carry tool calls", index=index, field="tool_calls"
             )
         if content is None:
             raise InvalidInput("content is required", index=index, field="content")
-        msg["content"] = _check_content(content, index, text_only=role in ("system", "tool"))
+        msg["content"] = _check_content(content, index, text_only=text_only)
     if role == "tool":
         call_id = raw.get("tool_call_id")
         if not isinstance(call_id, str) or not call_id:
