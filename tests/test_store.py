@@ -20,6 +20,7 @@ from contextfold.store import MemoryStore, SQLiteStore, Store
 from contextfold.store.migrations import MIGRATIONS, migrate
 from contextfold.store.sqlite import LAST_OF_ROLE_SQL, MESSAGES_BEFORE_SQL
 
+
 @pytest.fixture(params=["memory", "sqlite"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     backend: Store = (

@@ -1,19 +1,22 @@
 """Render: the message list for one model call, within a token budget.
 
 Order: system prompt, the facts fold if any, then folds and raw messages in log
-order. Entries are consumed newest first from a lazy iterator, so the cost grows
-with what is returned, not with the history behind it.
+order. Entries are consumed newest first from a lazy iterator and reading stops
+at the first unit that does not fit, so the cost grows with what is returned,
+not with the history behind it.
 
 When folds alone do not fit, a deterministic last-resort cut keeps the newest
-whole units and puts one marker where the older ones were. It never drops the
-system prompt, the latest user message or part of a tool unit. The newest unit
-that does not fit is clipped with a visible marker instead of dropped, when the
-room left is worth using; the log keeps it whole.
+whole units and puts one marker where the older ones were (counts are of
+logged messages, found from ``seq`` numbers without reading them). It never
+drops the system prompt, the latest user message or part of a tool unit. The
+newest unit that does not fit is clipped with a visible marker instead of
+dropped, when the room left is worth using; the log keeps it whole. Room for
+the markers is held back while reading, so the prompt never exceeds the budget.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from contextfold.entries import Entry
@@ -23,7 +26,7 @@ from contextfold.messages import Message, for_model
 from contextfold.tokens import REPLY_PRIMING, TokenCounter
 
 MIN_CLIP_TOKENS = 64
-_MARKER_TOKENS = 24
+_LARGEST_COUNT = 999_999_999
 
 
 @dataclass(frozen=True)
@@ -45,86 +48,128 @@ def render(
     budget: int | None = None,
     facts: Fold | None = None,
     latest_user: Entry | None = None,
+    first_seq: int = 1,
 ) -> Rendered:
     """Fit ``system``, ``facts`` and the entries (newest first) into ``budget`` tokens.
 
     ``latest_user`` is the raw entry of the latest user message, if it is not
     folded: it is always rendered, and an error is raised if it cannot be.
+    ``first_seq`` is the lowest seq the entries can start at (the first after
+    the system prompt); markers count the messages left out from there.
     """
     head = [for_model(m) for m in system]
     head_tokens = REPLY_PRIMING + sum(counter.message(m) for m in head)
     user_tokens = latest_user.tokens if latest_user is not None else 0
+    marker_tokens = counter.message(_marker(_LARGEST_COUNT))
     facts_msgs = [for_model(m) for m in facts.messages] if facts else []
     left: int | None = None
     if budget is not None:
         if head_tokens + user_tokens > budget:
             raise BudgetError(budget, head_tokens + user_tokens)
         room = budget - head_tokens - user_tokens
-        if facts is not None and facts.tokens_after > room:
-            facts_msgs = _clip_messages(facts_msgs, room, counter) or []
-        left = room - sum(counter.message(m) for m in facts_msgs) - 2 * _MARKER_TOKENS
+        if facts is not None and facts.tokens_after > room - 2 * marker_tokens:
+            facts_msgs = _clip_messages(facts_msgs, room - 2 * marker_tokens, counter) or []
+        left = room - sum(counter.message(m) for m in facts_msgs)
 
     taken: list[list[Message]] = []
     fold_ids: list[str] = [facts.id] if facts is not None and facts_msgs else []
     clipped: list[int] = []
-    pinned: list[Message] = []
-    omitted = {"before_user": 0, "after_user": 0}
-    seen_user = False
-    cut = False
-    for unit in _units_newest_first(newest_first):
-        if latest_user is not None and unit[0].fold is None and unit[0].start == latest_user.start:
-            seen_user = True
-            if cut:
-                pinned = [for_model(latest_user.messages[0])]
-            else:
-                taken.append([for_model(latest_user.messages[0])])
-            continue
-        if cut:
-            omitted["before_user" if seen_user or latest_user is None else "after_user"] += _size(
-                unit
-            )
-            continue
-        cost = sum(e.tokens for e in unit)
-        if left is None or cost <= left:
-            taken.append([for_model(m) for e in unit for m in e.messages])
-            fold_ids.extend(e.fold.id for e in unit if e.fold is not None)
-            if left is not None:
-                left -= cost
-            continue
-        cut = True
-        fitted = None
-        if left >= MIN_CLIP_TOKENS or (not taken and left > 0):
-            fitted = _clip_unit(unit, left, counter)
-        if fitted is None:
-            omitted["before_user" if seen_user or latest_user is None else "after_user"] += _size(
-                unit
-            )
-            continue
-        taken.append(fitted)
+    edge: int | None = None  # lowest seq rendered from the entries so far
+    user_seen = latest_user is None
+
+    def holds_user(unit: Sequence[Entry]) -> bool:
+        return latest_user is not None and any(
+            e.fold is None and e.start == latest_user.start for e in unit
+        )
+
+    def cost_of(unit: Sequence[Entry]) -> int:
+        return sum(e.tokens for e in unit) - (user_tokens if holds_user(unit) else 0)
+
+    def take(unit: Sequence[Entry], messages: list[Message] | None = None) -> None:
+        nonlocal edge, user_seen
+        taken.append(
+            messages if messages is not None else [for_model(m) for e in unit for m in e.messages]
+        )
         fold_ids.extend(e.fold.id for e in unit if e.fold is not None)
-        clipped.extend(e.start for e in unit if e.fold is None)
+        edge = unit[0].start
+        user_seen = user_seen or holds_user(unit)
 
-    body: list[Message] = []
-    if omitted["before_user"]:
-        body.append(_marker(omitted["before_user"]))
-    body.extend(pinned)
-    if omitted["after_user"]:
-        body.append(_marker(omitted["after_user"]))
-    for unit_msgs in reversed(taken):
-        body.extend(unit_msgs)
-    out = head + facts_msgs + body
-    return Rendered(
-        out,
-        counter.messages(out),
-        omitted["before_user"] + omitted["after_user"],
-        tuple(sorted(clipped)),
-        tuple(fold_ids),
-    )
+    cut = False
+    units = _units_newest_first(newest_first)
+    for unit in units:
+        cost = cost_of(unit)
+        if left is None:
+            take(unit)
+            continue
+        # Hold back room for the markers a cut further back would need.
+        markers = marker_tokens * (1 if user_seen or holds_user(unit) else 2)
+        if cost + markers <= left:
+            take(unit)
+            left -= cost
+            continue
+        # It fits only in that room: take it if everything older fits as well.
+        rest = _rest_within(units, left - cost, cost_of) if cost <= left else None
+        if rest is not None:
+            for older in (unit, *rest):
+                take(older)
+            break
+        cut = True
+        if edge is None:
+            edge = unit[-1].end + 1
+        room_left = left - markers
+        if not holds_user(unit) and (room_left >= MIN_CLIP_TOKENS or (not taken and room_left > 0)):
+            fitted = _clip_unit(unit, room_left, counter)
+            if fitted is not None:
+                take(unit, fitted)
+                clipped.extend(_changed(unit, fitted))
+        break
+
+    before = after = 0
+    pinned: list[Message] = []
+    if latest_user is not None and not user_seen:
+        pinned = [for_model(latest_user.messages[0])]
+        if edge is not None:
+            after = max(edge - 1 - latest_user.start, 0)
+        before = max(latest_user.start - first_seq, 0) if cut else 0
+    elif cut and edge is not None:
+        before = max(edge - first_seq, 0)
+    tail = [m for unit_msgs in reversed(taken) for m in unit_msgs]
+    out = _assemble(head + facts_msgs, before, pinned, after, tail)
+    total = counter.messages(out)
+    if budget is not None and total > budget:
+        # Only when the budget left no room for markers at all: the prompt goes without them.
+        out = head + facts_msgs + pinned + tail
+        total = counter.messages(out)
+    return Rendered(out, total, before + after, tuple(sorted(clipped)), tuple(fold_ids))
 
 
-def _size(unit: Sequence[Entry]) -> int:
-    """Log messages a unit stands for (a fold stands for its whole range)."""
-    return sum(e.end - e.start + 1 for e in unit)
+def _assemble(
+    head: list[Message], before: int, pinned: list[Message], after: int, tail: list[Message]
+) -> list[Message]:
+    out = list(head)
+    if before:
+        out.append(_marker(before))
+    out.extend(pinned)
+    if after:
+        out.append(_marker(after))
+    out.extend(tail)
+    return out
+
+
+def _rest_within(
+    units: Iterator[list[Entry]], room: int, cost_of: Callable[[Sequence[Entry]], int]
+) -> list[list[Entry]] | None:
+    """All remaining units if they fit in ``room`` together, else None.
+
+    Reads at most what fits in ``room`` plus one unit.
+    """
+    rest: list[list[Entry]] = []
+    for unit in units:
+        room -= cost_of(unit)
+        if room < 0:
+            return None
+        rest.append(unit)
+    return rest
 
 
 def _units_newest_first(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
@@ -159,6 +204,17 @@ def _marker(count: int) -> Message:
         "role": "system",
         "content": f"[contextfold: {count} earlier {noun} left out to fit the token budget]",
     }
+
+
+def _changed(unit: Sequence[Entry], fitted: Sequence[Message]) -> list[int]:
+    """Seqs of the raw messages in ``unit`` that clipping shortened."""
+    seqs: list[int] = []
+    i = 0
+    for entry in unit:
+        if entry.fold is None and fitted[i] != for_model(entry.messages[0]):
+            seqs.append(entry.start)
+        i += len(entry.messages)
+    return seqs
 
 
 def _clip_unit(unit: Sequence[Entry], room: int, counter: TokenCounter) -> list[Message] | None:

@@ -13,10 +13,10 @@ a ``View`` renders and compacts one consumer's lens on it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from contextfold.entries import Entry, entries_of
 from contextfold.errors import FoldConflict, InvalidInput
@@ -32,6 +32,7 @@ from contextfold.tokens import TokenCounter, get_counter
 
 MessageFilter = Callable[[Message], bool]
 _PAGE = 256
+_T = TypeVar("_T")
 MAX_COMPACTION_STEPS = 200
 
 
@@ -154,7 +155,12 @@ class CompactionReport:
 
 
 class View:
-    """One consumer's lens: a filter, a pipeline, a budget and its own folds."""
+    """One consumer's lens: a filter, a pipeline, a budget and its own folds.
+
+    The filter sees tool units whole: a unit is shown only if the filter keeps
+    its call and every result, so a view never shows an orphan result or a call
+    without the results the log holds.
+    """
 
     def __init__(
         self,
@@ -185,6 +191,13 @@ class View:
     def _keep(self, logged: LoggedMessage) -> bool:
         return self.filter is None or bool(self.filter(logged.message))
 
+    def _visible(self, live: list[LoggedMessage]) -> list[LoggedMessage]:
+        """``live`` (oldest first) through the filter, tool units whole."""
+        if self.filter is None:
+            return live
+        kept = whole_units(reversed(live), lambda m: m.message, self.filter)
+        return list(kept)[::-1]
+
     def _system(self) -> list[LoggedMessage]:
         """The leading system messages of the log: never folded, always rendered."""
         out: list[LoggedMessage] = []
@@ -205,8 +218,9 @@ class View:
         for fold in in_place:
             if fold.start <= first:
                 first = max(first, fold.end + 1)
-        live = [m for m in self._store.messages(sid, first) if self._keep(m)]
-        entries = entries_of(live, [f for f in in_place if f.end >= first])
+        live = self._visible(self._store.messages(sid, first))
+        # Leading folds are not re-read from the log, but they are part of the view.
+        entries = entries_of(live, [f for f in in_place if f.end > len(system)])
         return ViewState(
             session_id=sid,
             view=self.name,
@@ -243,10 +257,18 @@ class View:
             budget=budget if budget is not None else self.budget,
             facts=active_facts(folds),
             latest_user=latest_user,
+            first_seq=len(system) + 1,
         )
 
     def _newest_first(self, in_place: list[Fold], *, after: int) -> Iterator[Entry]:
-        """Entries newest first, reading the log backwards a page at a time."""
+        """Entries the view shows, newest first."""
+        entries = self._log_newest_first(in_place, after=after)
+        if self.filter is None:
+            return entries
+        return whole_units(entries, lambda e: e.message, self.filter)
+
+    def _log_newest_first(self, in_place: list[Fold], *, after: int) -> Iterator[Entry]:
+        """Folds and raw messages newest first, reading the log backwards a page at a time."""
         sid = self.session.id
         folds = sorted(in_place, key=lambda f: f.end, reverse=True)
         fi = 0
@@ -264,8 +286,7 @@ class View:
             if not page:
                 return
             for logged in page:
-                if self._keep(logged):
-                    yield Entry.of_message(logged)
+                yield Entry.of_message(logged)
             before = page[-1].seq
 
     def compact(self, budget: int | None = None) -> CompactionReport:
@@ -291,3 +312,42 @@ class View:
                 committed.extend(folds)
             state = self.state(budget)
         return CompactionReport(tuple(committed), conflicts, before, state.tokens)
+
+
+def whole_units(
+    newest_first: Iterable[_T], message_of: Callable[[_T], Message | None], keep: MessageFilter
+) -> Iterator[_T]:
+    """Filter items read newest first, keeping or dropping each tool unit whole.
+
+    A tool result waits for its call (the nearest older assistant message calling
+    its id); the call and its results stay only if ``keep`` accepts all of them.
+    Items without a message (folds) always stay; results whose call never comes
+    are dropped.
+    """
+    held: list[_T] = []
+    verdicts: list[bool] = []
+    waiting: dict[str, list[int]] = {}
+    for item in newest_first:
+        msg = message_of(item)
+        verdict = msg is None or bool(keep(msg))
+        if msg is not None and msg["role"] == "tool":
+            waiting.setdefault(str(msg.get("tool_call_id")), []).append(len(held))
+        elif not held:
+            if verdict:
+                yield item
+            continue
+        elif msg is not None and msg["role"] == "assistant":
+            answered = [i for c in msg.get("tool_calls") or () for i in waiting.pop(c["id"], [])]
+            verdict = verdict and all(verdicts[i] for i in answered)
+            for i in answered:
+                verdicts[i] = verdict
+        held.append(item)
+        verdicts.append(verdict)
+        if not waiting:
+            yield from (h for h, v in zip(held, verdicts, strict=True) if v)
+            held.clear()
+            verdicts.clear()
+    for orphans in waiting.values():
+        for i in orphans:
+            verdicts[i] = False
+    yield from (h for h, v in zip(held, verdicts, strict=True) if v)
