@@ -1,0 +1,237 @@
+"""Must-keep items: the parts of a text a summary may not lose.
+
+A summary that drops a file path, a URL, an error line or a user's "never do
+X" costs more than it saves, because the model then guesses. ``find_artifacts``
+finds such items with regular expressions only, so it is deterministic, fast
+and works offline. The extractive strategy keeps them; a model strategy can
+check its summary with ``missing_artifacts`` and pin whatever went missing.
+
+Kinds, in the order an overlap is settled (an earlier kind claims the span):
+``url``, ``date``, ``time``, ``path``, ``money``, ``quantity``, ``ticket``,
+``hex``, ``identifier``, ``number`` (two digits or more: a lone digit is
+rarely worth pinning). Two more kinds are whole lines or
+sentences and may contain the others: ``error`` (tracebacks, ``Error:``,
+``FAILED``, exit codes) and ``constraint`` (directives with don't, do not,
+must, never, always, should not, only).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+TOKEN_KINDS = (
+    "url",
+    "date",
+    "time",
+    "path",
+    "money",
+    "quantity",
+    "ticket",
+    "hex",
+    "identifier",
+    "number",
+)
+KINDS = (*TOKEN_KINDS, "error", "constraint")
+
+_MONTH = (
+    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
+    r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+)
+_DAY = r"\d{1,2}(?:st|nd|rd|th)?"
+_UNITS = (
+    r"(?:%|percent|ms|msec|s|sec|secs|seconds?|mins?|minutes?|h|hrs?|hours?|days?|weeks?"
+    r"|months?|years?|yrs?|kb|mb|gb|tb|kib|mib|gib|bytes?|tokens?|k|x|px|pt|em|rem"
+    r"|mm|cm|m|km|mi|miles?|ft|feet|inch(?:es)?|kg|g|lbs?|pounds?|oz|ml|mph|kph"
+    r"|km/h|fps|hz|khz|mhz|ghz|°c|°f|degrees?|cores?|threads?|gpus?|cpus?"
+    r"|rows?|lines?|files?|items?|users?|requests?|req/s|rps|qps|times)"
+)
+_TOKEN_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("url", re.compile(r"\b(?:https?|ftp|file|ssh|git)://[^\s<>\"'`)\]]+|\bwww\.[^\s<>\"'`)\]]+")),
+    (
+        "date",
+        re.compile(
+            rf"\b(?:\d{{4}}-\d{{2}}-\d{{2}}(?:[T ]\d{{2}}:\d{{2}}(?::\d{{2}}(?:\.\d+)?)?Z?)?"
+            rf"|\d{{1,2}}/\d{{1,2}}/\d{{2,4}}"
+            rf"|{_DAY}\s+(?:of\s+)?{_MONTH}\.?(?:,?\s+\d{{4}})?"
+            rf"|{_MONTH}\.?\s+{_DAY}(?:,?\s+\d{{4}})?"
+            rf"|{_MONTH}\.?,?\s+\d{{4}})\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "time",
+        re.compile(
+            r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[ap]\.?m\.?)?(?!\w)|\b\d{1,2}\s?[ap]m\b", re.I
+        ),
+    ),
+    (
+        "path",
+        re.compile(
+            r"(?<![\w/.:@-])(?:[A-Za-z]:\\[^\s\"'`]+"
+            r"|(?:~|\.{1,2})?/?(?:[\w@+-][\w.@+-]*/)+[\w.@+-]*[\w]"
+            r"|[\w-]+\.(?:py|pyi|js|jsx|ts|tsx|json|jsonl|ya?ml|toml|ini|cfg|md|rst|txt|csv"
+            r"|html?|css|sh|bash|go|rs|java|kt|c|h|cc|cpp|hpp|rb|php|sql|lock|log|env"
+            r"|xml|ipynb|db|sqlite|gz|zip|tar|pdf|png|jpe?g|svg|gif))\b"
+        ),
+    ),
+    (
+        "money",
+        re.compile(
+            r"[$€£¥]\s?\d[\d,]*(?:\.\d+)?(?:\s?(?:k|m|bn|million|billion|thousand)\b)?"
+            r"|\b\d[\d,]*(?:\.\d+)?\s?(?:dollars|euros|pounds sterling|usd|eur|gbp|bucks)\b",
+            re.IGNORECASE,
+        ),
+    ),
+    ("quantity", re.compile(rf"(?<![\w.])\d[\d,]*(?:\.\d+)?\s?{_UNITS}(?![\w])", re.IGNORECASE)),
+    ("ticket", re.compile(r"\b[A-Z][A-Z0-9]{1,9}-\d+\b|(?<![\w&])#\d+\b")),
+    (
+        "hex",
+        re.compile(
+            r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"
+            r"|\b(?:0x)?(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,}\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "identifier",
+        re.compile(
+            r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b|\b_[A-Za-z0-9_]+\b"
+            r"|\b[a-z]+(?:[A-Z][a-z0-9]*)+\b"
+            r"|\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b"
+            r"|\b[\w]+(?:\.[A-Za-z_]\w*)+\(\)?"
+            r"|\b[A-Za-z_]\w*\(\)"
+        ),
+    ),
+    ("number", re.compile(r"(?<![\w.])(?:\d{2,}|\d[.,]\d+)(?:[.,]\d+)*(?![\w])")),
+)
+_ERROR_LINE = re.compile(
+    r"Traceback \(most recent call last\)|\b\w*(?:Error|Exception)\b:|^\s*(?:E\s+)?\w*Error\b"
+    r"|\bFAILED\b|\bFAIL:|\bERROR\b|\bfatal:|\bpanic:|\bSegmentation fault\b"
+    r"|\bexit(?:ed)? (?:with )?(?:code|status) [1-9]\d*|\bnon-zero exit|\breturn code [1-9]"
+    r"|\bcommand not found\b|\bNo such file or directory\b|\bPermission denied\b",
+)
+_ERROR_LINE_CHARS = 240
+_CONSTRAINT_LEAD = r"(?:(?:please|and|but|so|also|just|then|ok|okay|remember|note)[,:]?\s+)*"
+_NOT_ORDER = r"(?!\s+(?:had|has|been|was|were|here|there|thought|felt|knew|seen|did)\b)"
+_CONSTRAINT = re.compile(
+    rf"^\W*{_CONSTRAINT_LEAD}(?:don'?t|do not|never|always|only|make sure|avoid)\b{_NOT_ORDER}"
+    r"|\b(?:must not|mustn'?t|should not|shouldn'?t|should never|should always|should only"
+    r"|can ?not|may not|do not|don'?t|never|always|only)\s+(?:ever\s+)?"
+    r"(?:use|touch|change|edit|modify|commit|push|merge|delete|remove|add|call|run|write"
+    r"|create|rename|break|install|import|send|share|include|expose|store|log|return|rely"
+    r"|depend|exceed|allow|want|need|accept|deploy|release)\b"
+    r"|\b(?:you|we|it|this|that|they|these|those|code|tests?|output)\s+must\s+"
+    r"(?!have\b|feel\b|be\s+(?:so|really|very|such|a|an|\w+ing)\b)",
+    re.IGNORECASE,
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|\n+")
+_TRAILING = ".,;:!?)]}'\""
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One must-keep item: its kind, its text and where it starts in the source."""
+
+    kind: str
+    text: str
+    start: int
+
+
+def find_artifacts(text: str, kinds: Iterable[str] = KINDS) -> list[Artifact]:
+    """Every must-keep item in ``text`` in order of appearance, each text once."""
+    wanted = set(kinds)
+    found: list[Artifact] = []
+    taken: list[tuple[int, int]] = []
+    for kind, pattern in _TOKEN_PATTERNS:
+        for match in pattern.finditer(text):
+            item = match.group().rstrip(_TRAILING)
+            begin, end = match.start(), match.start() + len(item)
+            if not item or any(begin < e and s < end for s, e in taken):
+                continue
+            taken.append((begin, end))
+            if kind in wanted:
+                found.append(Artifact(kind, item, begin))
+    if "error" in wanted:
+        found.extend(_error_lines(text))
+    if "constraint" in wanted:
+        found.extend(
+            Artifact("constraint", sentence, begin)
+            for begin, sentence in sentences(text)
+            if is_constraint(sentence)
+        )
+    found.sort(key=lambda a: (a.start, KINDS.index(a.kind)))
+    seen: set[str] = set()
+    unique: list[Artifact] = []
+    for artifact in found:
+        if artifact.text not in seen:
+            seen.add(artifact.text)
+            unique.append(artifact)
+    return unique
+
+
+def extract_artifacts(text: str, kinds: Iterable[str] = KINDS) -> list[str]:
+    """The texts of ``find_artifacts``: what a summary of ``text`` must keep."""
+    return [a.text for a in find_artifacts(text, kinds)]
+
+
+def missing_artifacts(items: Sequence[str], text: str) -> list[str]:
+    """The items that ``text`` does not contain.
+
+    Case and spacing are ignored and an item must stand on word boundaries,
+    so "12" is not found in "2012" but "5 km" is found in "5km".
+    """
+    return [item for item in items if not _pattern_for(item).search(text)]
+
+
+def is_constraint(sentence: str) -> bool:
+    """A directive (an order, a prohibition, a rule), not a question.
+
+    The markers alone ("I always loved painting", "you must be proud") are
+    common in plain chat; a constraint puts them in an imperative or in front
+    of an action verb.
+    """
+    return not sentence.rstrip().endswith("?") and bool(_CONSTRAINT.search(sentence))
+
+
+def is_error_line(line: str) -> bool:
+    return bool(_ERROR_LINE.search(line))
+
+
+def sentences(text: str) -> list[tuple[int, str]]:
+    """``text`` cut into lines and sentences, with their start offsets."""
+    out: list[tuple[int, str]] = []
+    begin = 0
+    for match in _SENTENCE_END.finditer(text):
+        _add_stripped(out, text, begin, match.start())
+        begin = match.end()
+    _add_stripped(out, text, begin, len(text))
+    return out
+
+
+def _add_stripped(out: list[tuple[int, str]], text: str, begin: int, end: int) -> None:
+    piece = text[begin:end]
+    stripped = piece.strip()
+    if stripped:
+        out.append((begin + piece.index(stripped[0]), stripped))
+
+
+def _error_lines(text: str) -> list[Artifact]:
+    out: list[Artifact] = []
+    offset = 0
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        if stripped and is_error_line(stripped):
+            shown = stripped[:_ERROR_LINE_CHARS]
+            out.append(Artifact("error", shown, offset + line.index(stripped[0])))
+        offset += len(line)
+    return out
+
+
+def _pattern_for(item: str) -> re.Pattern[str]:
+    pieces = [p for word in item.split() for p in re.findall(r"\d+(?:[.,]\d+)*|\D+", word)]
+    body = r"\s*".join(re.escape(p) for p in pieces)
+    lead = r"(?<!\w)" if item[:1].isalnum() else ""
+    tail = r"(?!\w)" if item[-1:].isalnum() else ""
+    return re.compile(lead + body + tail, re.IGNORECASE)

@@ -1,0 +1,313 @@
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from conftest import load_rows
+
+from contextfold import Memory, Pipeline, Session, View
+from contextfold.folds import Fold
+from contextfold.messages import text_of
+from contextfold.strategies.extractive import ExtractiveSummary
+from contextfold.strategies.triggers import Rounds
+
+FILLER = [
+    "We went over the weekly plan and agreed to keep going.",
+    "The weather was grey so most of the afternoon went to reading.",
+    "Lunch took longer than expected because the cafe was crowded.",
+    "Nothing new on the garden, the tomatoes still need more sun.",
+    "The team call drifted into a chat about favourite films.",
+    "I cleaned up my desk and sorted the old notebooks.",
+    "We compared notes on podcasts and found a couple in common.",
+    "The train was late again, which seems to be the usual now.",
+]
+
+
+def filler_round(i: int) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": f"{FILLER[i % len(FILLER)]} How was yours?"},
+        {"role": "assistant", "content": f"{FILLER[(i + 3) % len(FILLER)]} Sounds familiar."},
+    ]
+
+
+def tool_round(i: int, result: str) -> list[dict[str, Any]]:
+    call = {"id": f"call_{i}", "type": "function", "function": {"name": "run", "arguments": "{}"}}
+    return [
+        {"role": "user", "content": "Please run the test suite."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": f"call_{i}", "content": result},
+        {"role": "assistant", "content": "The run finished; details are above."},
+    ]
+
+
+def new_session(messages: list[dict[str, Any]], system: str | None = None) -> Session:
+    session = Memory().session("s", system=system)
+    session.extend(messages)
+    return session
+
+
+def summaries(view: View, *, include_superseded: bool = False) -> list[Fold]:
+    return [f for f in view.folds(include_superseded=include_superseded) if f.kind == "summary"]
+
+
+def full_tokens(session: Session) -> int:
+    return session.view("measure").state().tokens
+
+
+NAMES = [
+    "Ada",
+    "Bram",
+    "Cleo",
+    "Dov",
+    "Edda",
+    "Finn",
+    "Gus",
+    "Hana",
+    "Ivo",
+    "Juno",
+    "Kai",
+    "Lena",
+    "Milo",
+    "Nia",
+    "Otto",
+    "Pia",
+]
+
+
+def news_round(i: int) -> list[dict[str, Any]]:
+    """A round of words seen once each, beside the common words the must-keep items use."""
+    name = NAMES[i % len(NAMES)]
+    return [
+        {"role": "user", "content": f"{name} never met Zorb{i}; the release branch will change."},
+        {
+            "role": "assistant",
+            "content": f"{name} saw Vex{i}, a bad ValueError in src app settings py.",
+        },
+    ]
+
+
+def test_keeps_artifacts_and_constraints_in_the_fold() -> None:
+    messages: list[dict[str, Any]] = []
+    for i in range(30):
+        messages += news_round(i)
+    messages[10] = {"role": "user", "content": "Never change the release branch."}
+    messages[21] = {"role": "assistant", "content": "The app settings are in src/app/settings.py."}
+    messages[40:40] = tool_round(1, "collected 12 items\nValueError: bad settings\nFAILED 1")
+    session = new_session(messages)
+    budget = full_tokens(session) // 5
+    view = session.view("v", preset="offline", budget=budget)
+    view.compact()
+    (fold,) = summaries(view)
+    assert fold.data["sentences"] < 0.5 * len(messages)
+    for item in (
+        "Never change the release branch.",
+        "src/app/settings.py",
+        "ValueError: bad settings",
+    ):
+        assert item in fold.text
+    assert "src/app/settings.py" in fold.data["artifacts"]
+    assert view.render_report().tokens <= budget
+
+
+def test_fold_shape() -> None:
+    messages = [m for i in range(20) for m in filler_round(i)]
+    session = new_session(messages, system="You are terse.")
+    view = session.view("v", preset="offline", budget=full_tokens(session) // 3)
+    report = view.compact()
+    (fold,) = report.folds
+    assert (fold.kind, fold.placement, fold.strategy) == ("summary", "in_place", "extractive")
+    assert fold.start == 2
+    (message,) = fold.messages
+    assert message["role"] == "user"
+    rounds = sum(1 for m in session.history()[: fold.end] if m["role"] == "user")
+    assert fold.text.startswith(f"[Conversation History Summary (Rounds 1-{rounds})]\n[SUMMARIZED]")
+    assert fold.data["rounds"] == [1, rounds]
+    assert fold.data["sentences"] > 0
+    assert fold.tokens_after == session.counter.message(message)
+    assert fold.tokens_before == sum(
+        session.counter.message(m) for m in session.history()[fold.start - 1 : fold.end]
+    )
+
+
+def is_round_start(session: Session, seq: int) -> bool:
+    history = session.history()
+    return seq > len(history) or history[seq - 1]["role"] == "user"
+
+
+def test_folds_only_closed_whole_rounds_never_the_round_in_progress() -> None:
+    messages: list[dict[str, Any]] = []
+    for i in range(24):
+        messages += tool_round(i, f"ran {i} checks, all passed") if i % 3 == 0 else filler_round(i)
+    in_progress = tool_round(99, "x " * 400)[:3]
+    session = new_session(messages + in_progress)
+    budget = full_tokens(session) // 3
+    view = session.view("v", preset="offline", budget=budget, keep_rounds=0)
+    view.compact()
+    (fold,) = summaries(view)
+    history = session.history()
+    first_of_last_round = len(history) - len(in_progress) + 1
+    assert fold.end < first_of_last_round
+    assert is_round_start(session, fold.start) and is_round_start(session, fold.end + 1)
+    for seq, message in enumerate(history, start=1):
+        if message["role"] == "tool":
+            call_seq = next(
+                s
+                for s in range(seq - 1, 0, -1)
+                if any(
+                    c["id"] == message["tool_call_id"]
+                    for c in history[s - 1].get("tool_calls") or ()
+                )
+            )
+            assert (call_seq <= fold.end) == (seq <= fold.end)
+    assert view.render_report().tokens <= budget
+
+
+@pytest.mark.parametrize("share", [0.1, 0.25, 0.5])
+def test_output_fits_the_budget_without_render_cutting(share: float) -> None:
+    rows = load_rows("locomo_dev", limit=1)
+    session = new_session(rows[0]["messages"][:300])
+    budget = int(full_tokens(session) * share)
+    view = session.view("v", preset="offline", budget=budget)
+    view.compact()
+    rendered = view.render_report()
+    assert rendered.tokens <= budget
+    assert rendered.omitted == 0 and rendered.clipped == ()
+    assert view.state().tokens == rendered.tokens
+
+
+def test_plans_nothing_when_the_view_fits() -> None:
+    session = new_session([m for i in range(10) for m in filler_round(i)])
+    assert (
+        session.view("roomy", preset="offline", budget=10 * full_tokens(session)).compact().folds
+        == ()
+    )
+    assert session.view("unbounded", preset="offline").compact().folds == ()
+
+
+def test_a_budgetless_trigger_folds_to_its_ratio_and_converges() -> None:
+    session = new_session([m for i in range(12) for m in filler_round(i)])
+    strategy = ExtractiveSummary(trigger=Rounds(1), ratio=0.3)
+    view = session.view("v", pipeline=Pipeline([strategy]))
+    (fold,) = view.compact().folds
+    assert fold.tokens_after <= 0.3 * fold.tokens_before + 1
+    assert fold.data["rounds"] == [1, 11]
+    assert view.compact().folds == ()
+
+
+def test_converges_when_the_round_in_progress_alone_is_over_budget() -> None:
+    messages = [m for i in range(20) for m in filler_round(i)]
+    messages.append({"role": "user", "content": "word " * 600})
+    session = new_session(messages)
+    view = session.view("v", preset="offline", budget=700)
+    report = view.compact()
+    assert 1 <= len(report.folds) <= 2
+    assert view.compact().folds == ()
+    assert view.render_report().tokens <= 700
+
+
+def test_incremental_fold_supersedes_the_previous_one() -> None:
+    rows = load_rows("locomo_dev", limit=1)
+    messages = rows[0]["messages"]
+    session = new_session(messages[:150])
+    view = session.view("v", preset="offline", budget=1500)
+    (first,) = view.compact().folds
+    session.extend(messages[150:300])
+    (second,) = view.compact().folds
+    assert second.start == first.start and second.end > first.end
+    assert second.data["rounds"][1] > first.data["rounds"][1]
+    (old,) = [f for f in summaries(view, include_superseded=True) if f.id == first.id]
+    assert old.superseded_by == second.id
+    assert [f.id for f in summaries(view)] == [second.id]
+    assert view.render_report().tokens <= 1500
+
+
+def test_same_input_same_fold_text() -> None:
+    rows = load_rows("locomo_dev", limit=1)
+    texts = []
+    for _ in range(2):
+        session = new_session(rows[0]["messages"][:200])
+        view = session.view("v", preset="offline", budget=1200)
+        (fold,) = view.compact().folds
+        texts.append(fold.text)
+    assert texts[0] == texts[1]
+
+
+def test_locomo_fold_reads_as_verbatim_sentences_under_session_dates() -> None:
+    rows = load_rows("locomo_dev", limit=1)
+    messages = rows[0]["messages"]
+    session = new_session(messages)
+    view = session.view("v", preset="offline", budget=full_tokens(session) // 10)
+    (fold,) = view.compact().folds
+    dates = {m["meta"]["session_date_time"] for m in messages}
+    contents = [f"{m['name']}: {m['content']}" for m in messages]
+    lines = fold.text.split("\n")[2:]
+    spoken = [line for line in lines if line.rstrip(":") not in dates]
+    assert len(spoken) < len(lines)
+    for line in spoken:
+        speaker, _, text = line.partition(": ")
+        for piece in text.split(" … "):
+            assert any(c.startswith(f"{speaker}: ") and piece in c for c in contents), piece
+    ends = [line for line in spoken if re.search(r"[.!?\"')\]]$", line)]
+    assert len(ends) >= 0.8 * len(spoken)
+
+
+def test_reads_no_meta_but_session_dates_and_ids() -> None:
+    messages = [m for i in range(16) for m in filler_round(i)]
+    for m in messages:
+        m["meta"] = {"session": 3, "session_date_time": "9 June 2023", "secret": "ZEBRA-991"}
+    session = new_session(messages)
+    view = session.view("v", preset="offline", budget=full_tokens(session) // 2)
+    (fold,) = view.compact().folds
+    assert "9 June 2023" in fold.text
+    assert "ZEBRA" not in fold.text
+
+
+STOPWORDS = set(
+    [
+        "a",
+        "an",
+        "and",
+        "the",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "for",
+        "with",
+        "is",
+        "was",
+        "were",
+        "be",
+        "her",
+        "his",
+        "my",
+        "their",
+        "it",
+    ]
+)
+
+
+def answer_words_kept(view: View, questions: list[dict[str, Any]]) -> int:
+    seen = set(re.findall(r"[a-z0-9]+", " ".join(text_of(m) for m in view.render()).lower()))
+    kept = 0
+    for q in questions:
+        asked = set(re.findall(r"[a-z0-9]+", str(q["question"]).lower()))
+        words = set(re.findall(r"[a-z0-9]+", str(q["answer"]).lower())) - STOPWORDS - asked
+        kept += len(words & seen)
+    return kept
+
+
+def test_offline_keeps_more_answer_words_than_keep_recent_at_ten_percent() -> None:
+    (row,) = load_rows("locomo_dev", limit=1)
+    session = new_session(row["messages"])
+    budget = full_tokens(session) // 10
+    questions = [q for q in row["questions"] if q.get("category") in (1, 2, 3, 4)]
+    kept = {}
+    for preset in ("offline", "keep-recent"):
+        view = session.view(preset, preset=preset, budget=budget)
+        view.compact()
+        assert view.render_report().tokens <= budget
+        kept[preset] = answer_words_kept(view, questions)
+    assert kept["offline"] > 1.5 * kept["keep-recent"]
