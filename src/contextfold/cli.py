@@ -1,0 +1,196 @@
+"""The ``contextfold`` command: parse, call the library, print.
+
+::
+
+    contextfold compact conversation.json --budget 8000 [--preset offline] [--json]
+    contextfold compact data.jsonl --index 3 --budget 4000 --out prompt.json
+    contextfold demo
+    contextfold presets
+
+Library errors (``ContextfoldError``) become a one-line message and exit code 2
+in ``main``, the one place where they are caught.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.resources
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from contextfold.compact import (
+    CompactResult,
+    ProgressCallback,
+    compact_file,
+    compact_messages,
+    write_prompt,
+)
+from contextfold.errors import ContextfoldError
+from contextfold.messages import Message, text_of
+from contextfold.strategies.presets import get_preset, preset_names
+
+DEMO_RESOURCE = "data/demo_session.json"
+DEMO_BUDGET = 12_000
+EXIT_ERROR = 2
+_ABRIDGE = 200
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse has printed its message already
+        return exc.code if isinstance(exc.code, int) else EXIT_ERROR
+    out = Console(highlight=False)
+    err = Console(stderr=True, highlight=False)
+    try:
+        args.command(args, out, err)
+    except ContextfoldError as exc:
+        err.print(f"[bold red]contextfold: error:[/] {escape(str(exc))}", soft_wrap=True)
+        return EXIT_ERROR
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="contextfold", description="Keep an LLM conversation inside a token budget."
+    )
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    compact = sub.add_parser("compact", help="fold a conversation file until it fits a budget")
+    compact.add_argument("file", metavar="FILE", help="JSON list of messages, or JSONL")
+    compact.add_argument("--budget", type=_positive, required=True, help="target prompt tokens")
+    compact.add_argument("--preset", default="offline", help="preset name (see 'presets')")
+    compact.add_argument("--encoding", default="o200k_base", help="o200k_base, cl100k_base, approx")
+    compact.add_argument("--index", type=int, help="which JSONL line (conversation) to take")
+    compact.add_argument("--out", type=Path, help="write the rendered prompt (JSON list) here")
+    compact.add_argument("--json", action="store_true", help="print one JSON object")
+    compact.set_defaults(command=_compact)
+
+    demo = sub.add_parser("demo", help="compact the coding-agent session shipped as a demo")
+    demo.set_defaults(command=_demo)
+
+    presets = sub.add_parser("presets", help="list the preset names")
+    presets.set_defaults(command=_presets)
+    return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {value}")
+    return value
+
+
+def _compact(args: argparse.Namespace, out: Console, err: Console) -> None:
+    with _progress(err) as progress:
+        result = compact_file(
+            args.file,
+            budget=args.budget,
+            preset=args.preset,
+            encoding=args.encoding,
+            index=args.index,
+            progress=progress,
+        )
+    if args.out is not None:
+        write_prompt(args.out, result.messages)
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_dict(), ensure_ascii=False) + "\n")
+        return
+    for i, message in enumerate(result.messages):
+        out.print(Text(f"--- {i} {message['role']}", style="bold cyan"))
+        out.print(Text(text_of(message)))
+    out.print(_report_table(result))
+
+
+def _demo(args: argparse.Namespace, out: Console, err: Console) -> None:
+    text = importlib.resources.files("contextfold").joinpath(DEMO_RESOURCE).read_text("utf-8")
+    messages = json.loads(text)
+    with _progress(err) as progress:
+        result = compact_messages(messages, budget=DEMO_BUDGET, preset="offline", progress=progress)
+    out.print(
+        f"Demo: a coding-agent session of {result.messages_before} messages "
+        f"({result.tokens_before:,} tokens), compacted to a budget of {DEMO_BUDGET:,} tokens."
+    )
+    out.print(_report_table(result))
+    out.print(Text("Rendered prompt (abridged)", style="bold"))
+    for i, message in enumerate(result.messages):
+        line = Text(f"{i:>4} {message['role']:<9} ", style="cyan")
+        line.append(_abridge(message))  # Text, not markup: prompts are full of [brackets]
+        line.truncate(max(out.width, 40), overflow="ellipsis")
+        out.print(line, no_wrap=True)
+
+
+def _presets(args: argparse.Namespace, out: Console, err: Console) -> None:
+    table = Table(title="Presets")
+    table.add_column("name")
+    table.add_column("strategies")
+    for name in preset_names():
+        pipeline = get_preset(name)
+        table.add_row(name, ", ".join(s.name for s in pipeline.strategies) or "(none)")
+    out.print(table)
+
+
+def _report_table(result: CompactResult) -> Table:
+    table = Table(title=f"Compaction with preset {result.preset!r}")
+    table.add_column("", style="bold")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    table.add_row("messages", f"{result.messages_before:,}", f"{result.messages_after:,}")
+    table.add_row("tokens", f"{result.tokens_before:,}", f"{result.tokens_after:,}")
+    table.add_row("budget", "", f"{result.budget:,}")
+    table.add_row("folds", "", f"{len(result.folds)} ({result.folds_made} made)")
+    kinds: dict[str, int] = {}
+    for fold in result.folds:
+        kinds[fold.kind] = kinds.get(fold.kind, 0) + 1
+    for kind, count in sorted(kinds.items()):
+        table.add_row(f"  {kind}", "", str(count))
+    table.add_row("left out by the cut", "", str(result.omitted))
+    table.add_row("clipped", "", str(len(result.clipped)))
+    table.add_row("time", "", f"{result.seconds:.2f} s")
+    return table
+
+
+def _abridge(message: Message) -> str:
+    text = " ".join(text_of(message).split())
+    return text if len(text) <= _ABRIDGE else text[: _ABRIDGE - 1] + "…"
+
+
+@contextmanager
+def _progress(err: Console) -> Iterator[ProgressCallback | None]:
+    """A progress callback drawing a transient bar on a terminal, else doing nothing."""
+    if not err.is_terminal:
+        yield None
+        return
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        yield update
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,269 @@
+"""Compact one conversation read from a file: the one library call behind the CLI.
+
+``load_conversation`` reads JSON (a list of messages, or an object with a
+``messages`` list) or JSONL (one such object a line, the layout of the shared
+evaluation data); every error names the file and the line and column, or the
+line, message index and field. ``compact_messages`` logs the messages in an
+in-memory session, lets a preset fold the default view until the prompt fits
+the budget, renders it, and says what it did in a ``CompactResult``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from contextfold.errors import InvalidInput
+from contextfold.folds import Fold
+from contextfold.messages import Message, validate_messages
+from contextfold.session import Memory
+from contextfold.tokens import REPLY_PRIMING
+
+ProgressCallback = Callable[[str, int, int], None]
+"""Called with a stage name, the work done and the work in all (for a progress bar)."""
+
+_BATCH = 500
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """Messages read from a file, and where from (``source`` names file and line)."""
+
+    messages: list[Message]
+    source: str
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    """What compaction did: sizes before and after, the folds, the prompt."""
+
+    preset: str
+    budget: int
+    encoding: str
+    messages_before: int
+    tokens_before: int
+    messages_after: int
+    tokens_after: int
+    folds: tuple[Fold, ...]
+    folds_made: int
+    omitted: int
+    clipped: tuple[int, ...]
+    seconds: float
+    messages: list[Message]
+    source: str = ""
+    conversation_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready data (``messages`` is the rendered prompt)."""
+        return {
+            "source": self.source,
+            "conversation_id": self.conversation_id,
+            "preset": self.preset,
+            "budget": self.budget,
+            "encoding": self.encoding,
+            "messages_before": self.messages_before,
+            "tokens_before": self.tokens_before,
+            "messages_after": self.messages_after,
+            "tokens_after": self.tokens_after,
+            "folds_made": self.folds_made,
+            "omitted": self.omitted,
+            "clipped": list(self.clipped),
+            "seconds": round(self.seconds, 4),
+            "folds": [fold_summary(f) for f in self.folds],
+            "messages": self.messages,
+        }
+
+
+def write_prompt(path: str | Path, messages: Sequence[Message]) -> None:
+    """Write a rendered prompt as a JSON list."""
+    try:
+        Path(path).write_text(
+            json.dumps(list(messages), ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+        )
+    except OSError as exc:
+        raise InvalidInput(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def fold_summary(fold: Fold) -> dict[str, Any]:
+    """The parts of a fold a report shows."""
+    return {
+        "kind": fold.kind,
+        "start": fold.start,
+        "end": fold.end,
+        "text": fold.text,
+        "data": dict(fold.data),
+        "strategy": fold.strategy,
+        "tokens_before": fold.tokens_before,
+        "tokens_after": fold.tokens_after,
+        "usage": dict(fold.usage) if fold.usage is not None else None,
+    }
+
+
+def load_conversation(path: str | Path, *, index: int | None = None) -> Conversation:
+    """Read one conversation; ``index`` picks a line of a JSONL file (default the first)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{p}: not UTF-8 text (byte {exc.start})") from exc
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {p}: {exc.strerror or exc}") from exc
+    if index is not None and index < 0:
+        raise InvalidInput(f"--index must be 0 or more, got {index}")
+    if p.suffix == ".jsonl":
+        return _from_jsonl(p, text, index or 0)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data" and _parses(text.split("\n", 1)[0]):
+            return _from_jsonl(p, text, index or 0)
+        raise InvalidInput(
+            f"{p}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from exc
+    if index:
+        raise InvalidInput(f"{p} holds one conversation: --index picks a line of a JSONL file")
+    return _conversation(data, str(p), str(p))
+
+
+def _parses(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
+def _from_jsonl(p: Path, text: str, index: int) -> Conversation:
+    rows = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    if index >= len(rows):
+        raise InvalidInput(
+            f"{p}: --index {index} is out of range, the file holds {len(rows)} conversations"
+        )
+    lineno, line = rows[index]
+    where = f"{p}, line {lineno}"
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{where}: malformed JSON at column {exc.colno}: {exc.msg}") from exc
+    return _conversation(data, where, f"{p}:{lineno}")
+
+
+def _conversation(data: Any, where: str, source: str) -> Conversation:
+    conv_id = None
+    if isinstance(data, Mapping):
+        raw_id = data.get("id")
+        conv_id = None if raw_id is None else str(raw_id)
+        data = data.get("messages")
+    if not isinstance(data, list):
+        raise InvalidInput(
+            f"{where}: expected a list of messages or an object with a 'messages' list",
+            field="messages",
+        )
+    try:
+        messages = validate_messages(data)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{where}: {exc}") from exc
+    if not messages:
+        raise InvalidInput(f"{where}: the conversation has no messages", field="messages")
+    return Conversation(messages, source, conv_id)
+
+
+def compact_messages(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    budget: int,
+    preset: str = "offline",
+    encoding: str = "o200k_base",
+    progress: ProgressCallback | None = None,
+) -> CompactResult:
+    """Log ``messages``, fold them with ``preset`` until they fit ``budget``, render."""
+    started = time.perf_counter()
+    memory = Memory(encoding=encoding)
+    session = memory.session("compact")
+    tokens = REPLY_PRIMING
+    for done in range(0, len(messages), _BATCH):
+        if progress is not None:
+            progress("logging messages", done, len(messages))
+        tokens += sum(m.tokens for m in session.extend(messages[done : done + _BATCH]))
+    if progress is not None:
+        progress("logging messages", len(messages), len(messages))
+    view = session.view("default", preset=preset, budget=budget)
+    if progress is not None:
+        progress("compacting", 0, 1)
+    report = view.compact()
+    rendered = view.render_report()
+    if progress is not None:
+        progress("compacting", 1, 1)
+    return CompactResult(
+        preset=preset,
+        budget=budget,
+        encoding=encoding,
+        messages_before=len(messages),
+        tokens_before=tokens,
+        messages_after=len(rendered.messages),
+        tokens_after=rendered.tokens,
+        folds=tuple(view.folds()),
+        folds_made=len(report.folds),
+        omitted=rendered.omitted,
+        clipped=rendered.clipped,
+        seconds=time.perf_counter() - started,
+        messages=rendered.messages,
+    )
+
+
+def compact_file(
+    path: str | Path,
+    *,
+    budget: int,
+    preset: str = "offline",
+    encoding: str = "o200k_base",
+    index: int | None = None,
+    progress: ProgressCallback | None = None,
+) -> CompactResult:
+    """``load_conversation`` then ``compact_messages``."""
+    conv = load_conversation(path, index=index)
+    result = compact_messages(
+        conv.messages, budget=budget, preset=preset, encoding=encoding, progress=progress
+    )
+    return replace(result, source=conv.source, conversation_id=conv.id)
+
+
+def tool_unit_faults(
+    messages: Sequence[Mapping[str, Any]], *, answered: Iterable[str] | None = None
+) -> list[int]:
+    """Indexes of prompt messages that split a tool unit (empty for a valid prompt).
+
+    A fault is a tool message not answering the assistant message just before
+    its run of tool messages, or an assistant call whose result is missing from
+    that run. A missing result only counts when it is known to exist: ``answered``
+    holds the ids the log answers (None: every call must be answered).
+    """
+    known = None if answered is None else set(answered)
+    faults: list[int] = []
+    open_ids: set[str] = set()
+    caller: int | None = None
+    for i, msg in enumerate(messages):
+        if msg.get("role") == "tool":
+            call_id = str(msg.get("tool_call_id"))
+            if caller is None or call_id not in open_ids:
+                faults.append(i)
+            open_ids.discard(call_id)
+            continue
+        if caller is not None and _missing(open_ids, known):
+            faults.append(caller)
+        caller, open_ids = None, set()
+        if msg.get("role") == "assistant" and msg.get("tool_calls"):
+            caller = i
+            open_ids = {str(c["id"]) for c in msg["tool_calls"]}
+    if caller is not None and _missing(open_ids, known):
+        faults.append(caller)
+    return faults
+
+
+def _missing(open_ids: set[str], known: set[str] | None) -> bool:
+    return bool(open_ids if known is None else open_ids & known)
