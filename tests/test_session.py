@@ -228,3 +228,36 @@ def test_view_configuration_is_kept_until_changed() -> None:
     assert session.view("v") is configured
     assert configured.budget == 300
     assert _roles(configured.render())[0] == "system"
+
+
+def test_reconfiguring_a_view_changes_only_what_is_given() -> None:
+    session = session_of(chat(10))
+    only_me = lambda m: m["role"] != "assistant"  # noqa: E731
+    configured = session.view("v", preset="keep-recent", budget=300, filter=only_me)
+    pipeline = configured.pipeline
+    again = session.view("v", budget=500)
+    assert again is configured
+    assert again.budget == 500
+    assert again.pipeline is pipeline
+    assert again.filter is only_me
+
+
+def test_every_leading_system_message_is_the_system_prompt() -> None:
+    memory = Memory()
+    session = memory.session("s")
+    preamble = [{"role": "system", "content": f"rule {i}"} for i in range(20)]
+    session.extend([*preamble, *chat(6)[1:]])
+    view = session.view("v", preset="keep-recent")
+    rendered = view.render(budget=view.render_report().tokens // 2)
+    assert rendered[:20] == preamble
+    assert rendered[20]["role"] != "system" or "left out" in rendered[20]["content"]
+    assert len(view.state().system) == 20
+
+
+def test_latest_user_message_is_tracked_as_messages_arrive() -> None:
+    session = Memory().session("s")
+    assert session.store.last_of_role(session.id, "user") is None
+    session.extend(chat(4))
+    latest = session.store.last_of_role(session.id, "user")
+    assert latest is not None
+    assert latest.message == [m for m in session.history() if m["role"] == "user"][-1]

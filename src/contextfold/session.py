@@ -32,6 +32,7 @@ from contextfold.tokens import TokenCounter, get_counter
 
 MessageFilter = Callable[[Message], bool]
 _PAGE = 256
+_SYSTEM_PAGE = 8
 _T = TypeVar("_T")
 MAX_COMPACTION_STEPS = 200
 
@@ -125,19 +126,24 @@ class Session:
         llm: Any = None,
         **preset_options: Any,
     ) -> View:
-        """Get or configure a view; a view's folds are its own."""
+        """Get or configure a view; a view's folds are its own.
+
+        Calling again with some settings changes only those on the existing view.
+        """
         if pipeline is None and preset is not None:
             from contextfold.strategies.presets import get_preset
 
             pipeline = get_preset(preset, **preset_options)
         existing = self._views.get(name)
-        if (
-            existing is not None
-            and pipeline is None
-            and budget is None
-            and filter is None
-            and llm is None
-        ):
+        if existing is not None:
+            if pipeline is not None:
+                existing.pipeline = pipeline
+            if budget is not None:
+                existing.budget = budget
+            if filter is not None:
+                existing.filter = filter
+            if llm is not None:
+                existing.llm = llm
             return existing
         view = View(self, name, pipeline=pipeline, budget=budget, filter=filter, llm=llm)
         self._views[name] = view
@@ -201,11 +207,14 @@ class View:
     def _system(self) -> list[LoggedMessage]:
         """The leading system messages of the log: never folded, always rendered."""
         out: list[LoggedMessage] = []
-        for logged in self._store.messages(self.session.id, 1, 8):
-            if logged.role not in ("system", "developer"):
-                break
-            out.append(logged)
-        return out
+        while True:
+            page = self._store.messages(self.session.id, len(out) + 1, len(out) + _SYSTEM_PAGE)
+            for logged in page:
+                if logged.role not in ("system", "developer"):
+                    return out
+                out.append(logged)
+            if len(page) < _SYSTEM_PAGE:
+                return out
 
     def state(self, budget: int | None = None) -> ViewState:
         """The view as strategies see it (reads live messages, not the folded past)."""

@@ -23,6 +23,7 @@ class MemoryStore:
         self._log: dict[str, list[LoggedMessage]] = {}
         self._keys: dict[str, dict[str, LoggedMessage]] = {}
         self._calls: dict[str, set[str]] = {}
+        self._last_by_role: dict[str, dict[str, LoggedMessage]] = {}
         self._folds: dict[tuple[str, str], list[Fold]] = {}
         self._versions: dict[tuple[str, str], int] = {}
 
@@ -39,6 +40,7 @@ class MemoryStore:
                 self._log[session_id] = []
                 self._keys[session_id] = {}
                 self._calls[session_id] = set()
+                self._last_by_role[session_id] = {}
             return self._sessions[session_id]
 
     def get_session(self, session_id: str) -> SessionRecord:
@@ -75,6 +77,7 @@ class MemoryStore:
                 self._calls[session_id].update(calls[i])
             log.extend(fresh)
             keys.update(added)
+            self._last_by_role[session_id].update((m.role, m) for m in fresh)
             return out
 
     def messages(
@@ -98,10 +101,8 @@ class MemoryStore:
 
     def last_of_role(self, session_id: str, role: str) -> LoggedMessage | None:
         self.get_session(session_id)
-        for m in reversed(self._log[session_id]):
-            if m.role == role:
-                return m
-        return None
+        with self._lock:
+            return self._last_by_role[session_id].get(role)
 
     def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:
         self.get_session(session_id)
