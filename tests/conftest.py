@@ -16,6 +16,11 @@ DATA = Path(
 def load_rows(name: str, limit: int | None = None) -> list[dict[str, Any]]:
     """Rows of a shared data file; the suite needs them, so a missing file fails."""
     path = DATA / f"{name}.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} is missing: the suite reads the shared data beside the repository; "
+            "set CONTEXTFOLD_DATA to its folder"
+        )
     rows: list[dict[str, Any]] = []
     with path.open(encoding="utf-8") as fh:
         for line in fh:
