@@ -13,20 +13,22 @@ a ``View`` renders and compacts one consumer's lens on it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from contextfold.entries import Entry, entries_of
-from contextfold.errors import FoldConflict, InvalidInput
+from contextfold.errors import FoldConflict, InvalidInput, ModelError
+from contextfold.events import Event, EventCallback, EventKind, emit
 from contextfold.folds import Fold, active_facts, active_in_place
 from contextfold.log import LoggedMessage, NewMessage
 from contextfold.messages import Message, validate_messages
 from contextfold.render import Rendered, render
 from contextfold.store.base import Store
 from contextfold.store.memory import MemoryStore
-from contextfold.strategies.base import ViewState
+from contextfold.strategies.base import Job, Strategy, ViewState
 from contextfold.strategies.pipeline import Pipeline
 from contextfold.tokens import TokenCounter, get_counter
 
@@ -158,6 +160,7 @@ class CompactionReport:
     conflicts: int
     tokens_before: int
     tokens_after: int
+    failed: tuple[str, ...] = ()
 
 
 class View:
@@ -186,6 +189,7 @@ class View:
         self.budget = budget
         self.filter = filter
         self.llm = llm
+        self.on_event: list[EventCallback] = []
 
     @property
     def _store(self) -> Store:
@@ -299,28 +303,85 @@ class View:
             before = page[-1].seq
 
     def compact(self, budget: int | None = None) -> CompactionReport:
-        """Run the pipeline inline until no strategy plans a job."""
+        """Run the pipeline inline until no strategy plans a job.
+
+        A job whose model call fails or whose answers are rejected is dropped
+        with a ``failed`` event: the view keeps its previous folds, and that
+        strategy is not asked again in this call.
+        """
         if self.pipeline is None:
             raise InvalidInput(
                 f"view {self.name!r} has no pipeline: pass preset= or pipeline=", field="pipeline"
             )
         committed: list[Fold] = []
         conflicts = 0
+        failed: list[str] = []
         state = self.state(budget)
         before = state.tokens
         for _ in range(MAX_COMPACTION_STEPS):
-            job = self.pipeline.plan(state)
+            job = self.pipeline.plan(state, skip=failed)
             if job is None:
                 break
-            folds = self.pipeline.strategy(job.strategy).run(job, self.llm, self.session.counter)
-            try:
-                self._store.commit_folds(self.session.id, self.name, folds, job.version)
-            except FoldConflict:
-                conflicts += 1
-            else:
+            began = time.perf_counter()
+            folds = self.run_job(job)
+            if folds is None:
+                failed.append(job.strategy)
+            elif self.commit(job, folds, duration_s=time.perf_counter() - began):
                 committed.extend(folds)
+            else:
+                conflicts += 1
             state = self.state(budget)
-        return CompactionReport(tuple(committed), conflicts, before, state.tokens)
+        return CompactionReport(tuple(committed), conflicts, before, state.tokens, tuple(failed))
+
+    def run_job(self, job: Job) -> list[Fold] | None:
+        """Run one job; None (after a ``failed`` event) when its model let it down."""
+        self._emit("started", job)
+        began = time.perf_counter()
+        try:
+            folds = list(
+                self.pipeline_strategy(job.strategy).run(job, self.llm, self.session.counter)
+            )
+        except ModelError as exc:
+            self._emit("failed", job, duration_s=time.perf_counter() - began, detail=str(exc))
+            self._emit("degraded", job, detail="the view keeps its previous folds")
+            return None
+        return folds
+
+    def commit(self, job: Job, folds: Sequence[Fold], *, duration_s: float = 0.0) -> bool:
+        """Commit at the version the job was planned at; False when another commit came first."""
+        try:
+            self._store.commit_folds(self.session.id, self.name, folds, job.version)
+        except FoldConflict as exc:
+            self._emit("rejected", job, detail=str(exc))
+            return False
+        usage = next((f.usage for f in folds if f.usage), None)
+        self._emit(
+            "committed",
+            job,
+            tokens_after=sum(f.tokens_after for f in folds),
+            usage=usage,
+            duration_s=duration_s,
+            data={"folds": [f.id for f in folds], "kinds": [f.kind for f in folds]},
+        )
+        return True
+
+    def pipeline_strategy(self, name: str) -> Strategy:
+        if self.pipeline is None:
+            raise InvalidInput(f"view {self.name!r} has no pipeline", field="pipeline")
+        return self.pipeline.strategy(name)
+
+    def _emit(self, kind: EventKind, job: Job, **fields: Any) -> None:
+        event = Event(
+            kind,
+            self.session.id,
+            self.name,
+            job.strategy,
+            job.start,
+            job.end,
+            tokens_before=job.tokens_before,
+            **fields,
+        )
+        emit(event, self.on_event)
 
 
 def whole_units(

@@ -7,7 +7,7 @@ commit lets a later strategy see what an earlier one folded.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from contextfold.errors import InvalidInput
 from contextfold.strategies.base import Job, Strategy, ViewState
@@ -24,8 +24,11 @@ class Pipeline:
         self.strategies = tuple(strategies)
         self._by_name = {s.name: s for s in strategies}
 
-    def plan(self, state: ViewState) -> Job | None:
+    def plan(self, state: ViewState, *, skip: Collection[str] = ()) -> Job | None:
+        """The first job any strategy plans, leaving out the strategies named in ``skip``."""
         for strategy in self.strategies:
+            if strategy.name in skip:
+                continue
             job = strategy.plan(state)
             if job is not None:
                 return job

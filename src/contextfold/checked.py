@@ -1,0 +1,110 @@
+"""Checked compaction: a model's summary is verified before it can become a fold.
+
+1. The answer is rejected, and asked for again, when it is empty, looks like an
+   error message or a refusal, exceeds its length cap, or is not valid JSON
+   where JSON was asked for. After ``attempts`` rejections (or failed calls) the
+   job is dropped with ``SummaryRejected``: the view keeps its previous folds,
+   and a failed call never becomes a fold.
+2. Must-keep items are extracted deterministically from the folded range with
+   the same extractor the offline strategy uses (paths, URLs, identifiers,
+   numbers with units, dates, error strings, user constraints); every item
+   missing from the answer is appended verbatim in a ``Pinned`` list.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from contextfold.artifacts import extract_artifacts, missing_artifacts
+from contextfold.errors import ModelError
+from contextfold.llm.base import LLM, Completion, Usage
+from contextfold.messages import Message
+
+PINNED_HEADER = "Pinned (verbatim from the folded messages):"
+_ERRORISH = re.compile(
+    r"^\s*(?:error\b|exception\b|traceback \(most recent call last\)|internal server error"
+    r"|rate limit|i'?m sorry\b|i cannot\b|i can'?t\b|as an ai\b|<!doctype html|<html)",
+    re.IGNORECASE,
+)
+
+
+class SummaryRejected(ModelError):
+    """The model's answers were unusable ``attempts`` times; the job is dropped."""
+
+    def __init__(self, reasons: Sequence[str], usage: Usage | None) -> None:
+        self.reasons = list(reasons)
+        self.usage = usage
+        super().__init__("summary rejected: " + "; ".join(self.reasons))
+
+
+@dataclass(frozen=True)
+class Checked:
+    """An accepted answer: its text with pins appended, parsed data, pins, total usage."""
+
+    text: str
+    data: Any
+    pinned: tuple[str, ...]
+    usage: Usage
+    attempts: int
+
+
+def rejection(completion: Completion, *, max_chars: int, want_json: bool) -> str | None:
+    """Why an answer is unusable, or None when it may become a fold."""
+    text = completion.text.strip()
+    if not text:
+        return "empty answer"
+    if _ERRORISH.search(text):
+        return f"answer looks like an error message: {text[:80]!r}"
+    if len(text) > max_chars:
+        return f"answer of {len(text)} characters exceeds the cap of {max_chars}"
+    if want_json and not isinstance(completion.data, Mapping):
+        return "answer is not the JSON object that was asked for"
+    return None
+
+
+def summarize_checked(
+    llm: LLM,
+    messages: Sequence[Message],
+    *,
+    source: str,
+    max_tokens: int,
+    schema: Mapping[str, Any] | None = None,
+    attempts: int = 3,
+    pin: bool = True,
+    accept: Callable[[Completion], str | None] | None = None,
+) -> Checked:
+    """Ask ``llm``, check the answer, pin what it dropped from ``source``.
+
+    ``accept`` adds a strategy's own check (it returns a reason to reject).
+    Answers are capped at about four characters a token of ``max_tokens``.
+    """
+    reasons: list[str] = []
+    usage: Usage | None = None
+    max_chars = max_tokens * 4 + 200
+    for attempt in range(1, attempts + 1):
+        try:
+            completion = llm.complete(messages, max_tokens=max_tokens, schema=schema)
+        except ModelError as exc:
+            reasons.append(f"call failed: {exc}")
+            continue
+        usage = completion.usage if usage is None else usage + completion.usage
+        reason = rejection(completion, max_chars=max_chars, want_json=schema is not None)
+        if reason is None and accept is not None:
+            reason = accept(completion)
+        if reason is not None:
+            reasons.append(reason)
+            continue
+        pinned = tuple(missing_artifacts(extract_artifacts(source), completion.text)) if pin else ()
+        return Checked(
+            with_pins(completion.text.strip(), pinned), completion.data, pinned, usage, attempt
+        )
+    raise SummaryRejected(reasons, usage)
+
+
+def with_pins(text: str, pinned: Sequence[str]) -> str:
+    if not pinned:
+        return text
+    return text + "\n\n" + PINNED_HEADER + "\n" + "\n".join(f"- {item}" for item in pinned)

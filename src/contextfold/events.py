@@ -1,0 +1,58 @@
+"""Events: what compaction did, delivered to callbacks and to ``logging``.
+
+Kinds: ``planned``, ``started``, ``committed``, ``rejected`` (the commit lost a
+race with another commit), ``failed`` (the model's answers were unusable or the
+call failed; the job was dropped) and ``degraded`` (the view keeps its previous
+folds and may be over budget until a later attempt succeeds).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+log = logging.getLogger("contextfold")
+
+EventKind = Literal["planned", "started", "committed", "rejected", "failed", "degraded"]
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: EventKind
+    session: str
+    view: str
+    strategy: str
+    start: int
+    end: int
+    tokens_before: int = 0
+    tokens_after: int = 0
+    usage: Mapping[str, Any] | None = None
+    duration_s: float = 0.0
+    detail: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        text = (
+            f"{self.kind} {self.strategy} {self.session}/{self.view} seq {self.start}..{self.end}"
+        )
+        if self.kind == "committed":
+            text += f": {self.tokens_before} -> {self.tokens_after} tokens"
+        if self.detail:
+            text += f": {self.detail}"
+        return text
+
+
+EventCallback = Callable[[Event], None]
+
+
+def emit(event: Event, callbacks: list[EventCallback]) -> None:
+    """Log the event, then hand it to each callback; a failing callback is logged, not raised."""
+    level = logging.WARNING if event.kind in ("failed", "degraded") else logging.INFO
+    log.log(level, event.describe())
+    for callback in callbacks:
+        try:
+            callback(event)
+        except Exception:
+            log.exception("event callback failed on %s", event.kind)

@@ -1,0 +1,75 @@
+"""Test seams shipped with the package, so users can test their own pipelines.
+
+``ScriptedModel`` answers from a queue: strings, dicts (JSON answers),
+exceptions (raised), or functions of the messages. It records every call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from contextfold.errors import ModelError
+from contextfold.llm.base import Completion, Usage, parse_json
+from contextfold.messages import Message, text_of
+
+Reply = str | Mapping[str, Any] | BaseException | Callable[[Sequence[Message]], str]
+
+
+@dataclass
+class ScriptedCall:
+    messages: list[Message]
+    max_tokens: int | None
+    schema: Mapping[str, Any] | None
+
+
+@dataclass
+class ScriptedModel:
+    """A model double: replies come from ``replies`` in order; ``default`` when it runs dry."""
+
+    replies: Iterable[Reply] = ()
+    default: Reply | None = None
+    name: str = "scripted"
+    calls: list[ScriptedCall] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._queue: deque[Reply] = deque(self.replies)
+
+    def add(self, *replies: Reply) -> None:
+        self._queue.extend(replies)
+
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int | None = None,
+        schema: Mapping[str, Any] | None = None,
+    ) -> Completion:
+        self.calls.append(ScriptedCall(list(messages), max_tokens, schema))
+        if self._queue:
+            reply = self._queue.popleft()
+        elif self.default is not None:
+            reply = self.default
+        else:
+            raise ModelError(f"{self.name}: no scripted reply left for call {len(self.calls)}")
+        if isinstance(reply, BaseException):
+            raise reply
+        if callable(reply):
+            reply = reply(messages)
+        text = reply if isinstance(reply, str) else json.dumps(reply)
+        data = parse_json(text) if schema is not None else None
+        prompt_chars = sum(len(text_of(m)) for m in messages)
+        usage = Usage(self.name, prompt_chars // 4 + 1, len(text) // 4 + 1, 0.0, 1)
+        return Completion(text, usage, data)
+
+    async def acomplete(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int | None = None,
+        schema: Mapping[str, Any] | None = None,
+    ) -> Completion:
+        return self.complete(messages, max_tokens=max_tokens, schema=schema)
