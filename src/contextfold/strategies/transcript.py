@@ -51,3 +51,16 @@ def message_block(
         return f"[{label}]: {text}"
     speaker = message.get("name")
     return f"[{role}{' ' + speaker if speaker else ''}]: {text}"
+
+
+HISTORY_OPEN = "<history>"
+HISTORY_CLOSE = "</history>"
+
+
+def material(text: str) -> str:
+    """Mark the text to be summarized inside a prompt.
+
+    Models read the tags as plain delimiters; the offline stand-in model uses
+    them to tell the material from the instructions around it.
+    """
+    return f"{HISTORY_OPEN}\n{text}\n{HISTORY_CLOSE}"
