@@ -2,18 +2,24 @@
 
 ``ScriptedModel`` answers from a queue: strings, dicts (JSON answers),
 exceptions (raised), or functions of the messages. It records every call.
+
+``block_model_calls()`` makes every ``Model``-based adapter refuse to call a
+server that is not on 127.0.0.1 or localhost, so a test cannot reach a paid
+API by accident; ``CONTEXTFOLD_BLOCK_MODEL_CALLS=1`` does the same for a
+whole process (set it in CI).
 """
 
 from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from contextfold.errors import ModelError
-from contextfold.llm.base import Completion, Usage, parse_json
+from contextfold.llm.base import Completion, Usage, parse_json, set_blocked
 from contextfold.messages import Message, text_of
 
 Reply = str | Mapping[str, Any] | BaseException | Callable[[Sequence[Message]], str]
@@ -73,3 +79,17 @@ class ScriptedModel:
         schema: Mapping[str, Any] | None = None,
     ) -> Completion:
         return self.complete(messages, max_tokens=max_tokens, schema=schema)
+
+
+@contextmanager
+def block_model_calls() -> Iterator[None]:
+    """Block remote model calls while inside; raises ModelError("model calls are blocked ...").
+
+    Works as a pytest fixture body too: ``with block_model_calls(): yield``.
+    Blocks nest, and hold for every thread and event loop of the process.
+    """
+    set_blocked(1)
+    try:
+        yield
+    finally:
+        set_blocked(-1)

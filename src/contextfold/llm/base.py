@@ -5,18 +5,29 @@ An ``LLM`` takes messages and returns a ``Completion``: text, parsed JSON when a
 twins behave the same. ``Model`` is the base the adapters build on: it owns
 timeouts, retries with exponential backoff and jitter on 429/5xx/timeouts
 (honouring ``Retry-After``), and the per-call token cap, so an adapter only
-translates one request and maps its SDK's errors to ``ModelError``.
+translates one request and maps its SDK's errors to ``ModelError``
+(``status_error`` holds the HTTP status rules the adapters share).
+
+Every attempt first passes ``check_allowed``: while model calls are blocked
+(``contextfold.testing.block_model_calls`` or ``CONTEXTFOLD_BLOCK_MODEL_CALLS=1``)
+only a model whose ``endpoint()`` is on this machine may run, so a test suite
+cannot reach a paid API by accident.
 """
 
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
+import math
+import os
 import random
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit
 
 from contextfold.errors import ModelError
 from contextfold.messages import Message
@@ -128,6 +139,7 @@ class Model:
     ) -> Completion:
         cap = min(max_tokens or self.max_tokens, self.max_tokens)
         for attempt in range(self.retry.attempts):
+            check_allowed(self)
             started = time.perf_counter()
             try:
                 completion = self._call(list(messages), cap, schema)
@@ -148,6 +160,7 @@ class Model:
     ) -> Completion:
         cap = min(max_tokens or self.max_tokens, self.max_tokens)
         for attempt in range(self.retry.attempts):
+            check_allowed(self)
             started = time.perf_counter()
             try:
                 completion = await self._acall(list(messages), cap, schema)
@@ -159,6 +172,10 @@ class Model:
             return _finish(completion, schema, time.perf_counter() - started, attempt + 1)
         raise ModelError(f"{self.name}: no attempt was made")
 
+    def endpoint(self) -> str | None:
+        """The base URL this model calls; the guard treats None (unknown) as remote."""
+        return None
+
     def _call(
         self, messages: list[Message], max_tokens: int, schema: Mapping[str, Any] | None
     ) -> Completion:
@@ -168,6 +185,96 @@ class Model:
         self, messages: list[Message], max_tokens: int, schema: Mapping[str, Any] | None
     ) -> Completion:
         return await asyncio.to_thread(self._call, messages, max_tokens, schema)
+
+
+BLOCK_ENV = "CONTEXTFOLD_BLOCK_MODEL_CALLS"
+_LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+_blocked = 0  # depth of nested block_model_calls(); a count so they compose
+_blocked_lock = threading.Lock()
+
+
+def set_blocked(delta: int) -> None:
+    """Enter (+1) or leave (-1) a block on remote model calls; see ``contextfold.testing``."""
+    global _blocked
+    with _blocked_lock:
+        _blocked += delta
+
+
+def check_allowed(model: Model) -> None:
+    """Refuse an attempt while calls are blocked, unless the model stays on this machine.
+
+    The flag is process-wide, not per context, so calls made from worker
+    threads and event loops a test starts are blocked too.
+    """
+    if not _blocked and os.environ.get(BLOCK_ENV, "") in ("", "0"):
+        return
+    url = model.endpoint()
+    if url is not None and urlsplit(url).hostname in _LOCAL_HOSTS:
+        return
+    raise ModelError(
+        f"model calls are blocked: {model.name} at {url} is not on 127.0.0.1 or localhost "
+        f"(contextfold.testing.block_model_calls or {BLOCK_ENV}=1)"
+    )
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds a server asks us to wait: ``retry-after-ms``, else ``retry-after`` (seconds or date)."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            seconds = float(millis) / 1000
+        except ValueError:
+            pass
+        else:
+            if math.isfinite(seconds):
+                return seconds
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return seconds if math.isfinite(seconds) else None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+def status_error(
+    message: str, *, status: int, body: str | None, headers: Mapping[str, str]
+) -> ModelError:
+    """The error for an HTTP failure: 408, 429 and 5xx are worth another try, other 4xx not.
+
+    ``x-should-retry`` (sent by OpenAI and Anthropic) overrides the status, as
+    their own SDKs let it.
+    """
+    should = headers.get("x-should-retry")
+    retry = should == "true" or (should != "false" and (status in (408, 429) or status >= 500))
+    if retry:
+        return RetryableError(message, status=status, body=body, retry_after=retry_after(headers))
+    return ModelError(message, status=status, body=body)
+
+
+def body_text(body: object) -> str | None:
+    """An SDK's error body (decoded JSON, text or None) as the text ``ModelError.body`` keeps."""
+    if body is None or isinstance(body, str):
+        return body
+    try:
+        return json.dumps(body, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(body)
+
+
+def json_instruction(schema: Mapping[str, Any]) -> str:
+    """What the system prompt says when JSON is asked for; names the schema and the word JSON."""
+    return (
+        "Answer with a single JSON object and nothing else. It must follow this JSON schema:\n"
+        + json.dumps(schema, ensure_ascii=False)
+    )
 
 
 def _finish(
@@ -190,10 +297,15 @@ def _finish(
 def parse_json(text: str) -> Any:
     """JSON from a model's text (a Markdown code fence around it is fine); None if invalid.
 
-    Invalid JSON is a bad answer, not a failed call: checked compaction rejects
-    it and asks again.
+    A fence may follow a line of preamble ("Here is the summary:"), as models
+    without a JSON mode (Anthropic, many local ones) often write. Invalid JSON
+    is a bad answer, not a failed call: checked compaction rejects it and asks
+    again.
     """
     body = text.strip()
+    fence = body.find("\n```")
+    if not body.startswith("```") and fence >= 0:
+        body = body[fence + 1 :]
     if body.startswith("```"):
         body = body.split("\n", 1)[1] if "\n" in body else ""
         body = body.rsplit("```", 1)[0]

@@ -1,0 +1,197 @@
+"""Anthropic's Messages API through the ``anthropic`` SDK.
+
+``AnthropicProvider`` is who we talk to: base URL, key, and the SDK clients.
+``AnthropicModel`` is how: ``contextfold.convert.to_anthropic`` turns the
+OpenAI-format messages into Anthropic's (system prompt apart, tool calls as
+``tool_use`` and ``tool_result`` blocks), and the text blocks of the answer
+are read back. The API requires ``max_tokens``, so the per-call cap is always
+sent. Anthropic has no JSON mode: when a schema is asked for, the system
+prompt says so and ``Model`` parses the text.
+
+As for OpenAI, the SDK's own retries are off and every SDK failure leaves
+through ``AnthropicModel.sdk_errors``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import threading
+import weakref
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from contextfold.convert import to_anthropic
+from contextfold.errors import ModelError
+from contextfold.llm.base import (
+    Completion,
+    Model,
+    RetryableError,
+    Usage,
+    body_text,
+    json_instruction,
+    status_error,
+)
+from contextfold.messages import Message
+
+ANTHROPIC_URL = "https://api.anthropic.com"
+# Cached prompt tokens are billed input too, but reported apart from input_tokens.
+_INPUT_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+def import_anthropic() -> Any:
+    """The ``anthropic`` module, or a ModelError naming the extra that installs it."""
+    try:
+        return importlib.import_module("anthropic")
+    except ImportError as exc:
+        raise ModelError(
+            "the Anthropic adapter needs the anthropic SDK: pip install 'contextfold[anthropic]'"
+        ) from exc
+
+
+class AnthropicProvider:
+    """Base URL, key and SDK clients for Anthropic.
+
+    The key comes from ``api_key`` or ``ANTHROPIC_API_KEY``, the URL from
+    ``base_url`` or ``ANTHROPIC_BASE_URL``.
+    """
+
+    def __init__(
+        self, *, base_url: str | None = None, api_key: str | None = None, timeout: float = 60.0
+    ) -> None:
+        self.sdk = import_anthropic()
+        key = api_key or os.environ.get("ANTHROPIC_API_KEY") or ""
+        if not key:
+            raise ModelError("no Anthropic API key: set ANTHROPIC_API_KEY or pass api_key")
+        self.base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_URL
+        self.timeout = timeout
+        self._key = key
+        self._client: Any = None
+        # An async client's connections belong to the event loop that opened them.
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = self.sdk.Anthropic(
+                    api_key=self._key, base_url=self.base_url, timeout=self.timeout, max_retries=0
+                )
+            return self._client
+
+    def async_client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._async.get(loop)
+            if client is None:
+                client = self.sdk.AsyncAnthropic(
+                    api_key=self._key, base_url=self.base_url, timeout=self.timeout, max_retries=0
+                )
+                self._async[loop] = client
+            return client
+
+    def __repr__(self) -> str:
+        return f"AnthropicProvider(base_url={self.base_url!r})"
+
+
+@dataclass
+class AnthropicModel(Model):
+    """A Claude model; ``name`` is its id (``claude-haiku-4-5``)."""
+
+    provider: AnthropicProvider = field(default_factory=AnthropicProvider, repr=False)
+
+    def endpoint(self) -> str:
+        return self.provider.base_url
+
+    def _call(
+        self, messages: list[Message], max_tokens: int, schema: Mapping[str, Any] | None
+    ) -> Completion:
+        request = self.request(messages, max_tokens, schema)
+        with self.sdk_errors():
+            response = self.provider.client().messages.create(**request)
+        return self._read(response)
+
+    async def _acall(
+        self, messages: list[Message], max_tokens: int, schema: Mapping[str, Any] | None
+    ) -> Completion:
+        request = self.request(messages, max_tokens, schema)
+        with self.sdk_errors():
+            response = await self.provider.async_client().messages.create(**request)
+        return self._read(response)
+
+    def request(
+        self, messages: list[Message], max_tokens: int, schema: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        """Keyword arguments of ``messages.create`` for one attempt."""
+        system, turns = to_anthropic(messages)
+        if schema is not None:
+            instruction = json_instruction(schema)
+            system = f"{system}\n\n{instruction}" if system else instruction
+        request: dict[str, Any] = {
+            "model": self.name,
+            "max_tokens": max_tokens,
+            "messages": turns,
+            "timeout": self.timeout,
+        }
+        if system:
+            request["system"] = system
+        return request
+
+    @contextmanager
+    def sdk_errors(self) -> Iterator[None]:
+        """Translate every ``anthropic`` exception into ModelError or RetryableError."""
+        sdk = self.provider.sdk
+        try:
+            yield
+        except sdk.APIStatusError as exc:
+            raise status_error(
+                f"{self.name}: HTTP {exc.status_code}: {exc.message}",
+                status=exc.status_code,
+                body=body_text(exc.body),
+                headers=exc.response.headers,
+            ) from exc
+        except sdk.APITimeoutError as exc:
+            raise RetryableError(f"{self.name}: no answer within {self.timeout} s") from exc
+        except sdk.APIConnectionError as exc:
+            raise RetryableError(f"{self.name}: connection failed: {exc}") from exc
+        except sdk.APIResponseValidationError as exc:
+            raise ModelError(
+                f"{self.name}: unexpected response: {exc.message}",
+                status=exc.status_code,
+                body=body_text(exc.body),
+            ) from exc
+        except sdk.RetryableError as exc:
+            # The SDK's way (from its middleware) of asking for another attempt.
+            raise RetryableError(f"{self.name}: {exc}") from exc
+        except sdk.AnthropicError as exc:
+            raise ModelError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+        except json.JSONDecodeError as exc:
+            # The SDK reads a JSON content type with json.loads and lets this through.
+            raise ModelError(f"{self.name}: response body is not JSON: {exc}") from exc
+
+    def _read(self, response: Any) -> Completion:
+        """Text, usage and model from a response, refusing any body that is not a message."""
+        data = response.to_dict(warnings=False) if hasattr(response, "to_dict") else response
+        content = data.get("content") if isinstance(data, dict) else None
+        if not isinstance(content, list) or not all(isinstance(b, dict) for b in content):
+            raise ModelError(f"{self.name}: response is not a message", body=body_text(data))
+        texts = [b.get("text") for b in content if b.get("type") == "text"]
+        if not all(isinstance(t, str) for t in texts):
+            raise ModelError(f"{self.name}: a text block has no text", body=body_text(data))
+        usage = data.get("usage") or {}
+        if not isinstance(usage, dict):
+            raise ModelError(f"{self.name}: response usage is malformed", body=body_text(data))
+        inputs = [usage.get(key) or 0 for key in _INPUT_KEYS]
+        output = usage.get("output_tokens") or 0
+        if not all(isinstance(n, int) for n in [*inputs, output]):
+            raise ModelError(f"{self.name}: response usage is malformed", body=body_text(data))
+        model = data.get("model")
+        name = model if isinstance(model, str) and model else self.name
+        usage_record = Usage(name, input_tokens=sum(inputs), output_tokens=output)
+        return Completion("".join(str(t) for t in texts), usage_record)

@@ -1,0 +1,264 @@
+"""Small HTTP servers on 127.0.0.1 that speak the OpenAI and Anthropic protocols.
+
+The adapter tests run the real SDKs against these, so what is tested is the
+request the SDK really sends and the response it really parses, errors
+included. Each test scripts a queue of replies (status, headers, body, delay,
+or a dropped connection); every request is recorded with its path, headers and
+JSON body. An empty queue answers 599, so a test that makes one call too many
+fails loudly instead of hanging.
+
+``sdk_exceptions`` builds one instance of every exception class an SDK
+exports, as the SDK itself would, for the tests that check each is mapped.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Literal
+
+import httpx2
+
+Protocol = Literal["openai", "anthropic"]
+
+PATHS: dict[Protocol, str] = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted response: ``body`` is sent as JSON unless it is ``str`` or ``bytes``."""
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    drop: bool = False  # close the connection without answering
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+def openai_reply(
+    text: str = "hello",
+    *,
+    model: str = "gpt-4o-mini-2024-07-18",
+    prompt_tokens: int = 12,
+    completion_tokens: int = 3,
+) -> Reply:
+    """A chat completion as OpenAI sends it."""
+    return Reply(
+        body={
+            "id": "chatcmpl-abc123",
+            "object": "chat.completion",
+            "created": 1_700_000_000,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text, "refusal": None},
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+            "system_fingerprint": "fp_0123456789",
+        },
+        headers={"x-request-id": "req_fake"},
+    )
+
+
+def anthropic_reply(
+    text: str = "hello",
+    *,
+    model: str = "claude-haiku-4-5-20251001",
+    input_tokens: int = 14,
+    output_tokens: int = 4,
+) -> Reply:
+    """A Messages API response as Anthropic sends it."""
+    return Reply(
+        body={
+            "id": "msg_01abc",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+        },
+        headers={"request-id": "req_fake"},
+    )
+
+
+def error_reply(
+    protocol: Protocol, status: int, message: str = "failed", headers: dict[str, str] | None = None
+) -> Reply:
+    """An error body in the provider's own shape."""
+    if protocol == "openai":
+        body: dict[str, Any] = {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": None,
+                "code": None,
+            }
+        }
+    else:
+        kind = "rate_limit_error" if status == 429 else "api_error"
+        body = {"type": "error", "error": {"type": kind, "message": message}}
+    return Reply(status=status, body=body, headers=dict(headers or {}))
+
+
+class FakeProvider:
+    """A threaded server for one protocol; use as a context manager."""
+
+    def __init__(self, protocol: Protocol) -> None:
+        self.protocol = protocol
+        self.requests: list[Request] = []
+        self._replies: deque[Reply] = deque()
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        # A short poll interval makes shutdown(), and so each test's teardown, quick.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        """The base URL each SDK expects: OpenAI's includes ``/v1``, Anthropic's does not."""
+        host, port = self._server.server_address[:2]
+        root = f"http://{host!s}:{port}"
+        return f"{root}/v1" if self.protocol == "openai" else root
+
+    def add(self, *replies: Reply) -> None:
+        with self._lock:
+            self._replies.extend(replies)
+
+    def _next(self, request: Request) -> Reply:
+        with self._lock:
+            self.requests.append(request)
+            if request.method != "POST" or request.path != PATHS[self.protocol]:
+                return error_reply(self.protocol, 404, f"no route {request.method} {request.path}")
+            if not self._replies:
+                return error_reply(self.protocol, 599, "the fake server has no scripted reply left")
+            return self._replies.popleft()
+
+    def __enter__(self) -> FakeProvider:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+
+def _handler(owner: FakeProvider) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self._serve()
+
+        def do_GET(self) -> None:
+            self._serve()
+
+        def _serve(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                body = raw.decode("utf-8", "replace")
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            reply = owner._next(Request(self.command, self.path, headers, body))
+            if reply.delay:
+                time.sleep(reply.delay)
+            if reply.drop:
+                self.close_connection = True
+                return
+            if isinstance(reply.body, bytes):
+                payload = reply.body
+            elif isinstance(reply.body, str):  # sent as is: malformed bodies are str
+                payload = reply.body.encode()
+            else:
+                payload = json.dumps(reply.body).encode()
+            sent = {"content-type": "application/json", **reply.headers}
+            try:
+                self.send_response(reply.status)
+                self.send_header("content-length", str(len(payload)))
+                for key, value in sent.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                # The client gave up (its timeout passed): nothing left to answer.
+                self.close_connection = True
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet: pytest shows the failing assertion, not every request."""
+
+    return Handler
+
+
+def sdk_exceptions(sdk: Any, root: type[BaseException]) -> list[BaseException]:
+    """One instance of each public exception class of ``sdk`` deriving from ``root``.
+
+    Status errors carry a response with ``retry-after: 2``; classes the SDK
+    raises without an HTTP exchange get a plain message.
+    """
+    request = httpx2.Request("POST", "http://127.0.0.1/v1/endpoint")
+    found: list[BaseException] = []
+    # Only names ending in Error: getattr on the others loads the SDK's lazy modules.
+    for name in sorted(n for n in dir(sdk) if n.endswith("Error") and not n.startswith("_")):
+        found_class = getattr(sdk, name)
+        if not (isinstance(found_class, type) and issubclass(found_class, root)):
+            continue
+        cls: Any = found_class  # constructors differ by class, as the branches below know
+        if issubclass(cls, sdk.APIStatusError):
+            status = getattr(cls, "status_code", None)
+            if not isinstance(status, int):
+                status = 500 if issubclass(cls, sdk.InternalServerError) else 418
+            body = {"error": {"type": "some_error", "message": f"{name} happened"}}
+            response = httpx2.Response(
+                status, request=request, headers={"retry-after": "2"}, json=body
+            )
+            if "message" in inspect.signature(cls.__init__).parameters:
+                found.append(cls(f"{name} happened", response=response, body=body))
+            else:
+                found.append(cls(response=response, body=body))
+        elif issubclass(cls, sdk.APITimeoutError):
+            found.append(cls(request))
+        elif issubclass(cls, sdk.APIConnectionError):
+            found.append(cls(request=request))
+        elif issubclass(cls, sdk.APIResponseValidationError):
+            found.append(cls(httpx2.Response(200, request=request), {"unexpected": True}))
+        else:
+            try:
+                found.append(cls(f"{name} happened"))
+            except TypeError:  # wants more than a message; the mapping reads type and text
+                exc = cls.__new__(cls)
+                Exception.__init__(exc, f"{name} happened")
+                found.append(exc)
+    return found
