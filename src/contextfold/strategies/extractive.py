@@ -406,3 +406,52 @@ def _lines_text(lines: Sequence[dict[str, Any]]) -> list[str]:
         session = line["session"]
         out.append(f"{line['speaker']}: {line['text']}")
     return out
+
+
+# A block starts after a blank line with ``[speaker]: `` or a label such as ``Round 3: ``.
+_BLOCK = re.compile(r"\n{2,}(?=[ \t]*(?:\[[^\]\n]{1,80}\]|[A-Z][\w ]{0,30}):[ \t])")
+_SPEAKER = re.compile(r"[ \t]*\[([^\]\n]{1,80})\]: ")
+
+
+def key_sentences(
+    text: str, max_tokens: int, counter: TokenCounter, *, must_share: float = 0.25
+) -> str:
+    """The most informative sentences of ``text`` within ``max_tokens``, in order.
+
+    The selector of ``ExtractiveSummary`` applied to free text, so a model-free
+    stand-in answers with the same choice of sentences and must-keep items.
+    Transcript blocks (``[role]: text``, see ``strategies.transcript``) keep
+    their speaker; text without such blocks is read paragraph by paragraph.
+    """
+    sources = _text_sources(text)
+    candidates = _candidates(sources, counter)
+    chosen = _select(candidates, sources, max_tokens, must_share, counter)
+    out = _plain(chosen, candidates, sources)
+    while counter.text(out) > max_tokens and chosen:
+        weakest = min(chosen, key=lambda i: (chosen[i], -i))
+        del chosen[weakest]
+        out = _plain(chosen, candidates, sources)
+    return out
+
+
+def _text_sources(text: str) -> list[_Source]:
+    blocks = _BLOCK.split(text.strip())
+    if len(blocks) == 1 and not _SPEAKER.match(blocks[0]):
+        blocks = re.split(r"\n\s*\n", blocks[0])
+    out: list[_Source] = []
+    for block in blocks:
+        match = _SPEAKER.match(block)
+        speaker = match.group(1) if match else ""
+        body = block[match.end() :] if match else block
+        if body.strip():
+            out.append(_Source(None, speaker, body, speaker.split(" ")[0] == "user"))
+    return out
+
+
+def _plain(
+    chosen: Iterable[int], candidates: Sequence[_Candidate], sources: Sequence[_Source]
+) -> str:
+    return "\n".join(
+        f"{line['speaker']}: {line['text']}" if line["speaker"] else line["text"]
+        for line in _compose(chosen, candidates, sources)
+    )

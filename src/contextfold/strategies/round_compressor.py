@@ -1,0 +1,196 @@
+"""Round compressor (seed 002, TaskWeaver's prompt compression).
+
+Once ``rounds_to_compress + rounds_to_retain`` closed rounds come after the
+last summary, every one of them but the newest ``rounds_to_retain`` is
+compressed (exactly ``rounds_to_compress`` when compaction keeps up). The new
+summary is written from the previous summary plus those rounds, and its fold
+covers the view from its start through them, superseding the previous one.
+
+The model answers JSON: ``{"ConversationSummary": ...}`` for planner views,
+plus ``"Variables": [{name, type, description}]`` for code-generating views.
+The code of the compressed rounds is not kept, only the variables it defined,
+so later code can still refer to them. Only closed rounds are folded, never
+the round in progress, and rounds never split a tool unit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from contextfold.checked import summarize_checked, with_pins
+from contextfold.errors import InvalidInput
+from contextfold.folds import Fold
+from contextfold.llm.base import Completion
+from contextfold.llm.offline import model_or_offline
+from contextfold.messages import Message
+from contextfold.strategies.base import Job, ViewState, job_for
+from contextfold.strategies.rolling import rounds_covered
+from contextfold.strategies.transcript import material, transcript
+from contextfold.strategies.triggers import Trigger
+from contextfold.templates import fill, load_template
+from contextfold.tokens import TokenCounter
+from contextfold.units import round_spans
+
+SUMMARY = "ConversationSummary"
+VARIABLES = "Variables"
+VARIABLE_FIELDS = ("name", "type", "description")
+NO_SUMMARY = "None"
+_STRING = {"type": "string"}
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "planner": {
+        "type": "object",
+        "properties": {SUMMARY: _STRING},
+        "required": [SUMMARY],
+    },
+    "code": {
+        "type": "object",
+        "properties": {
+            SUMMARY: _STRING,
+            VARIABLES: {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {f: _STRING for f in VARIABLE_FIELDS},
+                    "required": list(VARIABLE_FIELDS),
+                },
+            },
+        },
+        "required": [SUMMARY, VARIABLES],
+    },
+}
+
+
+@dataclass
+class RoundCompressor:
+    """Compress old rounds into a JSON summary; the newest rounds stay verbatim.
+
+    The fold renders as a user message: TaskWeaver hands the summary to the
+    model inside the first user message of the conversation, and quoting
+    conversation keeps its trust instead of gaining a system prompt's
+    authority. ``kind`` picks the planner or code-generator prompt and schema;
+    ``prompt`` (a path or the template text, with ``{previous_summary}`` and
+    ``{content}`` fields) overrides the prompt. ``trigger`` replaces "at least
+    ``rounds_to_compress + rounds_to_retain`` closed rounds after the summary".
+    """
+
+    rounds_to_compress: int = 2
+    rounds_to_retain: int = 3
+    kind: Literal["planner", "code"] = "planner"
+    prompt: str | Path | None = None
+    max_tokens: int = 1024
+    attempts: int = 3
+    trigger: Trigger | None = None
+    name: str = "round_compressor"
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCHEMAS:
+            raise InvalidInput(f"kind must be planner or code, not {self.kind!r}", field="kind")
+
+    def plan(self, state: ViewState) -> Job | None:
+        closed = [r for r in state.unfolded_rounds if r.closed]
+        retain = max(self.rounds_to_retain, 0)
+        if self.trigger is None:
+            ready = len(closed) >= max(self.rounds_to_compress, 1) + retain
+        else:
+            ready = self.trigger(state)
+        count = len(closed) - retain
+        if not ready or count <= 0:
+            return None
+        return job_for(self.name, state, 0, closed[count - 1].last)
+
+    def run(self, job: Job, llm: Any, counter: TokenCounter) -> Sequence[Fold]:
+        first = job.entries[0]
+        previous = first.fold if first.fold is not None and first.fold.kind != "masked" else None
+        rounds = [e for e in job.entries if previous is None or e is not first]
+        done = rounds_covered(previous) if previous is not None else 0
+        end = done + sum(r.has_user for r in round_spans(rounds))
+        prompt = fill(
+            load_template(f"round_compressor_{self.kind}", self.prompt),
+            previous_summary=material(self._previous(previous)) if previous else NO_SUMMARY,
+            content=material(transcript(rounds)),
+        )
+        messages: list[Message] = [{"role": "user", "content": prompt}]
+        raw = [e for e in rounds if e.fold is None or e.fold.kind == "masked"]
+        checked = summarize_checked(
+            model_or_offline(llm, counter),
+            messages,
+            source=transcript(raw),
+            max_tokens=self.max_tokens,
+            schema=SCHEMAS[self.kind],
+            attempts=self.attempts,
+            accept=self._accept,
+        )
+        summary, variables = _parsed(checked.data)
+        text = with_pins(self._body(end, summary, variables), checked.pinned)
+        message: Message = {"role": "user", "content": text}
+        data: dict[str, Any] = {SUMMARY: summary}
+        if self.kind == "code":
+            data[VARIABLES] = variables
+        data.update(
+            kind=self.kind,
+            rounds=[1, end],
+            compressed_rounds=[done + 1, end],
+            pinned=list(checked.pinned),
+            attempts=checked.attempts,
+        )
+        return [
+            Fold(
+                view=job.view,
+                start=job.start,
+                end=job.end,
+                kind="summary",
+                text=text,
+                messages=(message,),
+                strategy=self.name,
+                tokens_before=job.tokens_before,
+                tokens_after=counter.message(message),
+                data=data,
+                usage=checked.usage.to_dict(),
+            )
+        ]
+
+    def _previous(self, fold: Fold) -> str:
+        """The previous summary as TaskWeaver keeps it (the JSON answer), pins included."""
+        summary = fold.data.get(SUMMARY)
+        if fold.strategy != self.name or not isinstance(summary, str):
+            return fold.text
+        pinned = fold.data.get("pinned")
+        previous: dict[str, Any] = {
+            SUMMARY: with_pins(summary, pinned if isinstance(pinned, list) else [])
+        }
+        if self.kind == "code":
+            previous[VARIABLES] = fold.data.get(VARIABLES) or []
+        return json.dumps(previous, ensure_ascii=False, indent=2)
+
+    def _accept(self, completion: Completion) -> str | None:
+        data = completion.data
+        if not isinstance(data, Mapping):
+            return None
+        summary = data.get(SUMMARY)
+        if not isinstance(summary, str) or not summary.strip():
+            return f"answer has no {SUMMARY} text"
+        if self.kind == "code" and not isinstance(data.get(VARIABLES, []), list):
+            return f"{VARIABLES} is not a list"
+        return None
+
+    def _body(self, end: int, summary: str, variables: Sequence[Mapping[str, str]]) -> str:
+        lines = [f"[Conversation Summary (Rounds 1-{end})]", summary.strip()]
+        if self.kind == "code" and variables:
+            lines += ["", "Variables:"]
+            lines += [f"- {v['name']} ({v['type']}): {v['description']}" for v in variables]
+        return "\n".join(lines)
+
+
+def _parsed(data: Any) -> tuple[str, list[dict[str, str]]]:
+    """The summary and the well-formed variables (each a named object) of an answer."""
+    summary = str(data[SUMMARY]).strip()
+    variables = [
+        {f: str(item.get(f) or "unknown").strip() for f in VARIABLE_FIELDS}
+        for item in data.get(VARIABLES) or []
+        if isinstance(item, Mapping) and str(item.get("name") or "").strip()
+    ]
+    return summary, variables

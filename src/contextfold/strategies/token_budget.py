@@ -1,0 +1,333 @@
+"""Token budget (seed 003, a chat backend's memory plan): important data plus a growing summary.
+
+When the view passes ``threshold_tokens``, the newest messages that fit
+``keep_tokens`` stay verbatim (never splitting a tool unit, always keeping the
+latest user message) and everything before them is folded. One job makes two
+folds, committed together:
+
+- a facts fold (kind ``important_data``) rendered right after the system
+  prompt: the JSON the model extracts (preferences, decisions, facts, URLs,
+  document structure, entities, custom fields), merged into the previous
+  cycle's with ``merge_important_data``;
+- an in-place summary fold over the folded range, superseding the previous
+  one. It is incremental as in the seed's orchestration: the model gets the
+  previous summary and only the messages folded since, with a word target that
+  grows with the summary version (``summary_words``).
+
+Render then gives the seed's prompt order: system, important data, summary,
+recent messages. Both folds carry the seed's cycle record in their data
+(``summary_version``, ``last_summarized_at``, ``messages_summarized_count``,
+``last_keep_window_index``, the seq the keep window starts at), so the record
+survives as long as the folds do and needs no storage of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from contextfold.artifacts import missing_artifacts
+from contextfold.checked import summarize_checked, with_pins
+from contextfold.entries import Entry
+from contextfold.errors import InvalidInput
+from contextfold.folds import Fold
+from contextfold.llm.base import Completion
+from contextfold.llm.offline import model_or_offline
+from contextfold.messages import Message
+from contextfold.strategies.base import Job, ViewState, job_for
+from contextfold.strategies.pipeline import Pipeline
+from contextfold.strategies.transcript import material, transcript
+from contextfold.strategies.triggers import Tokens, Trigger
+from contextfold.templates import fill, load_template
+from contextfold.tokens import TokenCounter
+
+DATA_HEADER = "[IMPORTANT DATA FROM PREVIOUS CONVERSATIONS]"
+SUMMARY_HEADER = "[CONVERSATION SUMMARY]"
+NO_PREVIOUS_SUMMARY = "none (this is the first summary)"
+OBJECT_FIELDS = ("user_preferences", "document_structure", "custom_fields")
+LIST_FIELDS = ("key_decisions", "important_facts", "source_urls", "entities")
+FIELDS = (
+    "user_preferences",
+    "key_decisions",
+    "important_facts",
+    "source_urls",
+    "document_structure",
+    "entities",
+    "custom_fields",
+)
+IMPORTANT_DATA_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        name: {"type": "object"}
+        if name in OBJECT_FIELDS
+        else {"type": "array", "items": {"type": "string"}}
+        for name in FIELDS
+    },
+    "additionalProperties": False,
+}
+# Words to tokens, with room to spare: an answer is capped at about four
+# characters a token, and English prose runs about six characters a word.
+TOKENS_PER_WORD = 2
+
+
+def summary_words(version: int) -> tuple[int, int]:
+    """The seed's word target for summary ``version``: 100-150, 200-250, ... capped at 500-750."""
+    if version < 1:
+        raise InvalidInput(f"summary versions start at 1, not {version}", field="summary_version")
+    if version >= 5:
+        return (500, 750)
+    return (100 * version, 100 * version + 50)
+
+
+def merge_important_data(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """``new`` merged into ``previous``: the seed's rule, applied at every depth.
+
+    Objects are merged key by key, lists are joined without duplicates in
+    first-seen order (earlier cycles first, so chronology holds), and any other
+    value is replaced by the newer one (a preference the user changed). A
+    missing or null new value keeps the previous one.
+    """
+    merged: dict[str, Any] = dict(previous)
+    for key, value in new.items():
+        merged[key] = _merge_value(merged[key], value) if key in merged else value
+    return merged
+
+
+def _merge_value(old: Any, new: Any) -> Any:
+    if new is None:
+        return old
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        return merge_important_data(old, new)
+    if isinstance(old, list) and isinstance(new, list):
+        return _unique([*old, *new])
+    return new
+
+
+def _unique(items: Sequence[Any]) -> list[Any]:
+    """Items without repeats, first occurrence kept; objects compare by content."""
+    seen: set[str] = set()
+    out: list[Any] = []
+    for item in items:
+        key = json.dumps(item, sort_keys=True, ensure_ascii=False)
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
+
+
+def important_data(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A model's extraction in the seed's shape: its fields in order, unknown keys kept in ``custom_fields``."""
+    data: dict[str, Any] = {
+        name: dict(raw[name]) if name in OBJECT_FIELDS else _unique(raw[name])
+        for name in FIELDS
+        if raw.get(name) is not None
+    }
+    extra = {k: v for k, v in raw.items() if k not in FIELDS and v is not None}
+    if extra:
+        data["custom_fields"] = {**data.get("custom_fields", {}), **extra}
+    return data
+
+
+def data_text(data: Mapping[str, Any]) -> str:
+    """Important data as the model reads it: the seed's header and the non-empty fields as JSON."""
+    shown = {k: v for k, v in data.items() if v not in (None, "", [], {})}
+    return f"{DATA_HEADER}\n{json.dumps(shown, indent=2, ensure_ascii=False)}"
+
+
+def _extraction_problem(completion: Completion) -> str | None:
+    """Why an extraction has the wrong shape (a list where an object belongs, ...), if it does."""
+    data = completion.data
+    for name in OBJECT_FIELDS:
+        if data.get(name) is not None and not isinstance(data[name], Mapping):
+            return f"{name} must be a JSON object"
+    for name in LIST_FIELDS:
+        if data.get(name) is not None and not isinstance(data[name], list):
+            return f"{name} must be a JSON list"
+    return None
+
+
+@dataclass
+class TokenBudget:
+    """Fold all but a keep window of newest messages into important data and a summary.
+
+    ``prompt`` overrides the summary template (fields ``target_words``,
+    ``previous_summary``, ``new_messages``) and ``extraction_prompt`` the
+    extraction template (field ``messages``); each is a path or the text.
+    """
+
+    threshold_tokens: int = 3000
+    keep_tokens: int = 2500
+    prompt: str | Path | None = None
+    extraction_prompt: str | Path | None = None
+    extraction_max_tokens: int = 1024
+    trigger: Trigger | None = None
+    name: str = "token-budget"
+
+    def plan(self, state: ViewState) -> Job | None:
+        trigger = self.trigger if self.trigger is not None else Tokens(self.threshold_tokens)
+        if not state.entries or not trigger(state):
+            return None
+        keep = self._keep_start(state)
+        previous = self._previous_summary(state.entries[0])
+        fresh = 1 if previous is not None else 0
+        if keep <= fresh:
+            return None
+        facts = state.facts
+        own_facts = facts is not None and facts.strategy == self.name
+        keep_seq = (
+            state.entries[keep].start if keep < len(state.entries) else state.entries[-1].end + 1
+        )
+        return job_for(
+            self.name,
+            state,
+            0,
+            keep - 1,
+            version=int(previous.data["summary_version"]) + 1 if previous else 1,
+            previous_summary=str(previous.data["conversation_summary"]) if previous else None,
+            previous_data=dict(facts.data["important_data"]) if facts and own_facts else {},
+            previous_data_tokens=facts.tokens_after if facts and own_facts else 0,
+            fresh=fresh,
+            count=sum(self._messages_in(e) for e in state.entries[:keep]),
+            keep_seq=keep_seq,
+        )
+
+    def run(self, job: Job, llm: Any, counter: TokenCounter) -> Sequence[Fold]:
+        model = model_or_offline(llm, counter)
+        version: int = job.params["version"]
+        previous: str | None = job.params["previous_summary"]
+        new_text = transcript(job.entries[job.params["fresh"] :])
+        extraction = summarize_checked(
+            model,
+            _ask(
+                fill(
+                    load_template("token_budget_extract", self.extraction_prompt),
+                    messages=material(new_text),
+                )
+            ),
+            source=new_text,
+            max_tokens=self.extraction_max_tokens,
+            schema=IMPORTANT_DATA_SCHEMA,
+            pin=False,
+            accept=_extraction_problem,
+        )
+        merged = merge_important_data(job.params["previous_data"], important_data(extraction.data))
+        low, high = summary_words(version)
+        summary = summarize_checked(
+            model,
+            _ask(
+                fill(
+                    load_template("token_budget_summary", self.prompt),
+                    target_words=f"{low}-{high}",
+                    previous_summary=material(previous) if previous else NO_PREVIOUS_SUMMARY,
+                    new_messages=material(new_text),
+                )
+            ),
+            source=transcript(job.entries),
+            max_tokens=TOKENS_PER_WORD * high,
+        )
+        facts_text = data_text(merged)
+        has_data = facts_text != data_text({})
+        # A must-keep item already in the important data need not be pinned again.
+        answer = summary.text.removesuffix(with_pins("", summary.pinned))
+        pinned = missing_artifacts(summary.pinned, facts_text) if has_data else list(summary.pinned)
+        conversation_summary = with_pins(answer, pinned)
+        record = {
+            "summary_version": version,
+            "last_summarized_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "messages_summarized_count": job.params["count"],
+            "last_keep_window_index": job.params["keep_seq"],
+        }
+        summary_message: Message = {
+            "role": "user",
+            "content": f"{SUMMARY_HEADER}\n{conversation_summary}",
+        }
+        folds = [
+            Fold(
+                view=job.view,
+                start=job.start,
+                end=job.end,
+                kind="summary",
+                text=summary_message["content"],
+                messages=(summary_message,),
+                strategy=self.name,
+                tokens_before=job.tokens_before,
+                tokens_after=counter.message(summary_message),
+                data={
+                    "conversation_summary": conversation_summary,
+                    **record,
+                    "target_words": [low, high],
+                    "pinned": pinned,
+                },
+                usage=summary.usage.to_dict(),
+            )
+        ]
+        if has_data:
+            facts_message: Message = {"role": "user", "content": facts_text}
+            folds.append(
+                Fold(
+                    view=job.view,
+                    start=job.start,
+                    end=job.end,
+                    kind="important_data",
+                    text=facts_text,
+                    messages=(facts_message,),
+                    strategy=self.name,
+                    tokens_before=job.params["previous_data_tokens"],
+                    tokens_after=counter.message(facts_message),
+                    placement="facts",
+                    data={"important_data": merged, **record},
+                    usage=extraction.usage.to_dict(),
+                )
+            )
+        return folds
+
+    def _keep_start(self, state: ViewState) -> int:
+        """Index of the first entry kept verbatim: newest whole units within ``keep_tokens``.
+
+        The last unit and the latest user message are kept even past the limit:
+        the first may be a call still waiting for its results, the second is
+        the request the next answer is for.
+        """
+        units = state.units
+        keep = units[-1][0]
+        used = 0
+        for first, last in reversed(units):
+            used += sum(e.tokens for e in state.entries[first : last + 1])
+            if used > self.keep_tokens:
+                break
+            keep = first
+        user = _latest_user(state.entries)
+        if user is not None and user < keep:
+            keep = next(first for first, last in units if first <= user <= last)
+        return keep
+
+    def _previous_summary(self, entry: Entry) -> Fold | None:
+        fold = entry.fold
+        if fold is not None and fold.strategy == self.name and fold.kind == "summary":
+            return fold
+        return None
+
+    def _messages_in(self, entry: Entry) -> int:
+        """Log messages an entry stands for; an earlier summary of ours knows its own count."""
+        if entry.fold is None:
+            return 1
+        if self._previous_summary(entry) is not None:
+            return int(entry.fold.data["messages_summarized_count"])
+        return entry.end - entry.start + 1
+
+
+def _latest_user(entries: Sequence[Entry]) -> int | None:
+    return next((i for i in range(len(entries) - 1, -1, -1) if entries[i].role == "user"), None)
+
+
+def _ask(prompt: str) -> list[Message]:
+    return [{"role": "user", "content": prompt}]
+
+
+def token_budget(**options: Any) -> Pipeline:
+    """The seed-003 setup: important data and a progressive summary once past 3000 tokens."""
+    return Pipeline([TokenBudget(**options)], name="token-budget")

@@ -1,0 +1,278 @@
+"""Tool-call summarization: old tool units in batches, one first-person [SUMMARIZED] each."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import load_rows
+
+from contextfold import InvalidInput, Memory, Pipeline, Session, View
+from contextfold.compact import tool_unit_faults
+from contextfold.events import Event
+from contextfold.folds import Fold
+from contextfold.messages import Message
+from contextfold.strategies.tool_calls import ToolCallSummarization
+from contextfold.strategies.triggers import Never
+from contextfold.testing import ScriptedModel
+from contextfold.units import unit_spans
+
+EPISODIC = (
+    "You are writing episodic memory for an AI coding agent. Your output will be injected\n"
+    "directly into the agent's context window as its own recalled experience. Write entirely\n"
+    "in operational first-person. Uncertainty markers are forbidden. Be dense, exact, and "
+    "technical.\nPreserve every concrete artifact. Omit XML markup, role labels, "
+    "conversational filler,\nand hedging language."
+)
+ANSWER = "## Strategy\nI read the module and ran its tests.\n\n## Status\nCOMPLETE: tests pass."
+
+
+def call(call_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args)},
+    }
+
+
+def tool_unit(call_id: str, name: str = "read_file", *, parallel: int = 1) -> list[Message]:
+    """One assistant message with ``parallel`` calls and their results."""
+    ids = [call_id] if parallel == 1 else [f"{call_id}_{p}" for p in range(parallel)]
+    calls = [call(i, name, {"path": f"src/{i}.py"}) for i in ids]
+    results = [{"role": "tool", "tool_call_id": i, "content": f"def f_{i}():\n" * 60} for i in ids]
+    return [{"role": "assistant", "content": None, "tool_calls": calls}, *results]
+
+
+def turn(tag: str, units: int, *, text_between: bool = False, answer: bool = True) -> list[Message]:
+    out: list[Message] = [{"role": "user", "content": f"fix the bug in src/{tag}.py"}]
+    for u in range(units):
+        if text_between and u:
+            out.append({"role": "assistant", "content": f"next I check part {u} of {tag}"})
+        out += tool_unit(f"{tag}_{u}", parallel=2 if u == 1 else 1)
+    if answer:
+        out.append({"role": "assistant", "content": f"fixed {tag}"})
+    return out
+
+
+def setup(
+    messages: list[Message], strategy: ToolCallSummarization, model: Any, budget: int | None = None
+) -> tuple[Session, View, list[Event]]:
+    session = Memory().session("s", system="You are a coding agent.")
+    session.extend(messages)
+    view = session.view("v", pipeline=Pipeline([strategy]), llm=model, budget=budget)
+    events: list[Event] = []
+    view.on_event.append(events.append)
+    return session, view, events
+
+
+def unit_ranges(session: Session) -> list[tuple[int, int]]:
+    """Seq ranges of the log's tool units (assistant call + results)."""
+    view = session.view("plain")
+    entries = view.state().entries
+    return [
+        (entries[i].start, entries[j].end)
+        for i, j in unit_spans(entries)
+        if j > i and (entries[i].message or {}).get("tool_calls")
+    ]
+
+
+def assert_whole_units(session: Session, folds: list[Fold]) -> None:
+    """No fold boundary falls inside a tool unit of the log."""
+    for start, end in unit_ranges(session):
+        for fold in folds:
+            inside = fold.start <= start and end <= fold.end
+            outside = end < fold.start or fold.end < start
+            assert inside or outside, (fold.start, fold.end, start, end)
+
+
+def test_full_batches_fold_and_the_recent_units_stay_verbatim() -> None:
+    messages = turn("a", 12, text_between=True)
+    model = ScriptedModel(default=ANSWER)
+    session, view, _ = setup(messages, ToolCallSummarization(), model)
+    report = view.compact()
+    folds = view.folds()
+    # 12 units, 4 kept: one full batch of 5; the other 3 wait for their run to fill or close.
+    assert len(report.folds) == len(folds) == 1
+    fold = folds[0]
+    seqs = {i + 2: m for i, m in enumerate(messages)}
+    first_unit = next(s for s, m in seqs.items() if m.get("tool_calls"))
+    assert fold.start == first_unit
+    assert fold.data["tool_units"] == 5
+    assert fold.data["tool_calls"] == 6
+    assert seqs[fold.end]["role"] == "tool"
+    covered = [seqs[s] for s in range(fold.start, fold.end + 1)]
+    assert sum(1 for m in covered if m.get("tool_calls")) == 5
+    assert not any(m["role"] == "user" for m in covered)
+    assert {"role": "assistant", "content": "next I check part 4 of a"} in covered
+    assert fold.kind == "summary"
+    assert fold.messages == ({"role": "assistant", "content": fold.text},)
+    assert fold.text.startswith("[SUMMARIZED]\n" + ANSWER + "\n\nPinned")
+    assert fold.data["summarized"] is True and fold.data["summary_type"] == "tool_calls"
+    assert fold.data["tools"] == ["read_file"]
+    assert fold.usage is not None and fold.usage["model"] == "scripted"
+    assert fold.tokens_after == session.counter.message(fold.messages[0])
+    prompt = view.render()
+    assert tool_unit_faults(prompt) == []
+    raw_calls = [m for m in prompt if m.get("tool_calls")]
+    assert len(raw_calls) == 7  # 4 recent + 3 waiting for a full or closed batch
+    assert len(model.calls) == 1
+
+
+def test_a_batch_never_crosses_a_user_message_and_a_closed_run_folds_partly_full() -> None:
+    messages = turn("a", 3) + turn("b", 3) + turn("c", 2, answer=False)
+    model = ScriptedModel(default=ANSWER)
+    session, view, _ = setup(messages, ToolCallSummarization(keep_recent=1), model)
+    view.compact()
+    folds = sorted(view.folds(), key=lambda f: f.start)
+    users = [i + 2 for i, m in enumerate(messages) if m["role"] == "user"]
+    # Runs of turns a and b are closed by the next user message; c's first unit waits.
+    assert [f.data["tool_units"] for f in folds] == [3, 3]
+    for fold in folds:
+        assert not any(fold.start <= u <= fold.end for u in users)
+    assert_whole_units(session, folds)
+    # The final answers stay raw: text after a batch's last unit is not folded.
+    prompt = view.render()
+    assert {"role": "assistant", "content": "fixed a"} in prompt
+    assert {"role": "assistant", "content": "fixed b"} in prompt
+    assert tool_unit_faults(prompt) == []
+
+
+def test_over_budget_folds_a_partial_run_and_never_splits_a_parallel_unit() -> None:
+    messages = turn("a", 4)
+    model = ScriptedModel(default=ANSWER)
+    session, patient, _ = setup(messages, ToolCallSummarization(keep_recent=1), model)
+    patient.compact()
+    assert patient.folds() == []  # an open run of 3 < batch_size waits
+    pressed = session.view(
+        "pressed",
+        pipeline=Pipeline([ToolCallSummarization(keep_recent=1, batch_size=2)]),
+        llm=ScriptedModel(default=ANSWER),
+        budget=300,
+    )
+    pressed.compact()
+    folds = pressed.folds()
+    assert [f.data["tool_units"] for f in sorted(folds, key=lambda f: f.start)] == [2, 1]
+    assert_whole_units(session, folds)
+    assert tool_unit_faults(pressed.render()) == []
+
+
+def test_the_prompt_is_the_episodic_framing_with_the_goal_and_numbered_operations() -> None:
+    messages = turn("a", 6, text_between=True)
+    model = ScriptedModel(default=ANSWER)
+    _, view, _ = setup(messages, ToolCallSummarization(keep_recent=1), model)
+    view.compact()
+    sent = model.calls[0]
+    assert sent.schema is None and sent.max_tokens == 800
+    assert [m["role"] for m in sent.messages] == ["system", "user"]
+    assert sent.messages[0]["content"] == EPISODIC
+    prompt = sent.messages[1]["content"]
+    assert prompt.startswith("## User Goal\nfix the bug in src/a.py\n")
+    assert "The following 6 tool call(s) are from your own recent past" in prompt
+    for heading in ("Strategy", "Operations", "Discoveries", "Dead Ends", "What Worked"):
+        assert f"\n## {heading}\n" in prompt
+    history = prompt.split("<history>\n", 1)[1].split("\n</history>", 1)[0]
+    assert history.startswith("--- Operation 1 ---\n[assistant]: -> read_file(")
+    assert "--- Operation 5 ---" in history and "--- Operation 6 ---" not in history
+    assert "[tool read_file]: def f_a_0():" in history
+    assert "[assistant]: next I check part 4 of a" in history
+
+
+def test_prompt_overrides_take_text_or_a_path_and_a_missing_field_is_refused(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "mine.txt"
+    path.write_text("Summarize {count} calls toward {goal}:\n{operations}", encoding="utf-8")
+    model = ScriptedModel(default=ANSWER)
+    strategy = ToolCallSummarization(keep_recent=0, prompt=path, system_prompt="Be brief.")
+    _, view, _ = setup(turn("a", 2) + turn("b", 1), strategy, model)
+    view.compact()
+    assert model.calls[0].messages[0]["content"] == "Be brief."
+    assert (
+        model.calls[0]
+        .messages[1]["content"]
+        .startswith("Summarize 3 calls toward fix the bug in src/a.py:\n<history>")
+    )
+    with pytest.raises(InvalidInput, match="operations"):
+        ToolCallSummarization(prompt="Summarize {goal} only.\nNothing else.")
+    with pytest.raises(InvalidInput, match="batch_size"):
+        ToolCallSummarization(batch_size=0)
+
+
+def test_a_rejected_summary_fails_the_job_and_commits_nothing() -> None:
+    model = ScriptedModel(["", "Error: upstream timeout", "I'm sorry, I cannot help with that."])
+    session, view, events = setup(
+        turn("a", 2) + turn("b", 1), ToolCallSummarization(keep_recent=0), model
+    )
+    before = copy.deepcopy(session.history())
+    report = view.compact()
+    assert report.folds == () and report.failed == ("tool_calls",)
+    assert view.folds() == []
+    kinds = [e.kind for e in events]
+    assert kinds == ["started", "failed", "degraded"]
+    assert "summary rejected" in events[1].detail
+    assert len(model.calls) == 3
+    assert session.history() == before
+
+
+def test_artifacts_the_model_drops_are_pinned_verbatim() -> None:
+    model = ScriptedModel(default="I read src/a_0.py and found the bug.")
+    _, view, _ = setup(turn("a", 2) + turn("b", 1), ToolCallSummarization(keep_recent=0), model)
+    view.compact()
+    fold = next(f for f in view.folds() if f.data["tool_units"] == 2)
+    # The answer keeps src/a_0.py; every other path, name and identifier is pinned.
+    assert fold.data["pinned"] == [
+        "read_file",
+        "f_a_0",
+        "src/a_1_0.py",
+        "src/a_1_1.py",
+        "f_a_1_0",
+        "f_a_1_1",
+    ]
+    assert "Pinned (verbatim from the folded messages):\n- " in fold.text
+    assert "- src/a_1_0.py" in fold.text
+
+
+def test_without_a_model_the_offline_stand_in_summarizes_and_says_so() -> None:
+    _, view, _ = setup(turn("a", 3) + turn("b", 1), ToolCallSummarization(keep_recent=0), None)
+    view.compact()
+    (fold,) = view.folds()
+    assert fold.usage is not None and fold.usage["model"] == "offline"
+    assert fold.text.startswith("[SUMMARIZED]\n") and len(fold.text) > 40
+    assert fold.tokens_after < fold.tokens_before
+
+
+def test_the_trigger_gates_planning() -> None:
+    _, view, _ = setup(
+        turn("a", 6) + turn("b", 1), ToolCallSummarization(trigger=Never()), ScriptedModel()
+    )
+    assert view.compact().folds == ()
+
+
+def test_real_agent_runs_fold_in_whole_batches_and_keep_the_recent_units() -> None:
+    rows = load_rows("openhands_example")
+    for row in rows:
+        session = Memory().session("s")
+        session.extend(row["messages"])
+        before = copy.deepcopy(session.history())
+        answered = {m["tool_call_id"] for m in before if m["role"] == "tool"}
+        view = session.view(
+            "v", pipeline=Pipeline([ToolCallSummarization()]), llm=ScriptedModel(default=ANSWER)
+        )
+        report = view.compact()
+        folds = view.folds()
+        assert folds and report.tokens_after < report.tokens_before // 2
+        assert_whole_units(session, folds)
+        users = [i + 1 for i, m in enumerate(before) if m["role"] == "user"]
+        for fold in folds:
+            assert 1 <= fold.data["tool_units"] <= 5
+            assert not any(fold.start <= u <= fold.end for u in users)
+            assert before[fold.start - 1].get("tool_calls")
+            assert before[fold.end - 1]["role"] == "tool"
+        prompt = view.render()
+        assert tool_unit_faults(prompt, answered=answered) == []
+        raw_units = sum(1 for m in prompt if m.get("tool_calls"))
+        assert 4 <= raw_units <= 4 + 5 - 1
+        assert session.history() == before
