@@ -73,6 +73,11 @@ def _parser() -> argparse.ArgumentParser:
     compact.add_argument("--preset", default="offline", help="preset name (see 'presets')")
     compact.add_argument("--encoding", default="o200k_base", help="o200k_base, cl100k_base, approx")
     compact.add_argument("--index", type=int, help="which JSONL line (conversation) to take")
+    compact.add_argument(
+        "--model",
+        help="summarizer: openai:MODEL, anthropic:MODEL, openai-compatible:URL#MODEL "
+        "(default: the offline stand-in)",
+    )
     compact.add_argument("--out", type=Path, help="write the rendered prompt (JSON list) here")
     compact.add_argument("--json", action="store_true", help="print one JSON object")
     compact.set_defaults(command=_compact)
@@ -103,7 +108,13 @@ def _compact(args: argparse.Namespace, out: Console, err: Console) -> None:
             preset=args.preset,
             encoding=args.encoding,
             index=args.index,
+            model=args.model,
             progress=progress,
+        )
+    if result.stand_in:
+        err.print(
+            "note: no --model given; model strategies ran on the offline stand-in "
+            "(extractive answers, usage model 'offline')"
         )
     if args.out is not None:
         write_prompt(args.out, result.messages)
@@ -152,6 +163,7 @@ def _report_table(result: CompactResult) -> Table:
     table.add_row("messages", f"{result.messages_before:,}", f"{result.messages_after:,}")
     table.add_row("tokens", f"{result.tokens_before:,}", f"{result.tokens_after:,}")
     table.add_row("budget", "", f"{result.budget:,}")
+    table.add_row("model", "", result.model or ("offline stand-in" if result.stand_in else "none"))
     table.add_row("folds", "", f"{len(result.folds)} ({result.folds_made} made)")
     kinds: dict[str, int] = {}
     for fold in result.folds:

@@ -19,6 +19,7 @@ from typing import Any
 
 from contextfold.errors import InvalidInput
 from contextfold.folds import Fold
+from contextfold.llm.registry import get_model
 from contextfold.messages import Message, validate_messages
 from contextfold.session import Memory
 from contextfold.tokens import REPLY_PRIMING
@@ -57,6 +58,12 @@ class CompactResult:
     messages: list[Message]
     source: str = ""
     conversation_id: str | None = None
+    model: str | None = None
+
+    @property
+    def stand_in(self) -> bool:
+        """True when model strategies ran on the offline stand-in (no ``--model``)."""
+        return any((f.usage or {}).get("model") == "offline" for f in self.folds)
 
     def to_dict(self) -> dict[str, Any]:
         """The result as JSON-ready data (``messages`` is the rendered prompt)."""
@@ -64,6 +71,8 @@ class CompactResult:
             "source": self.source,
             "conversation_id": self.conversation_id,
             "preset": self.preset,
+            "model": self.model,
+            "stand_in": self.stand_in,
             "budget": self.budget,
             "encoding": self.encoding,
             "messages_before": self.messages_before,
@@ -179,9 +188,14 @@ def compact_messages(
     budget: int,
     preset: str = "offline",
     encoding: str = "o200k_base",
+    model: str | None = None,
     progress: ProgressCallback | None = None,
 ) -> CompactResult:
-    """Log ``messages``, fold them with ``preset`` until they fit ``budget``, render."""
+    """Log ``messages``, fold them with ``preset`` until they fit ``budget``, render.
+
+    ``model`` is a ``get_model`` spec; without it, model strategies use the
+    offline stand-in and the result says so (``stand_in``).
+    """
     started = time.perf_counter()
     memory = Memory(encoding=encoding)
     session = memory.session("compact")
@@ -192,7 +206,8 @@ def compact_messages(
         tokens += sum(m.tokens for m in session.extend(messages[done : done + _BATCH]))
     if progress is not None:
         progress("logging messages", len(messages), len(messages))
-    view = session.view("default", preset=preset, budget=budget)
+    llm = get_model(model) if model is not None else None
+    view = session.view("default", preset=preset, budget=budget, llm=llm)
     if progress is not None:
         progress("compacting", 0, 1)
     report = view.compact()
@@ -213,6 +228,7 @@ def compact_messages(
         clipped=rendered.clipped,
         seconds=time.perf_counter() - started,
         messages=rendered.messages,
+        model=model,
     )
 
 
@@ -223,12 +239,18 @@ def compact_file(
     preset: str = "offline",
     encoding: str = "o200k_base",
     index: int | None = None,
+    model: str | None = None,
     progress: ProgressCallback | None = None,
 ) -> CompactResult:
     """``load_conversation`` then ``compact_messages``."""
     conv = load_conversation(path, index=index)
     result = compact_messages(
-        conv.messages, budget=budget, preset=preset, encoding=encoding, progress=progress
+        conv.messages,
+        budget=budget,
+        preset=preset,
+        encoding=encoding,
+        model=model,
+        progress=progress,
     )
     return replace(result, source=conv.source, conversation_id=conv.id)
 

@@ -11,9 +11,16 @@ from typing import Any
 
 from contextfold.errors import InvalidInput
 from contextfold.strategies.extractive import ExtractiveSummary
+from contextfold.strategies.goal_batch import GoalBatchCompaction
 from contextfold.strategies.keep_recent import KeepRecent
+from contextfold.strategies.koog import CODE_AGENT_CONCEPTS, RetrieveFacts, WholeHistory, code_agent
 from contextfold.strategies.masking import ObservationMasking
 from contextfold.strategies.pipeline import Pipeline
+from contextfold.strategies.rolling import RollingCompactor
+from contextfold.strategies.round_compressor import RoundCompressor
+from contextfold.strategies.threshold import ThresholdSummarization
+from contextfold.strategies.token_budget import token_budget
+from contextfold.strategies.tool_calls import ToolCallSummarization
 from contextfold.strategies.triggers import OverBudget
 
 PresetFactory = Callable[..., Pipeline]
@@ -67,6 +74,51 @@ def disabled() -> Pipeline:
     return Pipeline([], name="disabled")
 
 
+def single(strategy: Callable[..., Any], name: str) -> PresetFactory:
+    """A preset of one strategy, its options passed through."""
+
+    def factory(**options: Any) -> Pipeline:
+        return Pipeline([strategy(**options)], name=name)
+
+    factory.__doc__ = f"{strategy.__name__} alone."
+    return factory
+
+
+def adr_0041(
+    *,
+    tool_calls: dict[str, Any] | None = None,
+    threshold: dict[str, Any] | None = None,
+    goal_batch: dict[str, Any] | None = None,
+) -> Pipeline:
+    """ADR-0041's order: tool calls, then threshold, then goal batches (options per step)."""
+    return Pipeline(
+        [
+            ToolCallSummarization(**(tool_calls or {})),
+            ThresholdSummarization(**(threshold or {})),
+            GoalBatchCompaction(**(goal_batch or {})),
+        ],
+        name="adr-0041",
+    )
+
+
+def retrieve_facts(**options: Any) -> Pipeline:
+    """Koog's retrieve-facts, with the code-agent concepts unless ``concepts`` is given."""
+    options.setdefault("concepts", CODE_AGENT_CONCEPTS)
+    return Pipeline([RetrieveFacts(**options)], name="retrieve-facts")
+
+
 register_preset("offline", offline)
 register_preset("keep-recent", keep_recent)
 register_preset("disabled", disabled)
+register_preset("round-compressor", single(RoundCompressor, "round-compressor"))
+register_preset("rolling", single(RollingCompactor, "rolling"))
+register_preset("tool-calls", single(ToolCallSummarization, "tool-calls"))
+register_preset("threshold", single(ThresholdSummarization, "threshold"))
+register_preset("goal-batch", single(GoalBatchCompaction, "goal-batch"))
+register_preset("adr-0041", adr_0041)
+register_preset("token-budget", token_budget)
+register_preset("whole-history", single(WholeHistory, "whole-history"))
+register_preset("retrieve-facts", retrieve_facts)
+register_preset("code-agent", code_agent)
+register_preset("taskweaver", single(RollingCompactor, "taskweaver"))
+register_preset("chat", token_budget)
