@@ -6,6 +6,7 @@ prompt that fits its budget.
 """
 
 from contextfold.artifacts import extract_artifacts, missing_artifacts
+from contextfold.checked import Checked, SummaryRejected, summarize_checked
 from contextfold.compact import CompactResult, compact_messages
 from contextfold.convert import from_anthropic, to_anthropic
 from contextfold.entries import Entry
@@ -18,7 +19,10 @@ from contextfold.errors import (
     NotFound,
     StoreError,
 )
+from contextfold.events import Event
 from contextfold.folds import Fold
+from contextfold.llm import LLM, Completion, Usage, get_model, register_provider
+from contextfold.llm.offline import OfflineModel
 from contextfold.log import LoggedMessage
 from contextfold.messages import Message, validate_messages
 from contextfold.render import Rendered, render
@@ -26,10 +30,17 @@ from contextfold.session import CompactionReport, Memory, Session, View
 from contextfold.store import MemoryStore, SQLiteStore, Store
 from contextfold.strategies.base import Job, Strategy, ViewState
 from contextfold.strategies.extractive import ExtractiveSummary
+from contextfold.strategies.goal_batch import GoalBatchCompaction
 from contextfold.strategies.keep_recent import KeepRecent
+from contextfold.strategies.koog import CODE_AGENT_CONCEPTS, Concept, RetrieveFacts, WholeHistory
 from contextfold.strategies.masking import ObservationMasking
 from contextfold.strategies.pipeline import Pipeline
 from contextfold.strategies.presets import get_preset, preset_names, register_preset
+from contextfold.strategies.rolling import RollingCompactor
+from contextfold.strategies.round_compressor import RoundCompressor
+from contextfold.strategies.threshold import ThresholdSummarization
+from contextfold.strategies.token_budget import TokenBudget
+from contextfold.strategies.tool_calls import ToolCallSummarization
 from contextfold.strategies.triggers import (
     Always,
     Characters,
@@ -45,16 +56,23 @@ from contextfold.strategies.triggers import (
 from contextfold.tokens import TokenCounter, get_counter
 
 __all__ = [
+    "CODE_AGENT_CONCEPTS",
+    "LLM",
     "Always",
     "BudgetError",
     "Characters",
+    "Checked",
     "CompactResult",
     "CompactionReport",
+    "Completion",
+    "Concept",
     "ContextfoldError",
     "Entry",
+    "Event",
     "ExtractiveSummary",
     "Fold",
     "FoldConflict",
+    "GoalBatchCompaction",
     "InvalidInput",
     "Job",
     "KeepRecent",
@@ -67,31 +85,44 @@ __all__ = [
     "Never",
     "NotFound",
     "ObservationMasking",
+    "OfflineModel",
     "OverBudget",
     "Pipeline",
     "Predicate",
     "Rendered",
+    "RetrieveFacts",
+    "RollingCompactor",
+    "RoundCompressor",
     "Rounds",
     "SQLiteStore",
     "Session",
     "Store",
     "StoreError",
     "Strategy",
+    "SummaryRejected",
+    "ThresholdSummarization",
+    "TokenBudget",
     "TokenCounter",
     "Tokens",
+    "ToolCallSummarization",
     "Trigger",
     "UnfoldedRounds",
+    "Usage",
     "View",
     "ViewState",
+    "WholeHistory",
     "compact_messages",
     "extract_artifacts",
     "from_anthropic",
     "get_counter",
+    "get_model",
     "get_preset",
     "missing_artifacts",
     "preset_names",
     "register_preset",
+    "register_provider",
     "render",
+    "summarize_checked",
     "to_anthropic",
     "validate_messages",
 ]
