@@ -6,6 +6,7 @@ when it is added to that fixture's parameters and every test here is green.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -185,6 +186,8 @@ def test_unknown_session_not_found(store: Store) -> None:
         lambda: store.folds("nope", "default"),
         lambda: store.fold_version("nope", "default"),
         lambda: store.commit_folds("nope", "default", [], 0),
+        lambda: store.acquire_lease("nope", "default", "a"),
+        lambda: store.release_lease("nope", "default", "a"),
     ):
         with pytest.raises(NotFound) as info:
             call()
@@ -307,3 +310,111 @@ def test_later_fold_in_one_commit_may_cover_an_earlier_one(store: Store) -> None
     assert store.folds(sid, "default") == [outer]
     every = store.folds(sid, "default", include_superseded=True)
     assert [(f.id, f.superseded_by) for f in every] == [(outer.id, None), (inner.id, outer.id)]
+
+
+class Clock:
+    """Wall-clock time the test moves by hand, so lease expiry is exact."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(time, "time", fake)
+    return fake
+
+
+def test_lease_held_by_one_owner_at_a_time(store: Store, clock: Clock) -> None:
+    sid = _session(store, 3)
+    assert store.acquire_lease(sid, "default", "a", ttl_s=10)
+    assert not store.acquire_lease(sid, "default", "b", ttl_s=10)
+    clock.now += 9.9
+    assert not store.acquire_lease(sid, "default", "b", ttl_s=10)
+    assert store.acquire_lease(sid, "default", "a", ttl_s=10)
+
+
+def test_lease_renewal_extends_it(store: Store, clock: Clock) -> None:
+    sid = _session(store)
+    assert store.acquire_lease(sid, "default", "a", ttl_s=10)
+    clock.now += 8
+    assert store.acquire_lease(sid, "default", "a", ttl_s=10)
+    clock.now += 8
+    assert not store.acquire_lease(sid, "default", "b", ttl_s=10)
+    clock.now += 2
+    assert store.acquire_lease(sid, "default", "b", ttl_s=10)
+
+
+def test_expired_lease_taken_over(store: Store, clock: Clock) -> None:
+    sid = _session(store)
+    assert store.acquire_lease(sid, "default", "dead", ttl_s=5)
+    clock.now += 5
+    assert store.acquire_lease(sid, "default", "b", ttl_s=5)
+    assert not store.acquire_lease(sid, "default", "dead", ttl_s=5)
+    assert not store.release_lease(sid, "default", "dead")
+    assert not store.acquire_lease(sid, "default", "c", ttl_s=5)
+    assert store.release_lease(sid, "default", "b")
+
+
+def test_release_frees_the_lease_for_its_owner_only(store: Store, clock: Clock) -> None:
+    sid = _session(store)
+    assert not store.release_lease(sid, "default", "a")
+    assert store.acquire_lease(sid, "default", "a", ttl_s=60)
+    assert not store.release_lease(sid, "default", "b")
+    assert not store.acquire_lease(sid, "default", "b", ttl_s=60)
+    assert store.release_lease(sid, "default", "a")
+    assert not store.release_lease(sid, "default", "a")
+    assert store.acquire_lease(sid, "default", "b", ttl_s=60)
+
+
+def test_owner_releases_own_expired_lease(store: Store, clock: Clock) -> None:
+    sid = _session(store)
+    assert store.acquire_lease(sid, "default", "a", ttl_s=1)
+    clock.now += 2
+    assert store.release_lease(sid, "default", "a")
+    assert not store.release_lease(sid, "default", "a")
+
+
+def test_leases_per_session_and_view(store: Store, clock: Clock) -> None:
+    a, b = _session(store, 0, "a"), _session(store, 0, "b")
+    assert store.acquire_lease(a, "default", "x")
+    assert store.acquire_lease(a, "planner", "y")
+    assert store.acquire_lease(b, "default", "z")
+    assert not store.acquire_lease(a, "planner", "x")
+    assert store.release_lease(a, "default", "x")
+    assert not store.acquire_lease(b, "default", "x")
+
+
+def test_leases_leave_log_and_folds_alone(store: Store, clock: Clock) -> None:
+    sid = _session(store, 6)
+    store.commit_folds(sid, "default", [_fold(1, 2)], 0)
+    before = _snapshot(store, sid, "default")
+    store.acquire_lease(sid, "default", "a")
+    store.acquire_lease(sid, "default", "b")
+    store.release_lease(sid, "default", "a")
+    assert _snapshot(store, sid, "default") == before
+    assert store.commit_folds(sid, "default", [_fold(3, 4)], 1) == 2
+
+
+@pytest.mark.parametrize(
+    ("owner", "ttl", "field"),
+    [("", 1.0, "owner"), ("a", 0.0, "ttl_s"), ("a", -1.0, "ttl_s"), ("a", float("inf"), "ttl_s")],
+)
+def test_lease_arguments_checked(store: Store, owner: str, ttl: Any, field: str) -> None:
+    sid = _session(store)
+    with pytest.raises(InvalidInput) as info:
+        store.acquire_lease(sid, "default", owner, ttl_s=ttl)
+    assert info.value.field == field
+    assert store.acquire_lease(sid, "default", "b", ttl_s=1.0)
+
+
+def test_lease_ttl_must_be_a_number(store: Store) -> None:
+    sid = _session(store)
+    for ttl in ("60", True, float("nan")):
+        with pytest.raises(InvalidInput) as info:
+            store.acquire_lease(sid, "default", "a", ttl_s=ttl)  # type: ignore[arg-type]
+        assert info.value.field == "ttl_s"

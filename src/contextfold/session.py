@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from contextfold.entries import Entry, entries_of
 from contextfold.errors import FoldConflict, InvalidInput, ModelError
-from contextfold.events import Event, EventCallback, EventKind, emit
+from contextfold.events import Event, EventCallback, EventKind, emit, log
 from contextfold.folds import Fold, active_facts, active_in_place
 from contextfold.log import LoggedMessage, NewMessage
 from contextfold.messages import Message, validate_messages
@@ -33,6 +33,7 @@ from contextfold.strategies.pipeline import Pipeline
 from contextfold.tokens import TokenCounter, get_counter
 
 MessageFilter = Callable[[Message], bool]
+AppendListener = Callable[["Session", list[LoggedMessage]], None]
 _PAGE = 256
 _SYSTEM_PAGE = 8
 _T = TypeVar("_T")
@@ -88,6 +89,7 @@ class Session:
         self.id = session_id
         self.counter = counter
         self._views: dict[str, View] = {}
+        self.on_append: list[AppendListener] = []
 
     def append(self, message: Mapping[str, Any], *, key: str | None = None) -> LoggedMessage:
         """Validate, count and log one message; ``key`` makes a retried append a no-op."""
@@ -111,7 +113,15 @@ class Session:
             NewMessage(m, self.counter.message(m), keys[i] if keys else None)
             for i, m in enumerate(valid)
         ]
-        return self.store.append(self.id, batch)
+        logged = self.store.append(self.id, batch)
+        for listener in list(self.on_append):
+            # The messages are logged whatever a listener does: an error here
+            # must not look like a failed append, so it is logged, not raised.
+            try:
+                listener(self, logged)
+            except Exception:
+                log.exception("append listener failed")
+        return logged
 
     def history(self) -> list[Message]:
         """The whole log, never folded."""
@@ -335,15 +345,15 @@ class View:
 
     def run_job(self, job: Job) -> list[Fold] | None:
         """Run one job; None (after a ``failed`` event) when its model let it down."""
-        self._emit("started", job)
+        self.emit("started", job)
         began = time.perf_counter()
         try:
             folds = list(
                 self.pipeline_strategy(job.strategy).run(job, self.llm, self.session.counter)
             )
         except ModelError as exc:
-            self._emit("failed", job, duration_s=time.perf_counter() - began, detail=str(exc))
-            self._emit("degraded", job, detail="the view keeps its previous folds")
+            self.emit("failed", job, duration_s=time.perf_counter() - began, detail=str(exc))
+            self.emit("degraded", job, detail="the view keeps its previous folds")
             return None
         return folds
 
@@ -352,10 +362,10 @@ class View:
         try:
             self._store.commit_folds(self.session.id, self.name, folds, job.version)
         except FoldConflict as exc:
-            self._emit("rejected", job, detail=str(exc))
+            self.emit("rejected", job, detail=str(exc))
             return False
         usage = next((f.usage for f in folds if f.usage), None)
-        self._emit(
+        self.emit(
             "committed",
             job,
             tokens_after=sum(f.tokens_after for f in folds),
@@ -370,7 +380,8 @@ class View:
             raise InvalidInput(f"view {self.name!r} has no pipeline", field="pipeline")
         return self.pipeline.strategy(name)
 
-    def _emit(self, kind: EventKind, job: Job, **fields: Any) -> None:
+    def emit(self, kind: EventKind, job: Job, **fields: Any) -> None:
+        """Send an event about ``job`` to ``on_event`` and to ``logging``."""
         event = Event(
             kind,
             self.session.id,

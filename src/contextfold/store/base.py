@@ -12,13 +12,20 @@ Invariants, checked by ``tests/store_contract.py`` against every backend:
   with ``InvalidInput`` when a fold partly overlaps an active one. Folds a commit
   covers are marked superseded, never deleted.
 - Views never see each other's folds.
+- A (session, view) has at most one unexpired compaction lease. ``acquire_lease``
+  takes a free or expired lease, or renews the caller's own, in one atomic
+  step; an expired lease may be taken over, so a holder that died never blocks
+  the view for longer than its ttl. Expiry is wall-clock time, so processes
+  sharing a store agree on it. Leases never touch the log or the folds.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
+from contextfold.errors import InvalidInput
 from contextfold.folds import Fold
 from contextfold.log import LoggedMessage, NewMessage, SessionRecord
 
@@ -74,4 +81,26 @@ class Store(Protocol):
         """Commit folds atomically if the view is still at ``expected_version``; the new version."""
         ...
 
+    def acquire_lease(self, session_id: str, view: str, owner: str, ttl_s: float = 60.0) -> bool:
+        """Hold the view's compaction lease for ``ttl_s`` seconds from now.
+
+        False, changing nothing, while another owner holds an unexpired lease.
+        """
+        ...
+
+    def release_lease(self, session_id: str, view: str, owner: str) -> bool:
+        """Give the lease up if ``owner`` holds it (expired or not); True when it did."""
+        ...
+
     def close(self) -> None: ...
+
+
+def check_lease(owner: str, ttl_s: float) -> None:
+    """Refuse what would make a lease meaningless; shared by every store."""
+    if not owner:
+        raise InvalidInput("lease owner must not be empty", field="owner")
+    number = isinstance(ttl_s, int | float) and not isinstance(ttl_s, bool)
+    if not (number and ttl_s > 0 and math.isfinite(ttl_s)):
+        raise InvalidInput(
+            f"lease ttl must be a positive number of seconds, not {ttl_s}", field="ttl_s"
+        )

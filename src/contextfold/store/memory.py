@@ -12,6 +12,7 @@ from typing import Any
 from contextfold.errors import FoldConflict, InvalidInput, NotFound
 from contextfold.folds import Fold, plan_commit
 from contextfold.log import LoggedMessage, NewMessage, SessionRecord
+from contextfold.store.base import check_lease
 
 
 class MemoryStore:
@@ -26,6 +27,7 @@ class MemoryStore:
         self._last_by_role: dict[str, dict[str, LoggedMessage]] = {}
         self._folds: dict[tuple[str, str], list[Fold]] = {}
         self._versions: dict[tuple[str, str], int] = {}
+        self._leases: dict[tuple[str, str], tuple[str, float]] = {}
 
     def create_session(
         self, session_id: str, *, encoding: str, meta: dict[str, Any] | None = None
@@ -142,6 +144,26 @@ class MemoryStore:
             self._folds[key] = current
             self._versions[key] = version + 1
             return version + 1
+
+    def acquire_lease(self, session_id: str, view: str, owner: str, ttl_s: float = 60.0) -> bool:
+        check_lease(owner, ttl_s)
+        self.get_session(session_id)
+        with self._lock:
+            now = time.time()
+            held = self._leases.get((session_id, view))
+            if held is not None and held[0] != owner and held[1] > now:
+                return False
+            self._leases[(session_id, view)] = (owner, now + ttl_s)
+            return True
+
+    def release_lease(self, session_id: str, view: str, owner: str) -> bool:
+        self.get_session(session_id)
+        with self._lock:
+            held = self._leases.get((session_id, view))
+            if held is None or held[0] != owner:
+                return False
+            del self._leases[(session_id, view)]
+            return True
 
     def close(self) -> None:
         """Nothing to release."""

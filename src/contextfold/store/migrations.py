@@ -67,6 +67,18 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
             )""",
         ),
     ),
+    (
+        "002_leases",
+        (
+            """CREATE TABLE leases (
+                session_id TEXT NOT NULL REFERENCES sessions(id),
+                view TEXT NOT NULL,
+                owner TEXT NOT NULL,
+                expires_at REAL NOT NULL,
+                PRIMARY KEY (session_id, view)
+            )""",
+        ),
+    ),
 ]
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from contextfold.errors import FoldConflict, InvalidInput, NotFound, StoreError
 from contextfold.folds import Fold, plan_commit
 from contextfold.log import LoggedMessage, NewMessage, SessionRecord
+from contextfold.store.base import check_lease
 from contextfold.store.migrations import migrate
 
 _COLUMNS = "seq, message, tokens, key, created_at"
@@ -318,6 +319,35 @@ class SQLiteStore:
                 fold.created_at,
             ),
         )
+
+    def acquire_lease(self, session_id: str, view: str, owner: str, ttl_s: float = 60.0) -> bool:
+        """Read and take the lease in one ``BEGIN IMMEDIATE``: the file's write lock
+        makes the check and the take atomic across processes."""
+        check_lease(owner, ttl_s)
+        with self._write() as conn:
+            self._require(conn, session_id)
+            now = time.time()
+            row = conn.execute(
+                "SELECT owner, expires_at FROM leases WHERE session_id = ? AND view = ?",
+                (session_id, view),
+            ).fetchone()
+            if row is not None and row[0] != owner and row[1] > now:
+                return False
+            conn.execute(
+                "INSERT INTO leases VALUES (?, ?, ?, ?) ON CONFLICT (session_id, view) "
+                "DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at",
+                (session_id, view, owner, now + ttl_s),
+            )
+        return True
+
+    def release_lease(self, session_id: str, view: str, owner: str) -> bool:
+        with self._write() as conn:
+            self._require(conn, session_id)
+            gone = conn.execute(
+                "DELETE FROM leases WHERE session_id = ? AND view = ? AND owner = ?",
+                (session_id, view, owner),
+            ).rowcount
+        return gone > 0
 
     def close(self) -> None:
         """Close the connection; later calls raise ``StoreError``."""

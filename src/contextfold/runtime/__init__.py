@@ -1,0 +1,29 @@
+"""Runners: compaction off the hot path, one job per view at a time.
+
+::
+
+    runner = ThreadRunner(workers=2, on_event=[stats])
+    runner.watch(view)                 # plans now and after every append
+    session.append({"role": "user", "content": "..."})
+    prompt = view.render()             # from the folds committed so far
+    runner.stop(timeout=5)
+
+``InlineRunner`` runs each job inside the append (scripts, tests);
+``ThreadRunner`` on daemon worker threads; ``AsyncioRunner`` as tasks on the
+running event loop (``await runner.stop()``). All three run the same cycle.
+"""
+
+from contextfold.runtime.aio import AsyncioRunner
+from contextfold.runtime.core import Runner
+from contextfold.runtime.inline import InlineRunner
+from contextfold.runtime.metrics import PrometheusMetrics, Stats
+from contextfold.runtime.thread import ThreadRunner
+
+__all__ = [
+    "AsyncioRunner",
+    "InlineRunner",
+    "PrometheusMetrics",
+    "Runner",
+    "Stats",
+    "ThreadRunner",
+]

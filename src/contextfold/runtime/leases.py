@@ -1,0 +1,83 @@
+"""Keeping compaction leases alive while their jobs run.
+
+A lease expires ``ttl_s`` after it was last taken, so a process killed in the
+middle of a job blocks its view for at most that long. A job may outlive the
+ttl (a slow model), so a keeper thread renews every lease its runner holds a
+few times per ttl. It is a daemon thread: it never keeps a process alive.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from contextfold.errors import ContextfoldError
+from contextfold.events import log
+from contextfold.store.base import Store
+
+LeaseKey = tuple[int, str, str]
+
+
+class LeaseKeeper:
+    """Renews the leases one owner holds, every ``ttl_s / 3`` seconds."""
+
+    def __init__(self, owner: str, ttl_s: float) -> None:
+        self.owner = owner
+        self.ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._held: dict[LeaseKey, tuple[Store, str, str]] = {}
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def acquire(self, store: Store, session_id: str, view: str) -> bool:
+        """Take the lease in ``store`` and keep renewing it until ``release``."""
+        if not store.acquire_lease(session_id, view, self.owner, self.ttl_s):
+            return False
+        key = (id(store), session_id, view)
+        with self._lock:
+            self._held[key] = (store, session_id, view)
+            if self._thread is None and not self._stopped:
+                self._thread = threading.Thread(
+                    target=self._renew_forever, name="contextfold-lease-keeper", daemon=True
+                )
+                self._thread.start()
+        return True
+
+    def release(self, store: Store, session_id: str, view: str) -> None:
+        """Stop renewing and give the lease up (a no-op if it was taken over)."""
+        key = (id(store), session_id, view)
+        with self._lock:
+            self._held.pop(key, None)
+        try:
+            store.release_lease(session_id, view, self.owner)
+        except ContextfoldError:
+            # The lease expires on its own; a closed store must not break shutdown.
+            log.warning("could not release lease on %s/%s", session_id, view, exc_info=True)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+        self._wake.set()
+
+    def _renew_forever(self) -> None:
+        while not self._wake.wait(self.ttl_s / 3):
+            with self._lock:
+                keys = list(self._held)
+            for key in keys:
+                self._renew(key)
+
+    def _renew(self, key: LeaseKey) -> None:
+        # Under the lock, so a lease released meanwhile is not taken again.
+        with self._lock:
+            if key not in self._held:
+                return
+            store, session_id, view = self._held[key]
+            try:
+                kept = store.acquire_lease(session_id, view, self.owner, self.ttl_s)
+            except ContextfoldError:
+                log.warning("could not renew lease on %s/%s", session_id, view, exc_info=True)
+                return
+        if not kept:
+            # Only after this process stalled past the ttl; the version check
+            # still refuses whichever of the two commits comes second.
+            log.warning("lease on %s/%s was taken over by another owner", session_id, view)
