@@ -17,8 +17,9 @@ must, never, always, should not, only).
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 TOKEN_KINDS = (
@@ -128,6 +129,7 @@ _CONSTRAINT = re.compile(
 )
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|\n+")
 _TRAILING = ".,;:!?)]}'\""
+_SEGMENT_CHARS = 4096
 
 
 @dataclass(frozen=True)
@@ -140,27 +142,24 @@ class Artifact:
 
 
 def find_artifacts(text: str, kinds: Iterable[str] = KINDS) -> list[Artifact]:
-    """Every must-keep item in ``text`` in order of appearance, each text once."""
+    """Every must-keep item in ``text`` in order of appearance, each text once.
+
+    The text is scanned in segments cut at line breaks (no item spans one), so
+    each regex call is short: a background compaction scanning a long history
+    never holds the GIL long enough to stall the thread serving the next turn.
+    """
     wanted = set(kinds)
     found: list[Artifact] = []
-    taken: list[tuple[int, int]] = []
-    for kind, pattern in _TOKEN_PATTERNS:
-        for match in pattern.finditer(text):
-            item = match.group().rstrip(_TRAILING)
-            begin, end = match.start(), match.start() + len(item)
-            if not item or any(begin < e and s < end for s, e in taken):
-                continue
-            taken.append((begin, end))
-            if kind in wanted:
-                found.append(Artifact(kind, item, begin))
-    if "error" in wanted:
-        found.extend(_error_lines(text))
-    if "constraint" in wanted:
-        found.extend(
-            Artifact("constraint", sentence, begin)
-            for begin, sentence in sentences(text)
-            if is_constraint(sentence)
-        )
+    for offset, segment in _segments(text):
+        found.extend(_token_artifacts(segment, offset, wanted))
+        if "error" in wanted:
+            found.extend(_error_lines(segment, offset))
+        if "constraint" in wanted:
+            found.extend(
+                Artifact("constraint", sentence, offset + begin)
+                for begin, sentence in sentences(segment)
+                if is_constraint(sentence)
+            )
     found.sort(key=lambda a: (a.start, KINDS.index(a.kind)))
     seen: set[str] = set()
     unique: list[Artifact] = []
@@ -169,6 +168,32 @@ def find_artifacts(text: str, kinds: Iterable[str] = KINDS) -> list[Artifact]:
             seen.add(artifact.text)
             unique.append(artifact)
     return unique
+
+
+def _segments(text: str) -> Iterator[tuple[int, str]]:
+    """``text`` in pieces of about ``_SEGMENT_CHARS``, each ending at a line break."""
+    begin = 0
+    while begin < len(text):
+        end = text.find("\n", begin + _SEGMENT_CHARS)
+        end = len(text) if end < 0 else end + 1
+        yield begin, text[begin:end]
+        begin = end
+
+
+def _token_artifacts(segment: str, offset: int, wanted: set[str]) -> list[Artifact]:
+    """Pattern matches in one segment; a span taken by an earlier pattern is not reused."""
+    found: list[Artifact] = []
+    taken: list[tuple[int, int]] = []
+    for kind, pattern in _TOKEN_PATTERNS:
+        for match in pattern.finditer(segment):
+            item = match.group().rstrip(_TRAILING)
+            begin, end = match.start(), match.start() + len(item)
+            if not item or any(begin < e and s < end for s, e in taken):
+                continue
+            taken.append((begin, end))
+            if kind in wanted:
+                found.append(Artifact(kind, item, offset + begin))
+    return found
 
 
 def extract_artifacts(text: str, kinds: Iterable[str] = KINDS) -> list[str]:
@@ -182,7 +207,12 @@ def missing_artifacts(items: Sequence[str], text: str) -> list[str]:
     Case and spacing are ignored and an item must stand on word boundaries,
     so "12" is not found in "2012" but "5 km" is found in "5km".
     """
-    return [item for item in items if not _pattern_for(item).search(text)]
+    squashed = _squash(text)
+    return [
+        item
+        for item in items
+        if _squash(item) not in squashed or not _pattern_for(item).search(text)
+    ]
 
 
 def is_constraint(sentence: str) -> bool:
@@ -217,9 +247,8 @@ def _add_stripped(out: list[tuple[int, str]], text: str, begin: int, end: int) -
         out.append((begin + piece.index(stripped[0]), stripped))
 
 
-def _error_lines(text: str) -> list[Artifact]:
+def _error_lines(text: str, offset: int = 0) -> list[Artifact]:
     out: list[Artifact] = []
-    offset = 0
     for line in text.splitlines(keepends=True):
         stripped = line.strip()
         if stripped and is_error_line(stripped):
@@ -229,6 +258,12 @@ def _error_lines(text: str) -> list[Artifact]:
     return out
 
 
+def _squash(text: str) -> str:
+    """Lowercase without white space: an item absent from this is absent, whatever its spacing."""
+    return "".join(text.lower().split())
+
+
+@functools.lru_cache(maxsize=4096)
 def _pattern_for(item: str) -> re.Pattern[str]:
     pieces = [p for word in item.split() for p in re.findall(r"\d+(?:[.,]\d+)*|\D+", word)]
     body = r"\s*".join(re.escape(p) for p in pieces)
