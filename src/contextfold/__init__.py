@@ -26,6 +26,7 @@ from contextfold.llm.offline import OfflineModel
 from contextfold.log import LoggedMessage
 from contextfold.messages import Message, validate_messages
 from contextfold.render import Rendered, render
+from contextfold.runtime import AsyncioRunner, InlineRunner, Runner, Stats, ThreadRunner
 from contextfold.session import CompactionReport, Memory, Session, View
 from contextfold.store import MemoryStore, SQLiteStore, Store
 from contextfold.strategies.base import Job, Strategy, ViewState
@@ -59,6 +60,7 @@ __all__ = [
     "CODE_AGENT_CONCEPTS",
     "LLM",
     "Always",
+    "AsyncioRunner",
     "BudgetError",
     "Characters",
     "Checked",
@@ -73,6 +75,7 @@ __all__ = [
     "Fold",
     "FoldConflict",
     "GoalBatchCompaction",
+    "InlineRunner",
     "InvalidInput",
     "Job",
     "KeepRecent",
@@ -94,12 +97,15 @@ __all__ = [
     "RollingCompactor",
     "RoundCompressor",
     "Rounds",
+    "Runner",
     "SQLiteStore",
     "Session",
+    "Stats",
     "Store",
     "StoreError",
     "Strategy",
     "SummaryRejected",
+    "ThreadRunner",
     "ThresholdSummarization",
     "TokenBudget",
     "TokenCounter",
