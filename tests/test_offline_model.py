@@ -7,7 +7,7 @@ from typing import Any
 from contextfold.llm.base import LLM
 from contextfold.llm.offline import OfflineModel, assignments, history_of, model_or_offline
 from contextfold.messages import Message
-from contextfold.strategies.extractive import key_sentences
+from contextfold.salience import key_sentences
 from contextfold.strategies.transcript import material
 from contextfold.testing import ScriptedModel
 from contextfold.tokens import get_counter

@@ -32,6 +32,18 @@ from urllib.parse import urlsplit
 from contextfold.errors import ModelError
 from contextfold.messages import Message
 
+HISTORY_OPEN = "<history>"
+HISTORY_CLOSE = "</history>"
+
+
+def material(text: str) -> str:
+    """Mark the text a prompt asks to summarize.
+
+    Part of the model contract: models read the tags as plain delimiters, and
+    the offline stand-in uses them to tell the material from the instructions.
+    """
+    return f"{HISTORY_OPEN}\n{text}\n{HISTORY_CLOSE}"
+
 
 @dataclass(frozen=True)
 class Usage:

@@ -9,8 +9,8 @@ last user message (``strategies.transcript.material`` puts them there), or the
 whole message when it has none; a block that is JSON (an earlier JSON summary)
 is read as its strings. Instructions around the material are ignored.
 Plain answers are the extractive selector's key sentences
-(``strategies.extractive.key_sentences``), shorter than the material as a
-summary would be (see ``OfflineModel``).
+(``salience.key_sentences``), shorter than the material as a summary would be
+(see ``OfflineModel``).
 
 With a ``schema`` the answer is JSON filled generically, by type:
 
@@ -45,10 +45,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextfold.artifacts import extract_artifacts
-from contextfold.llm.base import LLM, Completion, Usage
+from contextfold.llm.base import HISTORY_CLOSE, HISTORY_OPEN, LLM, Completion, Usage
 from contextfold.messages import Message, text_of
-from contextfold.strategies.extractive import key_sentences
-from contextfold.strategies.transcript import HISTORY_CLOSE, HISTORY_OPEN
+from contextfold.salience import key_sentences
 from contextfold.tokens import TokenCounter, get_counter
 
 OFFLINE = "offline"

@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from contextfold.entries import Entry
+from contextfold.llm.base import HISTORY_CLOSE, HISTORY_OPEN, material
 from contextfold.messages import Message, text_of
+
+__all__ = ["HISTORY_CLOSE", "HISTORY_OPEN", "material", "message_block", "transcript"]
 
 TOOL_OUTPUT_CHARS = 2000
 
@@ -51,16 +54,3 @@ def message_block(
         return f"[{label}]: {text}"
     speaker = message.get("name")
     return f"[{role}{' ' + speaker if speaker else ''}]: {text}"
-
-
-HISTORY_OPEN = "<history>"
-HISTORY_CLOSE = "</history>"
-
-
-def material(text: str) -> str:
-    """Mark the text to be summarized inside a prompt.
-
-    Models read the tags as plain delimiters; the offline stand-in model uses
-    them to tell the material from the instructions around it.
-    """
-    return f"{HISTORY_OPEN}\n{text}\n{HISTORY_CLOSE}"

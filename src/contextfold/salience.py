@@ -1,0 +1,279 @@
+"""Salience: which sentences of a text carry the most information per token.
+
+Sentences are chosen greedily for what they add per token: each content word
+is worth its rarity in the material (inverse document frequency over
+sources), a word already kept is worth nothing again (no redundancy), and
+names, numbers and relative times weigh more. Sentences carrying must-keep
+items (``contextfold.artifacts``: paths, URLs, identifiers, numbers, dates,
+error lines, a user's constraints) go first, up to ``must_share`` of the room,
+so a tight budget still leaves room for prose. Kept sentences stay whole (only
+overlong ones are cut into clauses) and in order, prefixed with their speaker.
+
+``ExtractiveSummary`` (``strategies.extractive``) folds rounds with this
+selector and the offline stand-in model (``llm.offline``) answers with it
+(``key_sentences``), so both choose the same sentences and must-keep items.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from contextfold.artifacts import (
+    TOKEN_KINDS,
+    find_artifacts,
+    is_constraint,
+    is_error_line,
+    sentences,
+)
+from contextfold.tokens import TokenCounter
+
+MAX_SENTENCE_TOKENS = 60
+PIECE_CHARS = 4 * MAX_SENTENCE_TOKENS
+# Extra worth, in units of one word's rarity: a name or number mid-sentence, a
+# relative time ("last week") that the session date resolves, an artifact
+# (weighed as a word seen once).
+NAME_BONUS = 0.5
+TIME_BONUS = 1.0
+ARTIFACT_WEIGHT = 1.0
+# Must-keep items (artifacts, error lines, a user's constraints) outrank any
+# sentence while they fit ``must_share`` of the fold.
+MUST_WEIGHT = 100.0
+_WORD = re.compile(r"[a-z0-9]+")
+_CAPITALIZED = re.compile(r"(?<=[\w,;:] )[A-Z][a-z]+")
+_RELATIVE_TIME = re.compile(
+    r"\b(?:yesterday|today|tonight|tomorrow|ago|last (?:week|weekend|month|year|night"
+    r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday)|next (?:week|month|year)"
+    r"|this (?:week|weekend|month|year))\b",
+    re.IGNORECASE,
+)
+_CLAUSE = re.compile(r"(?<=[,;:])\s+|\s+(?=[-\u2013\u2014]\s)")
+_STOPWORD_TEXT = """a about above after again against all also am an and any are aren as at be because
+    been before being below between both but by can could did didn do does doesn doing don
+    down during each else even ever few for from further get gets got had hadn has hasn have
+    haven having he her here hers herself him himself his how i if in into is isn it its
+    itself just ll me more most much my myself no nor not now of off on once only or other
+    our ours ourselves out over own re really same shan she should shouldn so some still such
+    than that the their theirs them themselves then there these they this those through to too
+    under until up us ve very was wasn we were weren what when where which while who whom why
+    will with won would wouldn yeah yes you your yours yourself yourselves oh wow hey hi ok
+    okay thanks thank lot lots gonna wanna sure great good nice awesome cool glad"""
+_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+
+
+@dataclass(frozen=True)
+class Source:
+    """One message (or one line of an earlier fold) that sentences are taken from.
+
+    ``session`` is the header the source's lines go under (a date, a session
+    id, or None); ``user`` marks a user's text, whose constraints must be kept.
+    """
+
+    session: str | None
+    speaker: str
+    text: str
+    user: bool
+
+
+@dataclass
+class Candidate:
+    """A sentence (or clause) of ``Source`` number ``source``, scored for selection.
+
+    ``words`` are its content words, ``artifacts`` its must-keep items, ``cost``
+    its tokens with a speaker prefix, ``bonus`` its extra worth (names, numbers,
+    relative times).
+    """
+
+    source: int
+    text: str
+    words: frozenset[str]
+    artifacts: tuple[str, ...]
+    cost: int
+    bonus: float
+
+
+def candidates_of(sources: Sequence[Source], counter: TokenCounter) -> list[Candidate]:
+    """Every sentence of ``sources`` (overlong ones as clauses) that has a content word."""
+    out: list[Candidate] = []
+    for index, source in enumerate(sources):
+        prefix = counter.text(f"{source.speaker}: ") + 1
+        for _, sentence in sentences(source.text):
+            for piece in _pieces(sentence, counter):
+                words = frozenset(w for w in _WORD.findall(piece.lower()) if w not in _STOPWORDS)
+                if not words:
+                    continue
+                bonus_words = {w.lower() for w in _CAPITALIZED.findall(piece)}
+                bonus_words.update(w for w in words if w.isdigit())
+                artifacts = [a.text for a in find_artifacts(piece, TOKEN_KINDS)]
+                if is_error_line(piece) or (source.user and is_constraint(piece)):
+                    artifacts.append(piece)
+                out.append(
+                    Candidate(
+                        source=index,
+                        text=piece,
+                        words=words,
+                        artifacts=tuple(artifacts),
+                        cost=prefix + counter.text(piece),
+                        bonus=NAME_BONUS * len(bonus_words & words)
+                        + (TIME_BONUS if source.session and _RELATIVE_TIME.search(piece) else 0),
+                    )
+                )
+    return out
+
+
+def _pieces(sentence: str, counter: TokenCounter) -> list[str]:
+    """A sentence, or its clauses when it is too long to be worth its cost whole.
+
+    Clauses are packed by characters (about four a token), not by counting,
+    so a tool output with one enormous line costs linear time.
+    """
+    if len(sentence) <= PIECE_CHARS or counter.text(sentence) <= MAX_SENTENCE_TOKENS:
+        return [sentence]
+    out: list[str] = []
+    for clause in _CLAUSE.split(sentence):
+        chunk = ""
+        for word in clause.split():
+            if len(word) > PIECE_CHARS:
+                word = word[: PIECE_CHARS - 1] + "\u2026"
+            if chunk and len(chunk) + 1 + len(word) > PIECE_CHARS:
+                out.append(chunk)
+                chunk = ""
+            chunk = f"{chunk} {word}" if chunk else word
+        if chunk:
+            out.append(chunk)
+    return out
+
+
+def select(
+    candidates: Sequence[Candidate],
+    sources: Sequence[Source],
+    room: int,
+    must_share: float,
+    counter: TokenCounter,
+) -> dict[int, float]:
+    """Greedy by new information per token (lazy: a gain only falls as words are kept).
+
+    Returns the chosen candidates with the gain per token they were chosen at.
+    """
+    per_source: dict[int, set[str]] = {}
+    for c in candidates:
+        per_source.setdefault(c.source, set()).update(c.words)
+    df: Counter[str] = Counter(w for words in per_source.values() for w in words)
+    n = len(sources) + 1
+    weight = {w: math.log(n / d) for w, d in df.items()}
+    top = math.log(n)
+    covered: set[str] = set()
+    kept_artifacts: set[str] = set()
+    sessions: set[str | None] = {None}
+    must_room = must_share * room
+    used = 0
+
+    def gain(c: Candidate) -> float:
+        value = sum(weight[w] for w in c.words - covered) + c.bonus
+        new_artifacts = len(set(c.artifacts) - kept_artifacts)
+        value += ARTIFACT_WEIGHT * top * new_artifacts
+        if new_artifacts and used + c.cost <= must_room:
+            value += MUST_WEIGHT * top
+        return value
+
+    heap = [(-gain(c) / c.cost, i) for i, c in enumerate(candidates)]
+    heapq.heapify(heap)
+    chosen: dict[int, float] = {}
+    while heap:
+        _, i = heapq.heappop(heap)
+        c = candidates[i]
+        fresh = gain(c)
+        if not (c.words - covered or set(c.artifacts) - kept_artifacts):
+            continue
+        if heap and fresh / c.cost < -heap[0][0] - 1e-12:
+            heapq.heappush(heap, (-fresh / c.cost, i))
+            continue
+        session = sources[c.source].session
+        cost = c.cost + (counter.text(session) + 1 if session and session not in sessions else 0)
+        if used + cost > room:
+            continue
+        chosen[i] = fresh / c.cost
+        used += cost
+        sessions.add(session)
+        covered |= c.words
+        kept_artifacts.update(c.artifacts)
+    return chosen
+
+
+def compose(
+    chosen: Iterable[int], candidates: Sequence[Candidate], sources: Sequence[Source]
+) -> list[dict[str, Any]]:
+    """Chosen pieces as lines in log order: one a source, adjacent pieces joined."""
+    lines: list[dict[str, Any]] = []
+    last_source, last_index = -1, -2
+    for i in sorted(chosen):
+        c = candidates[i]
+        source = sources[c.source]
+        if c.source == last_source:
+            joiner = " " if i == last_index + 1 else " … "
+            lines[-1]["text"] += joiner + c.text
+        else:
+            lines.append(
+                {
+                    "session": source.session,
+                    "speaker": source.speaker,
+                    "role": "user" if source.user else "other",
+                    "text": c.text,
+                }
+            )
+        last_source, last_index = c.source, i
+    return lines
+
+
+# A block starts after a blank line with ``[speaker]: `` or a label such as ``Round 3: ``.
+_BLOCK = re.compile(r"\n{2,}(?=[ \t]*(?:\[[^\]\n]{1,80}\]|[A-Z][\w ]{0,30}):[ \t])")
+_SPEAKER = re.compile(r"[ \t]*\[([^\]\n]{1,80})\]: ")
+
+
+def key_sentences(
+    text: str, max_tokens: int, counter: TokenCounter, *, must_share: float = 0.25
+) -> str:
+    """The most informative sentences of ``text`` within ``max_tokens``, in order.
+
+    The selector of ``ExtractiveSummary`` applied to free text, so a model-free
+    stand-in answers with the same choice of sentences and must-keep items.
+    Transcript blocks (``[role]: text``, see ``strategies.transcript``) keep
+    their speaker; text without such blocks is read paragraph by paragraph.
+    """
+    sources = _text_sources(text)
+    candidates = candidates_of(sources, counter)
+    chosen = select(candidates, sources, max_tokens, must_share, counter)
+    out = _plain(chosen, candidates, sources)
+    while counter.text(out) > max_tokens and chosen:
+        weakest = min(chosen, key=lambda i: (chosen[i], -i))
+        del chosen[weakest]
+        out = _plain(chosen, candidates, sources)
+    return out
+
+
+def _text_sources(text: str) -> list[Source]:
+    blocks = _BLOCK.split(text.strip())
+    if len(blocks) == 1 and not _SPEAKER.match(blocks[0]):
+        blocks = re.split(r"\n\s*\n", blocks[0])
+    out: list[Source] = []
+    for block in blocks:
+        match = _SPEAKER.match(block)
+        speaker = match.group(1) if match else ""
+        body = block[match.end() :] if match else block
+        if body.strip():
+            out.append(Source(None, speaker, body, speaker.split(" ")[0] == "user"))
+    return out
+
+
+def _plain(
+    chosen: Iterable[int], candidates: Sequence[Candidate], sources: Sequence[Source]
+) -> str:
+    return "\n".join(
+        f"{line['speaker']}: {line['text']}" if line["speaker"] else line["text"]
+        for line in compose(chosen, candidates, sources)
+    )
