@@ -327,3 +327,24 @@ def test_filtered_views_never_get_orphan_results_or_unanswered_calls(keep: Any) 
             assert all(keep(m) or m["role"] == "assistant" for m in kept)
         entries = view.state().entries
         assert tool_unit_faults([m for e in entries for m in e.messages], answered=answered) == []
+
+
+@pytest.mark.parametrize(
+    "preset", ["offline", "keep-recent", "adr-0041", "token-budget", "rolling"]
+)
+def test_reported_tokens_equal_a_fresh_count_of_the_prompt(preset: str) -> None:
+    """Render adds stored counts; they must agree with counting the prompt anew."""
+    for row in load_rows("taubench_airline_dev", limit=12) + load_rows("openhands_example"):
+        session = Memory().session("s")
+        session.extend(row["messages"])
+        view = session.view("v", preset=preset)
+        full = view.render_report().tokens
+        for share in (0.9, 0.5, 0.25):
+            budget = int(full * share)
+            try:
+                view.compact(budget)
+                rendered = view.render_report(budget)
+            except BudgetError:
+                continue
+            assert rendered.tokens == session.counter.messages(rendered.messages)
+            assert rendered.tokens <= budget

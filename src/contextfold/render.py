@@ -16,6 +16,7 @@ the markers is held back while reading, so the prompt never exceeds the budget.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -49,6 +50,7 @@ def render(
     facts: Fold | None = None,
     latest_user: Entry | None = None,
     first_seq: int = 1,
+    system_tokens: int | None = None,
 ) -> Rendered:
     """Fit ``system``, ``facts`` and the entries (newest first) into ``budget`` tokens.
 
@@ -56,12 +58,21 @@ def render(
     folded: it is always rendered, and an error is raised if it cannot be.
     ``first_seq`` is the lowest seq the entries can start at (the first after
     the system prompt); markers count the messages left out from there.
+    ``system_tokens`` is the system prompt's stored count, when the caller has it.
+
+    Token totals add the counts stored with messages and folds; only what
+    render itself writes (markers, clipped text) is tokenized here. Besides
+    being cheaper, that keeps a turn from giving up the GIL (tokenizers release
+    it) to a compaction running in another thread.
     """
     head = [for_model(m) for m in system]
-    head_tokens = REPLY_PRIMING + sum(counter.message(m) for m in head)
+    if system_tokens is None:
+        system_tokens = sum(counter.message(m) for m in head)
+    head_tokens = REPLY_PRIMING + system_tokens
     user_tokens = latest_user.tokens if latest_user is not None else 0
-    marker_tokens = counter.message(_marker(_LARGEST_COUNT))
+    marker_tokens = _marker_cost(counter)
     facts_msgs = [for_model(m) for m in facts.messages] if facts else []
+    facts_tokens = facts.tokens_after if facts else 0
     left: int | None = None
     if budget is not None:
         if head_tokens + user_tokens > budget:
@@ -69,9 +80,11 @@ def render(
         room = budget - head_tokens - user_tokens
         if facts is not None and facts.tokens_after > room - 2 * marker_tokens:
             facts_msgs = _clip_messages(facts_msgs, room - 2 * marker_tokens, counter) or []
-        left = room - sum(counter.message(m) for m in facts_msgs)
+            facts_tokens = sum(counter.message(m) for m in facts_msgs)
+        left = room - facts_tokens
 
     taken: list[list[Message]] = []
+    taken_tokens = 0
     fold_ids: list[str] = [facts.id] if facts is not None and facts_msgs else []
     clipped: list[int] = []
     edge: int | None = None  # lowest seq rendered from the entries so far
@@ -86,10 +99,13 @@ def render(
         return sum(e.tokens for e in unit) - (user_tokens if holds_user(unit) else 0)
 
     def take(unit: Sequence[Entry], messages: list[Message] | None = None) -> None:
-        nonlocal edge, user_seen
-        taken.append(
-            messages if messages is not None else [for_model(m) for e in unit for m in e.messages]
-        )
+        nonlocal edge, user_seen, taken_tokens
+        if messages is None:
+            taken.append([for_model(m) for e in unit for m in e.messages])
+            taken_tokens += sum(e.tokens for e in unit)
+        else:
+            taken.append(messages)
+            taken_tokens += sum(counter.message(m) for m in messages)
         fold_ids.extend(e.fold.id for e in unit if e.fold is not None)
         edge = unit[0].start
         user_seen = user_seen or holds_user(unit)
@@ -134,13 +150,21 @@ def render(
     elif cut and edge is not None:
         before = max(edge - first_seq, 0)
     tail = [m for unit_msgs in reversed(taken) for m in unit_msgs]
+    body_tokens = head_tokens + facts_tokens + taken_tokens + (user_tokens if pinned else 0)
     out = _assemble(head + facts_msgs, before, pinned, after, tail)
-    total = counter.messages(out)
+    markers = [counter.message(_marker(n)) for n in (before, after) if n]
+    total = body_tokens + sum(markers)
     if budget is not None and total > budget:
         # Only when the budget left no room for markers at all: the prompt goes without them.
         out = head + facts_msgs + pinned + tail
-        total = counter.messages(out)
+        total = body_tokens
     return Rendered(out, total, before + after, tuple(sorted(clipped)), tuple(fold_ids))
+
+
+@functools.lru_cache(maxsize=16)
+def _marker_cost(counter: TokenCounter) -> int:
+    """What the widest marker costs with ``counter``: room held back for a cut."""
+    return counter.message(_marker(_LARGEST_COUNT))
 
 
 def _assemble(

@@ -281,6 +281,7 @@ class View:
             facts=active_facts(folds),
             latest_user=latest_user,
             first_seq=len(system) + 1,
+            system_tokens=sum(m.tokens for m in system),
         )
 
     def _newest_first(self, in_place: list[Fold], *, after: int) -> Iterator[Entry]:
