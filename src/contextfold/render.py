@@ -152,8 +152,8 @@ def render(
     tail = [m for unit_msgs in reversed(taken) for m in unit_msgs]
     body_tokens = head_tokens + facts_tokens + taken_tokens + (user_tokens if pinned else 0)
     out = _assemble(head + facts_msgs, before, pinned, after, tail)
-    markers = [counter.message(_marker(n)) for n in (before, after) if n]
-    total = body_tokens + sum(markers)
+    marker_costs = [counter.message(_marker(n)) for n in (before, after) if n]
+    total = body_tokens + sum(marker_costs)
     if budget is not None and total > budget:
         # Only when the budget left no room for markers at all: the prompt goes without them.
         out = head + facts_msgs + pinned + tail
