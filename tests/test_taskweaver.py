@@ -235,7 +235,7 @@ def test_seed_timeline_one_compacted_message_replaced_each_cycle() -> None:
         first = sent(model, 0)
         assert "Round 1: Question alpha" in first and "Round 7: Question golf" in first
         assert "Round 8" not in first and "Previous Summary" not in first
-        assert "  [assistant Planner]: Answer golf" in first
+        assert "  [assistant Planner -> User]: Answer golf" in first
         rounds, compaction = memory.get_role_rounds("Planner")
         assert compaction is not None
         assert [r.user_query for r in rounds[compaction.end_index :]] == [
@@ -406,8 +406,8 @@ def test_standalone_compactor_logs_the_rounds_it_is_given() -> None:
         prompt = sent(model)
         assert "Round 3: Question charlie" in prompt and "Round 4" not in prompt
         # No role: every post is read, as the seed's compactor reads them.
-        assert "[assistant Planner]: Instruction alpha" in prompt
-        assert "[assistant Planner]: Answer alpha" in prompt
+        assert "[assistant Planner -> CodeInterpreter]: Instruction alpha" in prompt
+        assert "[assistant Planner -> User]: Answer alpha" in prompt
         assert c.view.name == "compactor" and len(c.log.session.history()) == 5 * 3 - 2
     finally:
         c.stop()

@@ -478,3 +478,23 @@ def test_converges_when_the_trigger_still_fires_after_folding() -> None:
     assert len(view.compact().folds) == 2
     assert view.compact().folds == ()
     assert len(responder.summaries) == 1
+
+
+def test_committed_event_sums_the_usage_of_both_calls() -> None:
+    from contextfold import Memory, Pipeline
+    from contextfold.llm.offline import OfflineModel
+    from contextfold.strategies.token_budget import TokenBudget
+
+    session = Memory().session("s", system="You help plan trips.")
+    for i in range(40):
+        session.append({"role": "user", "content": f"Day {i}: we visit museum {i} in Lisbon. " * 8})
+        session.append({"role": "assistant", "content": f"Noted day {i}, museum {i}. " * 8})
+    view = session.view("v", pipeline=Pipeline([TokenBudget()]), llm=OfflineModel())
+    events: list[Any] = []
+    view.on_event.append(events.append)
+    view.compact()
+    committed = [e for e in events if e.kind == "committed"]
+    assert committed
+    folds = view.folds()
+    assert committed[-1].usage["calls"] == sum(f.usage["calls"] for f in folds if f.usage)
+    assert committed[-1].usage["calls"] >= 2

@@ -24,6 +24,9 @@ from contextfold.llm.base import LLM, Completion, Usage
 from contextfold.messages import Message
 
 PINNED_HEADER = "Pinned (verbatim from the folded messages):"
+# A transcript's speaker labels ("[assistant Planner -> User]: ") frame the
+# material; they are not part of it, so nothing in them is pinned.
+_LABEL = re.compile(r"^[ \t]*\[[^\]\n]{1,80}\]: ", re.MULTILINE)
 _ERRORISH = re.compile(
     r"^\s*(?:error\b|exception\b|traceback \(most recent call last\)|internal server error"
     r"|rate limit|i'?m sorry\b|i cannot\b|i can'?t\b|as an ai\b|<!doctype html|<html)",
@@ -97,7 +100,8 @@ def summarize_checked(
         if reason is not None:
             reasons.append(reason)
             continue
-        pinned = tuple(missing_artifacts(extract_artifacts(source), completion.text)) if pin else ()
+        items = extract_artifacts(_LABEL.sub("", source)) if pin else []
+        pinned = tuple(missing_artifacts(items, completion.text))
         return Checked(
             with_pins(completion.text.strip(), pinned), completion.data, pinned, usage, attempt
         )

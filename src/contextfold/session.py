@@ -365,7 +365,7 @@ class View:
         except FoldConflict as exc:
             self.emit("rejected", job, detail=str(exc))
             return False
-        usage = next((f.usage for f in folds if f.usage), None)
+        usage = combined_usage(folds)
         self.emit(
             "committed",
             job,
@@ -433,3 +433,14 @@ def whole_units(
         for i in orphans:
             verdicts[i] = False
     yield from (h for h, v in zip(held, verdicts, strict=True) if v)
+
+
+def combined_usage(folds: Sequence[Fold]) -> dict[str, Any] | None:
+    """Model usage of a commit: each call's usage sits on the one fold it made."""
+    usages = [f.usage for f in folds if f.usage]
+    if not usages:
+        return None
+    total: dict[str, Any] = {"model": usages[0].get("model")}
+    for key in ("input_tokens", "output_tokens", "latency_s", "calls"):
+        total[key] = sum(u.get(key, 0) for u in usages)
+    return total

@@ -53,4 +53,8 @@ def message_block(
             text = f"{text[:half]}\n[... {len(text) - tool_chars} characters left out ...]\n{text[-half:]}"
         return f"[{label}]: {text}"
     speaker = message.get("name")
-    return f"[{role}{' ' + speaker if speaker else ''}]: {text}"
+    label = f"{role} {speaker}" if speaker else role
+    send_to = (message.get("meta") or {}).get("send_to")
+    if speaker and send_to:
+        label += f" -> {send_to}"
+    return f"[{label}]: {text}"

@@ -1,0 +1,89 @@
+"""Checked compaction: bad answers are refused and retried, dropped items pinned."""
+
+from __future__ import annotations
+
+import pytest
+
+from contextfold.checked import PINNED_HEADER, SummaryRejected, summarize_checked
+from contextfold.errors import ModelError
+from contextfold.llm.base import material
+from contextfold.messages import Message
+from contextfold.testing import ScriptedModel
+
+SOURCE = (
+    "[user]: Never touch src/loader.py; the fix must land in src/io/reader.py.\n"
+    "[tool run_tests]: FAILED tests/test_io.py::test_read - KeyError: 'utf-8'\n"
+    "[assistant Planner -> CodeInterpreter]: Docs at https://example.org/io on 2024-05-03."
+)
+PROMPT: list[Message] = [{"role": "user", "content": f"Summarize.\n{material(SOURCE)}"}]
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("Error: the upstream model is overloaded", "error"),
+        ("I'm sorry, I cannot help with that.", "error"),
+        ("<!DOCTYPE html><html>502 Bad Gateway</html>", "error"),
+        ("x" * 5000, "exceeds"),
+    ],
+)
+def test_bad_answers_are_retried_then_accepted(bad: str, reason: str) -> None:
+    model = ScriptedModel([bad, "I fixed src/io/reader.py."])
+    checked = summarize_checked(model, PROMPT, source=SOURCE, max_tokens=100)
+    assert checked.attempts == 2
+    assert checked.text.startswith("I fixed src/io/reader.py.")
+    assert checked.usage.calls == 2
+    assert len(model.calls) == 2
+
+
+def test_repeated_failure_drops_the_job_with_every_reason() -> None:
+    model = ScriptedModel(["", ModelError("HTTP 503"), "Error: overloaded"])
+    with pytest.raises(SummaryRejected) as info:
+        summarize_checked(model, PROMPT, source=SOURCE, max_tokens=100, attempts=3)
+    reasons = info.value.reasons
+    assert len(reasons) == 3
+    assert "empty" in reasons[0] and "503" in reasons[1] and "error" in reasons[2]
+    assert isinstance(info.value, ModelError)
+
+
+def test_json_is_required_when_a_schema_is_given() -> None:
+    schema = {"type": "object", "properties": {"summary": {"type": "string"}}}
+    model = ScriptedModel(["not json at all", {"summary": "ok src/io/reader.py"}])
+    checked = summarize_checked(model, PROMPT, source=SOURCE, max_tokens=100, schema=schema)
+    assert checked.attempts == 2
+    assert checked.data == {"summary": "ok src/io/reader.py"}
+
+
+def test_items_the_answer_dropped_are_pinned_verbatim() -> None:
+    model = ScriptedModel(["I changed the reader as asked."])
+    checked = summarize_checked(model, PROMPT, source=SOURCE, max_tokens=200)
+    assert PINNED_HEADER in checked.text
+    for item in ("src/io/reader.py", "https://example.org/io", "2024-05-03"):
+        assert item in checked.pinned
+        assert f"- {item}" in checked.text
+    assert any("KeyError" in p for p in checked.pinned)
+    assert any(p.startswith("Never touch src/loader.py") for p in checked.pinned)
+
+
+def test_items_the_answer_kept_are_not_pinned() -> None:
+    answer = (
+        "I must not touch src/loader.py; the fix goes in src/io/reader.py. "
+        "tests/test_io.py::test_read failed with KeyError: 'utf-8'. "
+        "Docs: https://example.org/io, 2024-05-03."
+    )
+    checked = summarize_checked(ScriptedModel([answer]), PROMPT, source=SOURCE, max_tokens=200)
+    assert "src/io/reader.py" not in checked.pinned
+    assert "https://example.org/io" not in checked.pinned
+
+
+def test_speaker_labels_are_never_pinned() -> None:
+    checked = summarize_checked(ScriptedModel(["Short."]), PROMPT, source=SOURCE, max_tokens=200)
+    assert not any("CodeInterpreter" in p or "run_tests" in p for p in checked.pinned)
+
+
+def test_pinning_can_be_turned_off() -> None:
+    model = ScriptedModel(["Short."])
+    checked = summarize_checked(model, PROMPT, source=SOURCE, max_tokens=200, pin=False)
+    assert checked.pinned == () and checked.text == "Short."
