@@ -14,12 +14,9 @@ through ``AnthropicModel.sdk_errors``.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import json
 import os
-import threading
-import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,6 +33,7 @@ from contextfold.llm.base import (
     json_instruction,
     status_error,
 )
+from contextfold.llm.clients import SDKClients
 from contextfold.messages import Message
 
 ANTHROPIC_URL = "https://api.anthropic.com"
@@ -69,32 +67,20 @@ class AnthropicProvider:
             raise ModelError("no Anthropic API key: set ANTHROPIC_API_KEY or pass api_key")
         self.base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_URL
         self.timeout = timeout
-        self._key = key
-        self._client: Any = None
-        # An async client's connections belong to the event loop that opened them.
-        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
-            weakref.WeakKeyDictionary()
+        self._clients = SDKClients(
+            lambda: self.sdk.Anthropic(
+                api_key=key, base_url=self.base_url, timeout=timeout, max_retries=0
+            ),
+            lambda: self.sdk.AsyncAnthropic(
+                api_key=key, base_url=self.base_url, timeout=timeout, max_retries=0
+            ),
         )
-        self._lock = threading.Lock()
 
     def client(self) -> Any:
-        with self._lock:
-            if self._client is None:
-                self._client = self.sdk.Anthropic(
-                    api_key=self._key, base_url=self.base_url, timeout=self.timeout, max_retries=0
-                )
-            return self._client
+        return self._clients.sync()
 
     def async_client(self) -> Any:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            client = self._async.get(loop)
-            if client is None:
-                client = self.sdk.AsyncAnthropic(
-                    api_key=self._key, base_url=self.base_url, timeout=self.timeout, max_retries=0
-                )
-                self._async[loop] = client
-            return client
+        return self._clients.for_running_loop()
 
     def __repr__(self) -> str:
         return f"AnthropicProvider(base_url={self.base_url!r})"

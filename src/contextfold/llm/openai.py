@@ -13,12 +13,9 @@ failure leaves through ``OpenAIModel.sdk_errors``.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import json
 import os
-import threading
-import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,6 +31,7 @@ from contextfold.llm.base import (
     json_instruction,
     status_error,
 )
+from contextfold.llm.clients import SDKClients
 from contextfold.messages import Message, for_model
 
 OPENAI_URL = "https://api.openai.com/v1"
@@ -83,33 +81,20 @@ class OpenAIProvider:
         self.compatible = compatible
         self.timeout = timeout
         self.max_tokens_param = "max_tokens" if compatible else "max_completion_tokens"
-        self._key = key
-        self._client: Any = None
-        # An async client's connections belong to the event loop that opened
-        # them, so each loop gets its own (asyncio.run() twice must work).
-        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
-            weakref.WeakKeyDictionary()
+        self._clients = SDKClients(
+            lambda: self.sdk.OpenAI(
+                api_key=key, base_url=self.base_url, timeout=timeout, max_retries=0
+            ),
+            lambda: self.sdk.AsyncOpenAI(
+                api_key=key, base_url=self.base_url, timeout=timeout, max_retries=0
+            ),
         )
-        self._lock = threading.Lock()
 
     def client(self) -> Any:
-        with self._lock:
-            if self._client is None:
-                self._client = self.sdk.OpenAI(
-                    api_key=self._key, base_url=self.base_url, timeout=self.timeout, max_retries=0
-                )
-            return self._client
+        return self._clients.sync()
 
     def async_client(self) -> Any:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            client = self._async.get(loop)
-            if client is None:
-                client = self.sdk.AsyncOpenAI(
-                    api_key=self._key, base_url=self.base_url, timeout=self.timeout, max_retries=0
-                )
-                self._async[loop] = client
-            return client
+        return self._clients.for_running_loop()
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(base_url={self.base_url!r}, compatible={self.compatible})"
