@@ -14,9 +14,9 @@ from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
 
 from contextfold.entries import Entry
-from contextfold.folds import Fold
+from contextfold.folds import Fold, Placement
 from contextfold.log import LoggedMessage
-from contextfold.messages import text_of
+from contextfold.messages import Message, text_of
 from contextfold.tokens import REPLY_PRIMING, TokenCounter
 from contextfold.units import Round, round_spans, unit_spans
 
@@ -107,6 +107,39 @@ class Strategy(Protocol):
     def plan(self, state: ViewState) -> Job | None: ...
 
     def run(self, job: Job, llm: Any, counter: TokenCounter) -> Sequence[Fold]: ...
+
+
+def one_message_fold(
+    job: Job,
+    strategy: str,
+    message: Message,
+    counter: TokenCounter,
+    *,
+    kind: str,
+    tokens_before: int | None = None,
+    placement: Placement = "in_place",
+    data: Mapping[str, Any] | None = None,
+    usage: Mapping[str, Any] | None = None,
+) -> Fold:
+    """A fold over the job's range that renders as ``message``.
+
+    Its text is the message's content and its ``tokens_after`` the message's
+    count, which is what render adds up for it.
+    """
+    return Fold(
+        view=job.view,
+        start=job.start,
+        end=job.end,
+        kind=kind,
+        text=str(message["content"]),
+        messages=(message,),
+        strategy=strategy,
+        tokens_before=job.tokens_before if tokens_before is None else tokens_before,
+        tokens_after=counter.message(message),
+        placement=placement,
+        data=data or {},
+        usage=usage,
+    )
 
 
 def job_for(strategy: str, state: ViewState, first: int, last: int, **params: Any) -> Job:

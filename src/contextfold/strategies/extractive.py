@@ -27,7 +27,7 @@ from contextfold.entries import Entry
 from contextfold.folds import Fold
 from contextfold.messages import Message, text_of
 from contextfold.salience import Candidate, Source, candidates_of, compose, select
-from contextfold.strategies.base import Job, ViewState, job_for
+from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
 from contextfold.strategies.triggers import OverBudget, Trigger
 from contextfold.tokens import TokenCounter
 
@@ -109,20 +109,15 @@ class ExtractiveSummary:
             weakest = min(chosen, key=lambda i: (chosen[i], -i))
             del chosen[weakest]
             lines, message, tokens_after = _message(header, chosen, candidates, sources, counter)
-        text = message["content"]
         kept = [a for i in chosen for a in candidates[i].artifacts]
         every = {a for c in candidates for a in c.artifacts}
         return [
-            Fold(
-                view=job.view,
-                start=job.start,
-                end=job.end,
+            one_message_fold(
+                job,
+                self.name,
+                message,
+                counter,
                 kind="summary",
-                text=text,
-                messages=(message,),
-                strategy=self.name,
-                tokens_before=job.tokens_before,
-                tokens_after=tokens_after,
                 data={
                     "rounds": [1, rounds],
                     "sentences": len(chosen),

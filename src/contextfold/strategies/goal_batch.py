@@ -55,7 +55,7 @@ from contextfold.folds import Fold
 from contextfold.llm.base import Completion
 from contextfold.llm.offline import model_or_offline
 from contextfold.messages import Message
-from contextfold.strategies.base import Job, ViewState, job_for
+from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
 from contextfold.strategies.tool_calls import (
     SUMMARIZED,
     episodic_prompt,
@@ -181,16 +181,12 @@ class GoalBatchCompaction:
             saved,
         )
         return [
-            Fold(
-                view=job.view,
-                start=job.start,
-                end=job.end,
+            one_message_fold(
+                job,
+                self.name,
+                message,
+                counter,
                 kind="goal_batch",
-                text=text,
-                messages=(message,),
-                strategy=self.name,
-                tokens_before=job.tokens_before,
-                tokens_after=tokens_after,
                 data={
                     "summarized": True,
                     "summary_type": "goal_batch",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextfold.folds import Fold
-from contextfold.strategies.base import Job, ViewState, job_for
+from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
 from contextfold.strategies.triggers import OverBudget, Trigger
 from contextfold.tokens import TokenCounter
 
@@ -48,16 +48,12 @@ class KeepRecent:
         text = f"[{count} earlier messages left out]"
         message = {"role": "system", "content": text}
         return [
-            Fold(
-                view=job.view,
-                start=job.start,
-                end=job.end,
+            one_message_fold(
+                job,
+                self.name,
+                message,
+                counter,
                 kind="trimmed",
-                text=text,
-                messages=(message,),
-                strategy=self.name,
-                tokens_before=job.tokens_before,
-                tokens_after=counter.message(message),
             )
         ]
 

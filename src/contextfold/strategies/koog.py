@@ -32,7 +32,7 @@ from contextfold.folds import Fold
 from contextfold.llm.base import Completion
 from contextfold.llm.offline import model_or_offline
 from contextfold.messages import Message
-from contextfold.strategies.base import Job, ViewState, job_for
+from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
 from contextfold.strategies.pipeline import Pipeline
 from contextfold.strategies.transcript import material, transcript
 from contextfold.strategies.triggers import Characters, Messages, Predicate, Trigger
@@ -179,16 +179,12 @@ class WholeHistory:
         )
         message: Message = {"role": "user", "content": f"{TLDR_HEADER}\n{checked.text}"}
         return [
-            Fold(
-                view=job.view,
-                start=job.start,
-                end=job.end,
+            one_message_fold(
+                job,
+                self.name,
+                message,
+                counter,
                 kind="summary",
-                text=message["content"],
-                messages=(message,),
-                strategy=self.name,
-                tokens_before=job.tokens_before,
-                tokens_after=counter.message(message),
                 data={
                     "messages_folded": folded_count(job.entries, self._own),
                     "pinned": list(checked.pinned),
@@ -290,30 +286,23 @@ class RetrieveFacts:
         }
         data = {"messages_folded": count, "pinned": list(checked.pinned)}
         return [
-            Fold(
-                view=job.view,
-                start=job.start,
-                end=job.end,
+            one_message_fold(
+                job,
+                self.name,
+                facts_message,
+                counter,
                 kind="facts",
-                text=text,
-                messages=(facts_message,),
-                strategy=self.name,
                 tokens_before=job.params["previous_facts_tokens"],
-                tokens_after=counter.message(facts_message),
                 placement="facts",
                 data={"facts": answers, **data},
                 usage=checked.usage.to_dict(),
             ),
-            Fold(
-                view=job.view,
-                start=job.start,
-                end=job.end,
+            one_message_fold(
+                job,
+                self.name,
+                marker,
+                counter,
                 kind="facts_marker",
-                text=marker["content"],
-                messages=(marker,),
-                strategy=self.name,
-                tokens_before=job.tokens_before,
-                tokens_after=counter.message(marker),
                 data=data,
             ),
         ]

@@ -27,7 +27,7 @@ from contextfold.errors import InvalidInput
 from contextfold.folds import Fold
 from contextfold.llm.offline import model_or_offline
 from contextfold.messages import Message, text_of
-from contextfold.strategies.base import Job, ViewState, job_for
+from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
 from contextfold.strategies.transcript import material, message_block, transcript
 from contextfold.strategies.triggers import Trigger, UnfoldedRounds
 from contextfold.templates import fill, load_template
@@ -95,16 +95,12 @@ class RollingCompactor:
         text = f"[Conversation History Summary (Rounds 1-{end})]\n{checked.text}"
         message: Message = {"role": "system", "content": text}
         return [
-            Fold(
-                view=job.view,
-                start=job.start,
-                end=job.end,
+            one_message_fold(
+                job,
+                self.name,
+                message,
+                counter,
                 kind="summary",
-                text=text,
-                messages=(message,),
-                strategy=self.name,
-                tokens_before=job.tokens_before,
-                tokens_after=counter.message(message),
                 data={
                     "start_index": 1,
                     "end_index": end,

@@ -27,7 +27,7 @@ from contextfold.folds import Fold
 from contextfold.llm.base import Completion
 from contextfold.llm.offline import model_or_offline
 from contextfold.messages import Message
-from contextfold.strategies.base import Job, ViewState, job_for
+from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
 from contextfold.strategies.rolling import rounds_covered
 from contextfold.strategies.transcript import material, transcript
 from contextfold.strategies.triggers import Trigger
@@ -138,16 +138,12 @@ class RoundCompressor:
             attempts=checked.attempts,
         )
         return [
-            Fold(
-                view=job.view,
-                start=job.start,
-                end=job.end,
+            one_message_fold(
+                job,
+                self.name,
+                message,
+                counter,
                 kind="summary",
-                text=text,
-                messages=(message,),
-                strategy=self.name,
-                tokens_before=job.tokens_before,
-                tokens_after=counter.message(message),
                 data=data,
                 usage=checked.usage.to_dict(),
             )

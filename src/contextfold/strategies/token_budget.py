@@ -38,7 +38,7 @@ from contextfold.folds import Fold
 from contextfold.llm.base import Completion
 from contextfold.llm.offline import model_or_offline
 from contextfold.messages import Message
-from contextfold.strategies.base import Job, ViewState, job_for
+from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
 from contextfold.strategies.pipeline import Pipeline
 from contextfold.strategies.transcript import material, transcript
 from contextfold.strategies.triggers import Tokens, Trigger
@@ -246,16 +246,12 @@ class TokenBudget:
             "content": f"{SUMMARY_HEADER}\n{conversation_summary}",
         }
         folds = [
-            Fold(
-                view=job.view,
-                start=job.start,
-                end=job.end,
+            one_message_fold(
+                job,
+                self.name,
+                summary_message,
+                counter,
                 kind="summary",
-                text=summary_message["content"],
-                messages=(summary_message,),
-                strategy=self.name,
-                tokens_before=job.tokens_before,
-                tokens_after=counter.message(summary_message),
                 data={
                     "conversation_summary": conversation_summary,
                     **record,
@@ -268,16 +264,13 @@ class TokenBudget:
         if has_data:
             facts_message: Message = {"role": "user", "content": facts_text}
             folds.append(
-                Fold(
-                    view=job.view,
-                    start=job.start,
-                    end=job.end,
+                one_message_fold(
+                    job,
+                    self.name,
+                    facts_message,
+                    counter,
                     kind="important_data",
-                    text=facts_text,
-                    messages=(facts_message,),
-                    strategy=self.name,
                     tokens_before=job.params["previous_data_tokens"],
-                    tokens_after=counter.message(facts_message),
                     placement="facts",
                     data={"important_data": merged, **record},
                     usage=extraction.usage.to_dict(),

@@ -37,7 +37,7 @@ from contextfold.errors import InvalidInput
 from contextfold.folds import Fold
 from contextfold.llm.offline import model_or_offline
 from contextfold.messages import Message, text_of
-from contextfold.strategies.base import Job, ViewState, job_for
+from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
 from contextfold.strategies.transcript import material, message_block, transcript
 from contextfold.strategies.triggers import Always, Trigger
 from contextfold.templates import fill, load_template
@@ -227,16 +227,12 @@ def summarized_fold(
     """One ``[SUMMARIZED]`` assistant message over the job's range."""
     text = f"{SUMMARIZED}\n{checked.text}"
     message: Message = {"role": "assistant", "content": text}
-    return Fold(
-        view=job.view,
-        start=job.start,
-        end=job.end,
+    return one_message_fold(
+        job,
+        strategy,
+        message,
+        counter,
         kind="summary",
-        text=text,
-        messages=(message,),
-        strategy=strategy,
-        tokens_before=job.tokens_before,
-        tokens_after=counter.message(message),
         data={"summarized": True, **data, "pinned": list(checked.pinned)},
         usage=checked.usage.to_dict(),
     )
