@@ -15,10 +15,9 @@ through ``AnthropicModel.sdk_errors``.
 from __future__ import annotations
 
 import importlib
-import json
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,13 +26,11 @@ from contextfold.errors import ModelError
 from contextfold.llm.base import (
     Completion,
     Model,
-    RetryableError,
     Usage,
     body_text,
     json_instruction,
-    status_error,
 )
-from contextfold.llm.clients import SDKClients
+from contextfold.llm.sdk import SDKClients, translated_errors
 from contextfold.messages import Message
 
 ANTHROPIC_URL = "https://api.anthropic.com"
@@ -129,37 +126,10 @@ class AnthropicModel(Model):
             request["system"] = system
         return request
 
-    @contextmanager
-    def sdk_errors(self) -> Iterator[None]:
-        """Translate every ``anthropic`` exception into ModelError or RetryableError."""
+    def sdk_errors(self) -> AbstractContextManager[None]:
+        """Translate every exception of the SDK into ModelError or RetryableError."""
         sdk = self.provider.sdk
-        try:
-            yield
-        except sdk.APIStatusError as exc:
-            raise status_error(
-                f"{self.name}: HTTP {exc.status_code}: {exc.message}",
-                status=exc.status_code,
-                body=body_text(exc.body),
-                headers=exc.response.headers,
-            ) from exc
-        except sdk.APITimeoutError as exc:
-            raise RetryableError(f"{self.name}: no answer within {self.timeout} s") from exc
-        except sdk.APIConnectionError as exc:
-            raise RetryableError(f"{self.name}: connection failed: {exc}") from exc
-        except sdk.APIResponseValidationError as exc:
-            raise ModelError(
-                f"{self.name}: unexpected response: {exc.message}",
-                status=exc.status_code,
-                body=body_text(exc.body),
-            ) from exc
-        except sdk.RetryableError as exc:
-            # The SDK's way (from its middleware) of asking for another attempt.
-            raise RetryableError(f"{self.name}: {exc}") from exc
-        except sdk.AnthropicError as exc:
-            raise ModelError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
-        except json.JSONDecodeError as exc:
-            # The SDK reads a JSON content type with json.loads and lets this through.
-            raise ModelError(f"{self.name}: response body is not JSON: {exc}") from exc
+        return translated_errors(self.name, self.timeout, sdk, sdk.AnthropicError)
 
     def _read(self, response: Any) -> Completion:
         """Text, usage and model from a response, refusing any body that is not a message."""
