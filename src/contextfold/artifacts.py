@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -113,6 +114,22 @@ _ERROR_LINE = re.compile(
     r"|\bexit(?:ed)? (?:with )?(?:code|status) [1-9]\d*|\bnon-zero exit|\breturn code [1-9]"
     r"|\bcommand not found\b|\bNo such file or directory\b|\bPermission denied\b",
 )
+_ERROR_HINTS = (
+    "Error",
+    "Exception",
+    "Traceback",
+    "FAIL",
+    "ERROR",
+    "fatal:",
+    "panic:",
+    "Segmentation fault",
+    "exit",
+    "non-zero exit",
+    "return code",
+    "command not found",
+    "No such file or directory",
+    "Permission denied",
+)
 _ERROR_LINE_CHARS = 240
 _CONSTRAINT_LEAD = r"(?:(?:please|and|but|so|also|just|then|ok|okay|remember|note)[,:]?\s+)*"
 _NOT_ORDER = r"(?!\s+(?:had|has|been|was|were|here|there|thought|felt|knew|seen|did)\b)"
@@ -129,7 +146,7 @@ _CONSTRAINT = re.compile(
 )
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|\n+")
 _TRAILING = ".,;:!?)]}'\""
-_SEGMENT_CHARS = 4096
+_SEGMENT_CHARS = 1024
 
 
 @dataclass(frozen=True)
@@ -144,13 +161,15 @@ class Artifact:
 def find_artifacts(text: str, kinds: Iterable[str] = KINDS) -> list[Artifact]:
     """Every must-keep item in ``text`` in order of appearance, each text once.
 
-    The text is scanned in segments cut at line breaks (no item spans one), so
-    each regex call is short: a background compaction scanning a long history
-    never holds the GIL long enough to stall the thread serving the next turn.
+    The text is scanned in segments cut at line breaks (no item spans one), and
+    the GIL is offered to other threads between segments: a compaction scanning
+    a long history in the background never makes the thread serving the next
+    turn wait out a whole switch interval.
     """
     wanted = set(kinds)
     found: list[Artifact] = []
     for offset, segment in _segments(text):
+        time.sleep(0)
         found.extend(_token_artifacts(segment, offset, wanted))
         if "error" in wanted:
             found.extend(_error_lines(segment, offset))
@@ -226,7 +245,9 @@ def is_constraint(sentence: str) -> bool:
 
 
 def is_error_line(line: str) -> bool:
-    return bool(_ERROR_LINE.search(line))
+    # Each alternative of the pattern holds one of these words: a line with none
+    # of them cannot match, and the pattern's backtracking is skipped.
+    return any(hint in line for hint in _ERROR_HINTS) and bool(_ERROR_LINE.search(line))
 
 
 def sentences(text: str) -> list[tuple[int, str]]:
