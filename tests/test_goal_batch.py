@@ -172,7 +172,9 @@ def test_an_incomplete_turn_ends_a_run_and_is_never_folded() -> None:
     session.extend([m for t in turns for m in t])
     view = session.view(
         "v",
-        pipeline=Pipeline([ToolCallSummarization(keep_recent=0), GoalBatchCompaction()]),
+        pipeline=Pipeline(
+            [ToolCallSummarization(keep_recent=0), GoalBatchCompaction(plain_turns=False)]
+        ),
         llm=ScriptedModel(default=faithful),
     )
     view.compact()
@@ -364,3 +366,21 @@ def test_bad_settings_are_refused() -> None:
         GoalBatchCompaction(min_turns_to_compact=0)
     with pytest.raises(InvalidInput, match="turns"):
         GoalBatchCompaction(prompt="Summarize the arc.\nNo history here.")
+
+
+def test_plain_chat_turns_are_complete_by_default() -> None:
+    """Short chat turns the threshold step leaves raw must not become a floor."""
+    session = Memory().session("s", system="You are a coding agent.")
+    turns = [coding_turn(0), coding_turn(1), chat_turn(2), coding_turn(3), coding_turn(4)]
+    turns += [unanswered_turn(5)] + [coding_turn(k) for k in range(6, 19)]
+    session.extend([m for t in turns for m in t])
+    view = session.view(
+        "v",
+        pipeline=Pipeline([ToolCallSummarization(keep_recent=0), GoalBatchCompaction()]),
+        llm=ScriptedModel(default=faithful),
+    )
+    view.compact()
+    batches = goal_batches(view)
+    assert batches[0].start == seq_of(session, "fix the bug in src/t0.py")
+    assert batches[0].data["turn_count"] == 5
+    assert "what does t2 do?" not in [m.get("content") for m in view.render()]

@@ -103,12 +103,20 @@ class GoalBatchCompaction:
     ``prompt`` and ``system_prompt`` override the templates ``goal_batch`` and
     ``episodic_system`` (a file path or the text itself); ``trigger`` gates
     planning (default: always look, since firing is on age and count).
+
+    ``plain_turns`` (default True) also counts a turn whose replies are only
+    plain assistant text as complete. ADR-0040's threshold step summarizes
+    every assistant block, but ours leaves blocks under its ``min_tokens``
+    raw (summarizing a one-line reply gains nothing); without this, short
+    chat turns would never be compacted and would form the very floor ADR-0041
+    removes. ``False`` keeps the ADR's letter: a ``[SUMMARIZED]`` block is needed.
     """
 
     min_turns_old_threshold: int = 20
     min_turns_to_compact: int = 3
     max_turns_per_batch: int = 6
     max_tokens: int = 1200
+    plain_turns: bool = True
     prompt: str | Path | None = None
     system_prompt: str | Path | None = None
     trigger: Trigger = field(default_factory=Always)
@@ -132,7 +140,7 @@ class GoalBatchCompaction:
         entries = state.entries
         boundary = old_boundary(entries, self.min_turns_old_threshold)
         run: list[Turn] = []
-        for turn in turns(entries):
+        for turn in turns(entries, plain_turns=self.plain_turns):
             if turn.last >= boundary:
                 break
             if turn.complete and run and turn.first == run[-1].last + 1:
@@ -208,18 +216,21 @@ def is_goal_batch(entry: Entry) -> bool:
     return entry.fold is not None and entry.fold.data.get("summary_type") == "goal_batch"
 
 
-def turns(entries: Sequence[Entry]) -> list[Turn]:
+def turns(entries: Sequence[Entry], *, plain_turns: bool = False) -> list[Turn]:
     """Every turn of the view, oldest first; entries before the first user message
-    and earlier goal batches belong to none."""
+    and earlier goal batches belong to none.
+
+    A turn is complete when its replies are ``[SUMMARIZED]`` folds and plain
+    assistant text, with at least one fold, or (``plain_turns``) at least one reply.
+    """
     out: list[Turn] = []
     first: int | None = None
 
     def close(last: int) -> None:
         if first is not None:
             body = entries[first + 1 : last + 1]
-            complete = any(is_summarized(e) for e in body) and all(
-                is_summarized(e) or is_plain_text([e]) for e in body
-            )
+            needed = bool(body) if plain_turns else any(is_summarized(e) for e in body)
+            complete = needed and all(is_summarized(e) or is_plain_text([e]) for e in body)
             out.append(Turn(first, last, complete))
 
     for i, entry in enumerate(entries):
