@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 from _common import conversations, parse_args, report
 
-from contextfold.artifacts import extract_artifacts, missing_artifacts
-from contextfold.checked import SummaryRejected, rejection, summarize_checked
+from contextfold.artifacts import missing_artifacts
+from contextfold.checked import SummaryRejected, must_keep, rejection, summarize_checked
 from contextfold.entries import Entry
 from contextfold.llm.base import Completion
 from contextfold.log import LoggedMessage
@@ -51,7 +51,7 @@ def dropping_reply(rng: random.Random, drop: float, error_rate: float):  # type:
             return ERROR_ANSWER
         text = str(messages[-1]["content"])
         source = text.split("<history>\n", 1)[-1].rsplit("\n</history>", 1)[0]
-        for item in sorted(set(extract_artifacts(source)), key=len, reverse=True):
+        for item in sorted(set(must_keep(source)), key=len, reverse=True):
             if rng.random() < drop:
                 source = re.sub(re.escape(item), "", source)
         return source[: 4 * 600]
@@ -68,7 +68,7 @@ def main() -> None:
     items_total = kept_plain = kept_checked = items_checked = 0
     errors_committed_plain = errors_committed_checked = rejected_jobs = retries = 0
     for seed, source in enumerate(texts):
-        items = extract_artifacts(source)
+        items = must_keep(source)
         if not items:
             continue
         prompt: list[Message] = [{"role": "user", "content": f"Summarize.\n{material(source)}"}]

@@ -100,12 +100,17 @@ def summarize_checked(
         if reason is not None:
             reasons.append(reason)
             continue
-        items = extract_artifacts(_LABEL.sub("", source)) if pin else []
+        items = must_keep(source) if pin else []
         pinned = tuple(missing_artifacts(items, completion.text))
         return Checked(
             with_pins(completion.text.strip(), pinned), completion.data, pinned, usage, attempt
         )
     raise SummaryRejected(reasons, usage)
+
+
+def must_keep(source: str) -> list[str]:
+    """The items a summary of ``source`` must keep: artifacts of its material, labels aside."""
+    return extract_artifacts(_LABEL.sub("", source))
 
 
 def with_pins(text: str, pinned: Sequence[str]) -> str:
