@@ -87,3 +87,19 @@ def test_pinning_can_be_turned_off() -> None:
     model = ScriptedModel(["Short."])
     checked = summarize_checked(model, PROMPT, source=SOURCE, max_tokens=200, pin=False)
     assert checked.pinned == () and checked.text == "Short."
+
+
+def test_pins_are_capped_keeping_the_newest_items() -> None:
+    source = "\n".join(f"[tool read_file]: opened src/pkg/module_{i:03}.py" for i in range(200))
+    prompt: list[Message] = [{"role": "user", "content": material(source)}]
+    checked = summarize_checked(
+        ScriptedModel(["Read many modules."]), prompt, source=source, max_tokens=50, pin_chars=200
+    )
+    assert 0 < len(checked.pinned) < 200
+    assert checked.pins_dropped == 200 - len(checked.pinned)
+    assert checked.pinned[-1] == "src/pkg/module_199.py"
+    assert sum(len(p) + 3 for p in checked.pinned) <= 200
+    uncapped = summarize_checked(
+        ScriptedModel(["Read many modules."]), prompt, source=source, max_tokens=50, pin_chars=10**6
+    )
+    assert len(uncapped.pinned) == 200 and uncapped.pins_dropped == 0

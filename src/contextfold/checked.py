@@ -8,7 +8,10 @@
 2. Must-keep items are extracted deterministically from the folded range with
    the same extractor the offline strategy uses (paths, URLs, identifiers,
    numbers with units, dates, error strings, user constraints); every item
-   missing from the answer is appended verbatim in a ``Pinned`` list.
+   missing from the answer is appended verbatim in a ``Pinned`` list. Pins
+   get as many characters as the answer may have (``pin_chars``), the newest
+   items first, so a fold folded again and again cannot grow without bound;
+   the rest stay in the log and are counted in ``pins_dropped``.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class Checked:
     pinned: tuple[str, ...]
     usage: Usage
     attempts: int
+    pins_dropped: int = 0
 
 
 def rejection(completion: Completion, *, max_chars: int, want_json: bool) -> str | None:
@@ -77,6 +81,7 @@ def summarize_checked(
     schema: Mapping[str, Any] | None = None,
     attempts: int = 3,
     pin: bool = True,
+    pin_chars: int | None = None,
     accept: Callable[[Completion], str | None] | None = None,
 ) -> Checked:
     """Ask ``llm``, check the answer, pin what it dropped from ``source``.
@@ -101,11 +106,29 @@ def summarize_checked(
             reasons.append(reason)
             continue
         items = must_keep(source) if pin else []
-        pinned = tuple(missing_artifacts(items, completion.text))
+        missing = missing_artifacts(items, completion.text)
+        pinned = newest_within(missing, max_chars if pin_chars is None else pin_chars)
         return Checked(
-            with_pins(completion.text.strip(), pinned), completion.data, pinned, usage, attempt
+            with_pins(completion.text.strip(), pinned),
+            completion.data,
+            pinned,
+            usage,
+            attempt,
+            len(missing) - len(pinned),
         )
     raise SummaryRejected(reasons, usage)
+
+
+def newest_within(items: Sequence[str], chars: int) -> tuple[str, ...]:
+    """The latest items (in their order) whose pinned lines fit in ``chars``."""
+    kept: list[str] = []
+    used = 0
+    for item in reversed(items):
+        used += len(item) + 3
+        if used > chars:
+            break
+        kept.append(item)
+    return tuple(reversed(kept))
 
 
 def must_keep(source: str) -> list[str]:
