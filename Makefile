@@ -24,7 +24,7 @@ test: lint typecheck
 	$(VENV)/bin/pytest -q
 
 bench: $(STAMP)
-	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
+	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
