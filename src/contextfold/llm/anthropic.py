@@ -30,7 +30,7 @@ from contextfold.llm.base import (
     body_text,
     json_instruction,
 )
-from contextfold.llm.sdk import SDKClients, translated_errors
+from contextfold.llm.sdk import SDKClients, SDKProvider, translated_errors
 from contextfold.messages import Message
 
 ANTHROPIC_URL = "https://api.anthropic.com"
@@ -48,7 +48,7 @@ def import_anthropic() -> Any:
         ) from exc
 
 
-class AnthropicProvider:
+class AnthropicProvider(SDKProvider):
     """Base URL, key and SDK clients for Anthropic.
 
     The key comes from ``api_key`` or ``ANTHROPIC_API_KEY``, the URL from
@@ -72,12 +72,6 @@ class AnthropicProvider:
                 api_key=key, base_url=self.base_url, timeout=timeout, max_retries=0
             ),
         )
-
-    def client(self) -> Any:
-        return self._clients.sync()
-
-    def async_client(self) -> Any:
-        return self._clients.for_running_loop()
 
     def __repr__(self) -> str:
         return f"AnthropicProvider(base_url={self.base_url!r})"

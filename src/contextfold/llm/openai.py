@@ -28,7 +28,7 @@ from contextfold.llm.base import (
     body_text,
     json_instruction,
 )
-from contextfold.llm.sdk import SDKClients, translated_errors
+from contextfold.llm.sdk import SDKClients, SDKProvider, translated_errors
 from contextfold.messages import Message, for_model
 
 OPENAI_URL = "https://api.openai.com/v1"
@@ -46,7 +46,7 @@ def import_openai() -> Any:
         ) from exc
 
 
-class OpenAIProvider:
+class OpenAIProvider(SDKProvider):
     """Base URL, key and SDK clients for an OpenAI-style server.
 
     Hosted OpenAI (``compatible=False``) needs a key, from ``api_key`` or
@@ -86,12 +86,6 @@ class OpenAIProvider:
                 api_key=key, base_url=self.base_url, timeout=timeout, max_retries=0
             ),
         )
-
-    def client(self) -> Any:
-        return self._clients.sync()
-
-    def async_client(self) -> Any:
-        return self._clients.for_running_loop()
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(base_url={self.base_url!r}, compatible={self.compatible})"

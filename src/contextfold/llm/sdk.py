@@ -47,6 +47,19 @@ class SDKClients:
             return client
 
 
+class SDKProvider:
+    """Base of the providers: where to reach the API, and its clients."""
+
+    base_url: str
+    _clients: SDKClients
+
+    def client(self) -> Any:
+        return self._clients.sync()
+
+    def async_client(self) -> Any:
+        return self._clients.for_running_loop()
+
+
 @contextmanager
 def translated_errors(
     name: str, timeout: float, sdk: ModuleType, root: type[Exception]
