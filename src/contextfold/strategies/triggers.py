@@ -6,15 +6,18 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from contextfold.strategies.base import ViewState
 
 
-class Trigger:
-    def __call__(self, state: ViewState) -> bool:
-        raise NotImplementedError
+class Trigger(ABC):
+    """A predicate over a view's counts; ``|`` and ``&`` combine two."""
+
+    @abstractmethod
+    def __call__(self, state: ViewState) -> bool: ...
 
     def __or__(self, other: Trigger) -> Trigger:
         return AnyOf((self, other))
