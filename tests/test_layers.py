@@ -34,17 +34,15 @@ CORE = frozenset(
         "errors",
     }
 )
-ABOVE_PORTS = ("strategies", "session", "runtime", "cli", "taskweaver")
+ABOVE_PORTS = ("strategies", "session", "view", "runtime", "cli", "taskweaver")
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "llm": ABOVE_PORTS,
     "store": ABOVE_PORTS,
     "core": (*ABOVE_PORTS, "llm", "store"),
-    "strategies": ("session", "runtime", "cli", "taskweaver", "store"),
+    "strategies": ("session", "view", "runtime", "cli", "taskweaver", "store"),
 }
 
 
-# (module, imported module): the offline stand-in unwraps ``<history>`` blocks
-# with the markers ``strategies.transcript`` defines; they belong in a lower layer.
 def module_name(path: Path) -> str:
     parts = ["contextfold", *path.relative_to(PACKAGE).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

@@ -13,8 +13,8 @@ from contextfold import BudgetError, Fold, Memory, MemoryStore, Session
 from contextfold.compact import tool_unit_faults
 from contextfold.log import LoggedMessage
 from contextfold.messages import Message
-from contextfold.session import _PAGE
 from contextfold.tokens import REPLY_PRIMING
+from contextfold.view import _PAGE
 
 SYSTEM = {"role": "system", "content": "You are a careful assistant."}
 MARKER = re.compile(r"^\[contextfold: (\d+) earlier messages? left out to fit the token budget\]$")

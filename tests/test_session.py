@@ -13,9 +13,9 @@ from test_render import SYSTEM, agent_run, chat, markers, session_of
 from contextfold import InvalidInput, Memory, Pipeline
 from contextfold.compact import tool_unit_faults
 from contextfold.messages import Message
-from contextfold.session import whole_units
 from contextfold.strategies.keep_recent import KeepRecent
 from contextfold.strategies.triggers import Always
+from contextfold.view import whole_units
 
 
 def call(call_id: str, name: str = "search", args: str = "{}") -> Message:

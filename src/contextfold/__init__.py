@@ -27,7 +27,7 @@ from contextfold.log import LoggedMessage
 from contextfold.messages import Message, validate_messages
 from contextfold.render import Rendered, render
 from contextfold.runtime import AsyncioRunner, InlineRunner, Runner, Stats, ThreadRunner
-from contextfold.session import CompactionReport, Memory, Session, View
+from contextfold.session import Memory, Session
 from contextfold.store import MemoryStore, SQLiteStore, Store
 from contextfold.strategies.base import Job, Strategy, ViewState
 from contextfold.strategies.extractive import ExtractiveSummary
@@ -55,6 +55,7 @@ from contextfold.strategies.triggers import (
     UnfoldedRounds,
 )
 from contextfold.tokens import TokenCounter, get_counter
+from contextfold.view import CompactionReport, View
 
 __all__ = [
     "CODE_AGENT_CONCEPTS",

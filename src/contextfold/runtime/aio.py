@@ -19,7 +19,7 @@ from typing import Any
 from contextfold.errors import InvalidInput
 from contextfold.events import EventCallback, log
 from contextfold.runtime.core import Key, Runner, Step, key_of
-from contextfold.session import View
+from contextfold.view import View
 
 
 class AsyncioRunner(Runner):

@@ -36,8 +36,9 @@ from contextfold.events import Event, EventCallback, log
 from contextfold.folds import Fold
 from contextfold.log import LoggedMessage
 from contextfold.runtime.leases import LeaseKeeper
-from contextfold.session import MAX_COMPACTION_STEPS, Session, View
+from contextfold.session import Session
 from contextfold.strategies.base import Job
+from contextfold.view import MAX_COMPACTION_STEPS, View
 
 Key = tuple[str, str]
 Step = Callable[[], Any]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from contextfold.runtime.core import Runner
-from contextfold.session import View
+from contextfold.view import View
 
 _POLL_S = 0.01
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from contextfold.errors import InvalidInput
 from contextfold.events import EventCallback
 from contextfold.runtime.core import Key, Runner, key_of
-from contextfold.session import View
+from contextfold.view import View
 
 
 class ThreadRunner(Runner):

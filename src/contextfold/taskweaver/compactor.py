@@ -40,11 +40,11 @@ from contextfold.errors import InvalidInput
 from contextfold.llm.base import LLM
 from contextfold.runtime.thread import ThreadRunner
 from contextfold.session import Memory as LogMemory
-from contextfold.session import View
 from contextfold.strategies.pipeline import Pipeline
 from contextfold.strategies.rolling import RollingCompactor
 from contextfold.taskweaver.rounds import RoundLike, RoundLog, role_filter
 from contextfold.templates import fill
+from contextfold.view import View
 
 _YAML_BLOCK = re.compile(r"content:\s*\|[-+]?\s*")
 
