@@ -13,6 +13,14 @@ DATA = Path(
 )
 
 
+# Words, not numbers: numbers are must-keep items that summaries would pin.
+NATO = (
+    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+    "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo",
+    "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee", "zulu",
+)  # fmt: skip
+
+
 def load_rows(name: str, limit: int | None = None) -> list[dict[str, Any]]:
     """Rows of a shared data file; the suite needs them, so a missing file fails."""
     path = DATA / f"{name}.jsonl"

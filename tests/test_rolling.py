@@ -4,6 +4,7 @@ import json
 from typing import Any
 
 import pytest
+from conftest import NATO
 
 from contextfold import Memory, Pipeline, Session, View
 from contextfold.errors import InvalidInput
@@ -14,36 +15,10 @@ from contextfold.strategies.triggers import Always
 from contextfold.testing import ScriptedModel
 
 HEADER = "[Conversation History Summary (Rounds 1-{})]"
-# Words, not numbers: numbers of two digits are must-keep items that would be pinned.
-STEPS = [
-    "alpha",
-    "bravo",
-    "charlie",
-    "delta",
-    "echo",
-    "foxtrot",
-    "golf",
-    "hotel",
-    "india",
-    "juliet",
-    "kilo",
-    "lima",
-    "mike",
-    "november",
-    "oscar",
-    "papa",
-    "quebec",
-    "romeo",
-    "sierra",
-    "tango",
-    "uniform",
-    "victor",
-    "whiskey",
-]
 
 
 def chat_round(i: int) -> list[dict[str, Any]]:
-    step = STEPS[i - 1]
+    step = NATO[i - 1]
     return [
         {"role": "user", "content": f"Question {step}: what is the {step} step of the plan?"},
         {"role": "assistant", "content": f"Answer {step}: the {step} step is done."},

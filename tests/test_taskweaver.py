@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from conftest import NATO
 
 import contextfold.taskweaver as tw
 from contextfold import InvalidInput, MemoryStore, Message
@@ -32,40 +33,11 @@ from contextfold.taskweaver import (
 from contextfold.testing import ScriptedModel
 
 ROOT = Path(__file__).resolve().parents[1]
-# Words, not numbers: numbers would be pinned into summaries as must-keep items.
-WORDS = [
-    "alpha",
-    "bravo",
-    "charlie",
-    "delta",
-    "echo",
-    "foxtrot",
-    "golf",
-    "hotel",
-    "india",
-    "juliet",
-    "kilo",
-    "lima",
-    "mike",
-    "november",
-    "oscar",
-    "papa",
-    "quebec",
-    "romeo",
-    "sierra",
-    "tango",
-    "uniform",
-    "victor",
-    "whiskey",
-    "xray",
-    "yankee",
-    "zulu",
-]
 WAIT = 10.0
 
 
 def query(i: int) -> str:
-    return f"Question {WORDS[i - 1]}"
+    return f"Question {NATO[i - 1]}"
 
 
 def play(memory: Memory, i: int, *, state: str = "finished", code: bool = False) -> Round:
@@ -73,9 +45,9 @@ def play(memory: Memory, i: int, *, state: str = "finished", code: bool = False)
     round = memory.create_round(query(i))
     round.add_post(Post.create(query(i), "User", "Planner"))
     if code:
-        round.add_post(Post.create(f"Instruction {WORDS[i - 1]}", "Planner", "CodeInterpreter"))
-        round.add_post(Post.create(f"Result {WORDS[i - 1]}", "CodeInterpreter", "Planner"))
-    round.add_post(Post.create(f"Answer {WORDS[i - 1]}", "Planner", "User"))
+        round.add_post(Post.create(f"Instruction {NATO[i - 1]}", "Planner", "CodeInterpreter"))
+        round.add_post(Post.create(f"Result {NATO[i - 1]}", "CodeInterpreter", "Planner"))
+    round.add_post(Post.create(f"Answer {NATO[i - 1]}", "Planner", "User"))
     round.change_round_state(state)  # type: ignore[arg-type]
     return round
 
@@ -389,8 +361,8 @@ def test_standalone_compactor_logs_the_rounds_it_is_given() -> None:
         rounds.append(round)
         c.notify_rounds_changed(len(rounds))
         round.add_post(Post.create(query(i), "User", "Planner"))
-        round.add_post(Post.create(f"Instruction {WORDS[i - 1]}", "Planner", "CodeInterpreter"))
-        round.add_post(Post.create(f"Answer {WORDS[i - 1]}", "Planner", "User"))
+        round.add_post(Post.create(f"Instruction {NATO[i - 1]}", "Planner", "CodeInterpreter"))
+        round.add_post(Post.create(f"Answer {NATO[i - 1]}", "Planner", "User"))
 
     model = ScriptedModel(default="Standalone summary.")
     getter: Callable[[], list[Round]] = lambda: rounds  # noqa: E731

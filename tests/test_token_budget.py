@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from conftest import NATO
 
 from contextfold import Always, Memory, Pipeline, Session, View
 from contextfold.checked import PINNED_HEADER
@@ -24,18 +25,7 @@ from contextfold.strategies.token_budget import (
 from contextfold.strategies.transcript import HISTORY_CLOSE, HISTORY_OPEN
 from contextfold.testing import ScriptedModel
 
-WORDS = (
-    "alpha",
-    "bravo",
-    "charlie",
-    "delta",
-    "echo",
-    "foxtrot",
-    "golf",
-    "hotel",
-    "india",
-    "juliet",
-)
+WORDS = NATO[:10]
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 EXTRACTION_MARK = "extracting important structured data"
 
