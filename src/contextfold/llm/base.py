@@ -149,16 +149,14 @@ class Model:
         max_tokens: int | None = None,
         schema: Mapping[str, Any] | None = None,
     ) -> Completion:
-        cap = min(max_tokens or self.max_tokens, self.max_tokens)
+        cap = self._cap(max_tokens)
         for attempt in range(self.retry.attempts):
             check_allowed(self)
             started = time.perf_counter()
             try:
                 completion = self._call(list(messages), cap, schema)
             except RetryableError as exc:
-                if attempt + 1 >= self.retry.attempts:
-                    raise
-                time.sleep(self.retry.delay(attempt, exc.retry_after))
+                time.sleep(self._backoff(attempt, exc))
                 continue
             return _finish(completion, schema, time.perf_counter() - started, attempt + 1)
         raise ModelError(f"{self.name}: no attempt was made")
@@ -170,16 +168,14 @@ class Model:
         max_tokens: int | None = None,
         schema: Mapping[str, Any] | None = None,
     ) -> Completion:
-        cap = min(max_tokens or self.max_tokens, self.max_tokens)
+        cap = self._cap(max_tokens)
         for attempt in range(self.retry.attempts):
             check_allowed(self)
             started = time.perf_counter()
             try:
                 completion = await self._acall(list(messages), cap, schema)
             except RetryableError as exc:
-                if attempt + 1 >= self.retry.attempts:
-                    raise
-                await asyncio.sleep(self.retry.delay(attempt, exc.retry_after))
+                await asyncio.sleep(self._backoff(attempt, exc))
                 continue
             return _finish(completion, schema, time.perf_counter() - started, attempt + 1)
         raise ModelError(f"{self.name}: no attempt was made")
@@ -187,6 +183,16 @@ class Model:
     def endpoint(self) -> str | None:
         """The base URL this model calls; the guard treats None (unknown) as remote."""
         return None
+
+    def _cap(self, max_tokens: int | None) -> int:
+        """The call's token cap: what was asked, never above the model's own."""
+        return min(max_tokens or self.max_tokens, self.max_tokens)
+
+    def _backoff(self, attempt: int, exc: RetryableError) -> float:
+        """Seconds to wait before the next attempt; re-raises after the last one."""
+        if attempt + 1 >= self.retry.attempts:
+            raise exc
+        return self.retry.delay(attempt, exc.retry_after)
 
     def _call(
         self, messages: list[Message], max_tokens: int, schema: Mapping[str, Any] | None
