@@ -22,10 +22,20 @@ from crash_worker import (
     summarizing_view,
 )
 
-from contextfold import Fold, InvalidInput, Memory, MemoryStore, ModelError, Pipeline, Session
+from contextfold import Fold, InvalidInput, Memory, MemoryStore, ModelError, Pipeline, Session, View
 from contextfold.events import Event
 from contextfold.runtime import InlineRunner, ThreadRunner
 from contextfold.testing import ScriptedModel
+
+
+def held_at_gate(runner: ThreadRunner) -> tuple[Gate, Session, View]:
+    """A 6-round session watched by ``runner``, its first job held inside the model call."""
+    gate = Gate()
+    session = new_session(rounds=6)
+    view = summarizing_view(session, gate.model())
+    runner.watch(view)
+    assert gate.entered.acquire(timeout=WAIT)
+    return gate, session, view
 
 
 def test_inline_runner_compacts_inside_append() -> None:
@@ -75,12 +85,8 @@ def test_watch_needs_a_pipeline_and_unwatch_stops_compaction() -> None:
 
 
 def test_thread_runner_serves_committed_folds_while_a_job_runs() -> None:
-    gate = Gate()
-    session = new_session(rounds=6)
-    view = summarizing_view(session, gate.model())
     runner = ThreadRunner()
-    runner.watch(view)
-    assert gate.entered.acquire(timeout=WAIT)
+    gate, session, view = held_at_gate(runner)
     job = runner.running(view)
     assert job is not None and (job.start, job.end) == (2, 9)
     began = time.perf_counter()
@@ -97,13 +103,9 @@ def test_thread_runner_serves_committed_folds_while_a_job_runs() -> None:
 
 
 def test_appends_during_a_job_coalesce_into_one_more_plan() -> None:
-    gate = Gate()
     events: list[Event] = []
-    session = new_session(rounds=6)
-    view = summarizing_view(session, gate.model())
     runner = ThreadRunner(workers=4, on_event=[events.append])
-    runner.watch(view)
-    assert gate.entered.acquire(timeout=WAIT)
+    gate, session, view = held_at_gate(runner)
     for message in chat(20, first=6):
         session.append(message)
     assert kinds(events) == ["planned", "started"]
@@ -184,13 +186,9 @@ def test_append_during_a_plan_that_finds_nothing_is_planned_again() -> None:
 
 
 def test_refused_commit_plans_again_from_what_is_committed() -> None:
-    gate = Gate()
     events: list[Event] = []
-    session = new_session(rounds=6)
-    view = summarizing_view(session, gate.model())
     runner = ThreadRunner(on_event=[events.append])
-    runner.watch(view)
-    assert gate.entered.acquire(timeout=WAIT)
+    gate, session, view = held_at_gate(runner)
     other = Fold(
         "default", 2, 3, "summary", "x", ({"role": "user", "content": "x"},), "other", 9, 1
     )
@@ -286,12 +284,8 @@ def test_inline_runner_leaves_a_leased_view_to_the_next_append() -> None:
 
 
 def test_stop_drains_a_running_job() -> None:
-    gate = Gate()
-    session = new_session(rounds=6)
-    view = summarizing_view(session, gate.model())
     runner = ThreadRunner()
-    runner.watch(view)
-    assert gate.entered.acquire(timeout=WAIT)
+    gate, session, view = held_at_gate(runner)
     threading.Timer(0.2, gate.open.set).start()
     assert runner.stop(timeout=WAIT)
     assert ranges(view.folds()) == [(2, 9)]
@@ -300,13 +294,9 @@ def test_stop_drains_a_running_job() -> None:
 
 @pytest.mark.parametrize("drain", [True, False])
 def test_stop_abandons_a_job_that_never_commits(drain: bool) -> None:
-    gate = Gate()
     events: list[Event] = []
-    session = new_session(rounds=6)
-    view = summarizing_view(session, gate.model())
     runner = ThreadRunner(on_event=[events.append])
-    runner.watch(view)
-    assert gate.entered.acquire(timeout=WAIT)
+    gate, session, view = held_at_gate(runner)
     began = time.monotonic()
     assert not runner.stop(timeout=0.2, drain=drain)
     assert time.monotonic() - began < (2.0 if drain else 0.5)  # not the gate's 10 s
