@@ -18,12 +18,12 @@ from collections.abc import Sequence
 
 from _common import conversations, parse_args, report
 
-from contextfold.artifacts import missing_artifacts
-from contextfold.checked import SummaryRejected, must_keep, rejection, summarize_checked
-from contextfold.entries import Entry
+from contextfold.core.artifacts import missing_artifacts
+from contextfold.core.entries import Entry
+from contextfold.core.log import LoggedMessage
+from contextfold.core.messages import Message
 from contextfold.llm.base import Completion
-from contextfold.log import LoggedMessage
-from contextfold.messages import Message
+from contextfold.strategies.checked import SummaryRejected, must_keep, rejection, summarize_checked
 from contextfold.strategies.transcript import material, transcript
 from contextfold.testing import ScriptedModel
 

@@ -41,8 +41,8 @@ from typing import Any
 from _common import parse_args, report
 
 from contextfold import ContextfoldError, Memory, preset_names
+from contextfold.core.messages import Message
 from contextfold.llm import LLM, Completion, Usage, get_model
-from contextfold.messages import Message
 
 BUDGET = 6_000
 QUICK_MESSAGES = 80

@@ -22,8 +22,8 @@ from typing import Any
 
 from _common import parse_args, report, timed
 
-from contextfold import Fold, Memory, MemoryStore, Session, Store
-from contextfold.messages import Message
+from contextfold import Fold, Memory, RAMStore, Session, Store
+from contextfold.core.messages import Message
 
 BUDGET = 8_000
 RECENT = 300
@@ -108,7 +108,7 @@ def measure(store_for: Any, suffix: str, repeat: int) -> dict[str, Any]:
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0] if __doc__ else "render latency")
     repeat = 5 if args.quick else 30
-    figures = measure(lambda n: MemoryStore(), "", repeat)
+    figures = measure(lambda n: RAMStore(), "", repeat)
     try:
         from contextfold.store.sqlite import SQLiteStore
     except ImportError:

@@ -30,7 +30,7 @@ from typing import Any
 from _common import conversations, parse_args, report
 
 from contextfold import Memory
-from contextfold.messages import text_of
+from contextfold.core.messages import text_of
 
 BUDGETS = {"5pct": 0.05, "10pct": 0.10, "20pct": 0.20}
 PRESETS = {"offline": "offline", "keep_recent": "keep-recent"}

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from _common import conversations, parse_args, report, timed
 
-from contextfold.log import NewMessage
+from contextfold.core.log import NewMessage
+from contextfold.core.tokens import get_counter
 from contextfold.store import SQLiteStore
-from contextfold.tokens import get_counter
 
 BATCH = 100
 PAGE = 50

@@ -23,10 +23,10 @@ from typing import Any
 from _common import conversations, parse_args, report
 
 from contextfold import Memory, get_counter, get_preset
+from contextfold.core.messages import Message
+from contextfold.core.tokens import TokenCounter
 from contextfold.llm.base import Completion
 from contextfold.llm.offline import OfflineModel
-from contextfold.messages import Message
-from contextfold.tokens import TokenCounter
 
 PRESETS = {
     "round_compressor": "round-compressor",

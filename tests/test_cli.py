@@ -12,8 +12,8 @@ import pytest
 from test_render import agent_run, chat
 
 from contextfold.cli import DEMO_BUDGET, main
-from contextfold.compact import tool_unit_faults
-from contextfold.tokens import get_counter
+from contextfold.core.tokens import get_counter
+from contextfold.memory.compact import tool_unit_faults
 
 
 @pytest.fixture
@@ -225,8 +225,8 @@ def test_demo_folds_the_shipped_session(capsys: pytest.CaptureFixture[str]) -> N
 def test_shipped_demo_session_is_a_long_valid_agent_run() -> None:
     from importlib.resources import files
 
-    from contextfold.compact import compact_messages
-    from contextfold.messages import validate_messages
+    from contextfold.core.messages import validate_messages
+    from contextfold.memory.compact import compact_messages
 
     messages = json.loads(files("contextfold").joinpath("data/demo_session.json").read_text())
     validate_messages(messages)

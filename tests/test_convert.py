@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from conftest import load_rows
 
-from contextfold.convert import from_anthropic, to_anthropic
-from contextfold.errors import InvalidInput
-from contextfold.messages import Message, validate_messages
+from contextfold.core.convert import from_anthropic, to_anthropic
+from contextfold.core.errors import InvalidInput
+from contextfold.core.messages import Message, validate_messages
 
 
 def call(call_id: str, name: str = "lookup", arguments: str = "{}") -> dict[str, Any]:

@@ -7,8 +7,8 @@ import pytest
 from conftest import load_rows
 
 from contextfold import Memory, Pipeline, Session, View
-from contextfold.folds import Fold
-from contextfold.messages import text_of
+from contextfold.core.folds import Fold
+from contextfold.core.messages import text_of
 from contextfold.strategies.extractive import ExtractiveSummary
 from contextfold.strategies.triggers import Rounds
 

@@ -11,11 +11,11 @@ import pytest
 from test_tool_calls import EPISODIC, tool_unit
 
 from contextfold import InvalidInput, Memory, Pipeline, Session, View
-from contextfold.artifacts import extract_artifacts
-from contextfold.compact import tool_unit_faults
-from contextfold.events import Event
-from contextfold.folds import Fold
-from contextfold.messages import Message
+from contextfold.core.artifacts import extract_artifacts
+from contextfold.core.events import Event
+from contextfold.core.folds import Fold
+from contextfold.core.messages import Message
+from contextfold.memory.compact import tool_unit_faults
 from contextfold.strategies.goal_batch import SCHEMA, GoalBatchCompaction
 from contextfold.strategies.tool_calls import ToolCallSummarization
 from contextfold.testing import ScriptedModel

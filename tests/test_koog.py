@@ -6,11 +6,11 @@ from typing import Any
 import pytest
 
 from contextfold import Always, Memory, Pipeline, Session, View
-from contextfold.checked import PINNED_HEADER
-from contextfold.errors import InvalidInput
-from contextfold.folds import Fold
-from contextfold.messages import text_of
+from contextfold.core.errors import InvalidInput
+from contextfold.core.folds import Fold
+from contextfold.core.messages import text_of
 from contextfold.strategies.base import ViewState
+from contextfold.strategies.checked import PINNED_HEADER
 from contextfold.strategies.koog import (
     CODE_AGENT_CONCEPTS,
     FACTS_HEADER,

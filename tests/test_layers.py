@@ -1,15 +1,18 @@
 """The layer rule of DESIGN.md: imports point down only.
 
-Every module under ``src/contextfold`` is read with ``ast`` (imports inside
-functions and ``TYPE_CHECKING`` blocks count too) and checked against the
-layers it may not import from:
+Every module under ``src/contextfold`` gets a layer from the folder it sits in
+(a module with no layer fails the suite), and is read with ``ast`` (imports
+inside functions and ``TYPE_CHECKING`` blocks count too)::
 
-* ports (``llm``, ``store``) know nothing of strategies, the memory layer, the
-  runtime or the interfaces;
-* core modules know nothing of those nor of the ports;
-* strategies know the core and the LLM protocol, never the memory layer, the
-  runtime, the interfaces or a store;
-* none of them imports the package root, which re-exports every layer.
+    interfaces   cli · testing · integrations/ (TaskWeaver hooks, later the server)
+    runtime      runtime/
+    memory       memory/
+    strategies   strategies/          (of the ports: the LLM protocol only)
+    ports        llm/ · store/        (never each other)
+    core         core/
+
+A module may import its own layer and the layers below it. Only the package
+root, which re-exports the public face, may import from every layer.
 """
 
 from __future__ import annotations
@@ -20,27 +23,19 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "contextfold"
-CORE = frozenset(
-    {
-        "messages",
-        "tokens",
-        "folds",
-        "entries",
-        "units",
-        "render",
-        "artifacts",
-        "salience",
-        "log",
-        "errors",
-    }
-)
-ABOVE_PORTS = ("strategies", "session", "view", "runtime", "cli", "taskweaver")
-FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "llm": ABOVE_PORTS,
-    "store": ABOVE_PORTS,
-    "core": (*ABOVE_PORTS, "llm", "store"),
-    "strategies": ("session", "view", "runtime", "cli", "taskweaver", "store"),
+RANK = {
+    "core": 0,
+    "llm": 1,
+    "store": 1,
+    "strategies": 2,
+    "memory": 3,
+    "runtime": 4,
+    "interfaces": 5,
 }
+FOLDERS = {"core", "llm", "store", "strategies", "memory", "runtime", "integrations"}
+TOP_LEVEL_INTERFACES = {"cli", "testing"}
+# What a strategy may know of the ports: the LLM protocol, nothing concrete.
+STRATEGY_PORTS = {"contextfold.llm.base"}
 
 
 def module_name(path: Path) -> str:
@@ -51,20 +46,16 @@ def module_name(path: Path) -> str:
 def layer_of(module: str) -> str | None:
     parts = module.split(".")
     if len(parts) < 2:
-        return None
-    if parts[1] in ("llm", "store", "strategies"):
-        return parts[1]
-    if len(parts) == 2 and parts[1] in CORE:
-        return "core"
-    return None
+        return None  # the package root
+    top = parts[1]
+    if top == "integrations" or (len(parts) == 2 and top in TOP_LEVEL_INTERFACES):
+        return "interfaces"
+    return top if top in FOLDERS else None
 
 
-def imported(path: Path) -> set[str]:
-    """Every ``contextfold`` module ``path`` imports, relative imports resolved.
-
-    ``from contextfold import x`` counts as importing ``contextfold.x``.
-    """
-    module = module_name(path)
+def imported(path: Path, module: str | None = None) -> set[str]:
+    """Every ``contextfold`` module ``path`` imports, relative imports resolved."""
+    module = module or module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
@@ -78,39 +69,55 @@ def imported(path: Path) -> set[str]:
             else:
                 source = node.module or ""
             out.add(source)
-            out.update(f"{source}.{alias.name}" for alias in node.names)
     return {m for m in out if m == "contextfold" or m.startswith("contextfold.")}
 
 
-def is_under(module: str, top: str) -> bool:
-    target = f"contextfold.{top}"
-    return module == target or module.startswith(target + ".")
+ALL_MODULES = sorted((module_name(path), path) for path in PACKAGE.rglob("*.py"))
+MODULES = [(name, path) for name, path in ALL_MODULES if name != "contextfold"]
 
 
-MODULES = sorted(
-    (module_name(path), path)
-    for path in PACKAGE.rglob("*.py")
-    if layer_of(module_name(path)) is not None
-)
+def test_every_module_has_a_layer() -> None:
+    assert [name for name, _ in MODULES if layer_of(name) is None] == []
 
 
 def test_every_layer_has_modules() -> None:
-    layers = {layer_of(name) for name, _ in MODULES}
-    assert layers == set(FORBIDDEN)
+    assert {layer_of(name) for name, _ in MODULES} == set(RANK)
 
 
-def upward(module: str, path: Path) -> list[str]:
-    """The modules ``path`` imports from above its layer, or from the package root."""
+def upward(module: str, path: Path, *, module_of_path: str | None = None) -> list[str]:
+    """What ``path`` imports from above its layer, from a sibling port, or from the root."""
     layer = layer_of(module)
     assert layer is not None
-    return sorted(
-        target
-        for target in imported(path)
-        if target == "contextfold" or any(is_under(target, top) for top in FORBIDDEN[layer])
-    )
+    bad = []
+    for target in sorted(imported(path, module_of_path)):
+        other = layer_of(target)
+        if (
+            other is None
+            or RANK[other] > RANK[layer]
+            or (RANK[other] == RANK[layer] == 1 and other != layer)
+            or (
+                layer == "strategies" and other in ("llm", "store") and target not in STRATEGY_PORTS
+            )
+        ):
+            bad.append(target)
+    return bad
 
 
 @pytest.mark.parametrize(("module", "path"), MODULES, ids=[name for name, _ in MODULES])
 def test_imports_point_down_only(module: str, path: Path) -> None:
     found = upward(module, path)
     assert found == [], f"{module} ({layer_of(module)}) imports from above its layer: {found}"
+
+
+def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from contextfold.llm.base import LLM\n"
+        "from contextfold.llm.offline import OfflineModel\n"
+        "from contextfold.runtime.thread import ThreadRunner\n"
+        "from contextfold.core.folds import Fold\n"
+    )
+    found = upward(
+        "contextfold.strategies.probe", probe, module_of_path="contextfold.strategies.probe"
+    )
+    assert found == ["contextfold.llm.offline", "contextfold.runtime.thread"]

@@ -11,7 +11,7 @@ import pytest
 from fake_providers import FakeProvider, Reply, anthropic_reply, error_reply, sdk_exceptions
 from test_llm_openai import SCHEMA, TOOL_CHAT, USER
 
-from contextfold.errors import InvalidInput, ModelError
+from contextfold.core.errors import InvalidInput, ModelError
 from contextfold.llm import (
     AnthropicModel,
     AnthropicProvider,

@@ -11,7 +11,7 @@ import openai
 import pytest
 from fake_providers import FakeProvider, Reply, error_reply, openai_reply, sdk_exceptions
 
-from contextfold.errors import ModelError
+from contextfold.core.errors import ModelError
 from contextfold.llm import OpenAIModel, OpenAIProvider, RetryableError, RetryPolicy, get_model
 from contextfold.llm.openai import OPENAI_URL
 

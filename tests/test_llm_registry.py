@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from contextfold.errors import InvalidInput
+from contextfold.core.errors import InvalidInput
+from contextfold.core.messages import Message
 from contextfold.llm import (
     LLM,
     AnthropicModel,
@@ -24,7 +25,6 @@ from contextfold.llm import (
 )
 from contextfold.llm.offline import OfflineModel
 from contextfold.llm.openai import OPENAI_URL
-from contextfold.messages import Message
 
 
 @pytest.fixture(autouse=True)

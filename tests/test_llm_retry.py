@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from fake_providers import FakeProvider, openai_reply
 
-from contextfold.errors import ModelError
+from contextfold.core.errors import ModelError
+from contextfold.core.messages import Message
 from contextfold.llm import Completion, Model, OpenAIModel, OpenAIProvider, RetryPolicy, Usage
 from contextfold.llm.base import (
     BLOCK_ENV,
@@ -22,7 +23,6 @@ from contextfold.llm.base import (
     retry_after,
     status_error,
 )
-from contextfold.messages import Message
 from contextfold.testing import block_model_calls
 
 USER = [{"role": "user", "content": "hi"}]

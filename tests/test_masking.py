@@ -10,8 +10,8 @@ from conftest import load_rows
 from test_render import SYSTEM, session_of
 
 from contextfold import ObservationMasking, Pipeline, Session
-from contextfold.compact import tool_unit_faults
-from contextfold.messages import Message
+from contextfold.core.messages import Message
+from contextfold.memory.compact import tool_unit_faults
 from contextfold.strategies.masking import ARGS_CHARS
 from contextfold.strategies.triggers import Always, OverBudget
 

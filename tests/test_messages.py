@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from conftest import load_rows
 
-from contextfold.errors import InvalidInput
-from contextfold.messages import (
+from contextfold.core.errors import InvalidInput
+from contextfold.core.messages import (
     for_model,
     load_messages,
     text_of,

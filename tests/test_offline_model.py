@@ -4,13 +4,13 @@ import asyncio
 import json
 from typing import Any
 
+from contextfold.core.messages import Message
+from contextfold.core.salience import key_sentences
+from contextfold.core.tokens import get_counter
 from contextfold.llm.base import LLM
 from contextfold.llm.offline import OfflineModel, assignments, history_of, model_or_offline
-from contextfold.messages import Message
-from contextfold.salience import key_sentences
 from contextfold.strategies.transcript import material
 from contextfold.testing import ScriptedModel
-from contextfold.tokens import get_counter
 
 COUNTER = get_counter("approx")
 HISTORY = "\n\n".join(

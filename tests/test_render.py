@@ -9,19 +9,19 @@ from typing import Any
 import pytest
 from conftest import load_rows
 
-from contextfold import BudgetError, Fold, Memory, MemoryStore, Session
-from contextfold.compact import tool_unit_faults
-from contextfold.log import LoggedMessage
-from contextfold.messages import Message
-from contextfold.tokens import REPLY_PRIMING
-from contextfold.view import _PAGE
+from contextfold import BudgetError, Fold, Memory, RAMStore, Session
+from contextfold.core.log import LoggedMessage
+from contextfold.core.messages import Message
+from contextfold.core.tokens import REPLY_PRIMING
+from contextfold.memory.compact import tool_unit_faults
+from contextfold.memory.view import _PAGE
 
 SYSTEM = {"role": "system", "content": "You are a careful assistant."}
 MARKER = re.compile(r"^\[contextfold: (\d+) earlier messages? left out to fit the token budget\]$")
 
 
 def session_of(messages: list[Message], store: Any = None, encoding: str = "o200k_base") -> Session:
-    memory = Memory(store if store is not None else MemoryStore(), encoding=encoding)
+    memory = Memory(store if store is not None else RAMStore(), encoding=encoding)
     session = memory.session("s")
     session.extend(messages)
     return session
@@ -253,7 +253,7 @@ def test_message_larger_than_what_is_left_is_clipped_and_kept_whole_in_the_log()
     assert session.history() == messages
 
 
-class CountingStore(MemoryStore):
+class CountingStore(RAMStore):
     """A memory store that counts the log messages render reads."""
 
     def __init__(self) -> None:

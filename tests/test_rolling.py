@@ -7,9 +7,9 @@ import pytest
 from conftest import NATO
 
 from contextfold import Memory, Pipeline, Session, View
-from contextfold.errors import InvalidInput
-from contextfold.events import Event
-from contextfold.messages import text_of
+from contextfold.core.errors import InvalidInput
+from contextfold.core.events import Event
+from contextfold.core.messages import text_of
 from contextfold.strategies.rolling import RollingCompactor
 from contextfold.strategies.triggers import Always
 from contextfold.testing import ScriptedModel

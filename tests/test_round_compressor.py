@@ -6,9 +6,9 @@ from typing import Any
 import pytest
 
 from contextfold import Memory, Pipeline, Session, View
-from contextfold.errors import InvalidInput
-from contextfold.events import Event
-from contextfold.messages import text_of
+from contextfold.core.errors import InvalidInput
+from contextfold.core.events import Event
+from contextfold.core.messages import text_of
 from contextfold.strategies.round_compressor import SCHEMAS, RoundCompressor
 from contextfold.strategies.triggers import Always
 from contextfold.testing import ScriptedModel

@@ -22,8 +22,8 @@ from crash_worker import (
     summarizing_view,
 )
 
-from contextfold import Fold, InvalidInput, Memory, MemoryStore, ModelError, Pipeline, Session, View
-from contextfold.events import Event
+from contextfold import Fold, InvalidInput, Memory, ModelError, Pipeline, RAMStore, Session, View
+from contextfold.core.events import Event
 from contextfold.runtime import InlineRunner, ThreadRunner
 from contextfold.testing import ScriptedModel
 
@@ -119,7 +119,7 @@ def test_appends_during_a_job_coalesce_into_one_more_plan() -> None:
 
 def test_one_compaction_per_view_across_runners_and_threads() -> None:
     slow = Slow(0.03)
-    store = MemoryStore()
+    store = RAMStore()
     events: list[Event] = []
     views = []
     runners: list[ThreadRunner] = []

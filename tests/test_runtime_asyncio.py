@@ -18,7 +18,7 @@ from crash_worker import (
 )
 
 from contextfold import ModelError, Session
-from contextfold.events import Event
+from contextfold.core.events import Event
 from contextfold.runtime import AsyncioRunner, InlineRunner, Runner, ThreadRunner
 from contextfold.testing import ScriptedModel
 

@@ -20,7 +20,7 @@ from crash_worker import chat, summarizing_view
 
 import contextfold.store.migrations as migrations
 from contextfold import Memory, SQLiteStore
-from contextfold.events import Event
+from contextfold.core.events import Event
 from contextfold.runtime import ThreadRunner
 from contextfold.testing import ScriptedModel
 

@@ -11,11 +11,11 @@ from conftest import load_rows
 from test_render import SYSTEM, agent_run, chat, markers, session_of
 
 from contextfold import InvalidInput, Memory, Pipeline
-from contextfold.compact import tool_unit_faults
-from contextfold.messages import Message
+from contextfold.core.messages import Message
+from contextfold.memory.compact import tool_unit_faults
+from contextfold.memory.view import whole_units
 from contextfold.strategies.keep_recent import KeepRecent
 from contextfold.strategies.triggers import Always
-from contextfold.view import whole_units
 
 
 def call(call_id: str, name: str = "search", args: str = "{}") -> Message:

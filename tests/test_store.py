@@ -13,19 +13,17 @@ from pathlib import Path
 import pytest
 from store_contract import *  # noqa: F403  (the contract's tests run here, once per backend)
 
-from contextfold.errors import InvalidInput, StoreError
-from contextfold.folds import Fold
-from contextfold.log import NewMessage
-from contextfold.store import MemoryStore, SQLiteStore, Store
+from contextfold.core.errors import InvalidInput, StoreError
+from contextfold.core.folds import Fold
+from contextfold.core.log import NewMessage
+from contextfold.store import RAMStore, SQLiteStore, Store
 from contextfold.store.migrations import MIGRATIONS, migrate
 from contextfold.store.sqlite import LAST_OF_ROLE_SQL, MESSAGES_BEFORE_SQL
 
 
 @pytest.fixture(params=["memory", "sqlite"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    backend: Store = (
-        MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "store.db")
-    )
+    backend: Store = RAMStore() if request.param == "memory" else SQLiteStore(tmp_path / "store.db")
     yield backend
     backend.close()
 
@@ -237,7 +235,7 @@ def test_threads_append_gapless(db: SQLiteStore, shared: bool) -> None:
 _CHILD = """
 import sys, time
 from pathlib import Path
-from contextfold.log import NewMessage
+from contextfold.core.log import NewMessage
 from contextfold.store.sqlite import SQLiteStore
 
 path, name, each, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from conftest import NATO
 
-import contextfold.taskweaver as tw
-from contextfold import InvalidInput, MemoryStore, Message
+import contextfold.integrations.taskweaver as tw
+from contextfold import InvalidInput, Message, RAMStore
 from contextfold import Memory as LogMemory
-from contextfold.messages import text_of
-from contextfold.taskweaver import (
+from contextfold.core.messages import text_of
+from contextfold.integrations.taskweaver import (
     CompactedMessage,
     CompactionProvider,
     CompactionSettings,
@@ -516,7 +516,7 @@ def test_memory_stores(tmp_path: Path) -> None:
     memory.close()
     with LogMemory(db) as reopened_db:
         assert [m["role"] for m in reopened_db.session("s").history()] == ["user", "assistant"]
-    store = MemoryStore()
+    store = RAMStore()
     first = Memory("s", store=store)
     play(first, 1)
     with pytest.raises(InvalidInput) as reopened:

@@ -9,9 +9,9 @@ from conftest import load_rows
 from test_tool_calls import ANSWER, EPISODIC, assert_whole_units, tool_unit, turn
 
 from contextfold import Memory, Pipeline, Session, View
-from contextfold.compact import tool_unit_faults
-from contextfold.events import Event
-from contextfold.messages import Message
+from contextfold.core.events import Event
+from contextfold.core.messages import Message
+from contextfold.memory.compact import tool_unit_faults
 from contextfold.strategies.threshold import ThresholdSummarization
 from contextfold.strategies.tool_calls import ToolCallSummarization
 from contextfold.strategies.triggers import Messages

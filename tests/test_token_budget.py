@@ -9,11 +9,11 @@ import pytest
 from conftest import NATO
 
 from contextfold import Always, Memory, Pipeline, Session, View
-from contextfold.checked import PINNED_HEADER
-from contextfold.errors import InvalidInput
-from contextfold.events import Event
-from contextfold.folds import Fold
-from contextfold.messages import Message, text_of
+from contextfold.core.errors import InvalidInput
+from contextfold.core.events import Event
+from contextfold.core.folds import Fold
+from contextfold.core.messages import Message, text_of
+from contextfold.strategies.checked import PINNED_HEADER
 from contextfold.strategies.token_budget import (
     DATA_HEADER,
     SUMMARY_HEADER,

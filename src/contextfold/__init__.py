@@ -5,12 +5,10 @@ summaries, facts and placeholders, and ``render`` gives every model call a
 prompt that fits its budget.
 """
 
-from contextfold.artifacts import extract_artifacts, missing_artifacts
-from contextfold.checked import Checked, SummaryRejected, summarize_checked
-from contextfold.compact import CompactResult, compact_messages
-from contextfold.convert import from_anthropic, to_anthropic
-from contextfold.entries import Entry
-from contextfold.errors import (
+from contextfold.core.artifacts import extract_artifacts, missing_artifacts
+from contextfold.core.convert import from_anthropic, to_anthropic
+from contextfold.core.entries import Entry
+from contextfold.core.errors import (
     BudgetError,
     ContextfoldError,
     FoldConflict,
@@ -19,17 +17,21 @@ from contextfold.errors import (
     NotFound,
     StoreError,
 )
-from contextfold.events import Event
-from contextfold.folds import Fold
+from contextfold.core.events import Event
+from contextfold.core.folds import Fold
+from contextfold.core.log import LoggedMessage
+from contextfold.core.messages import Message, validate_messages
+from contextfold.core.render import Rendered, render
+from contextfold.core.tokens import TokenCounter, get_counter
 from contextfold.llm import LLM, Completion, Usage, get_model, register_provider
 from contextfold.llm.offline import OfflineModel
-from contextfold.log import LoggedMessage
-from contextfold.messages import Message, validate_messages
-from contextfold.render import Rendered, render
+from contextfold.memory.compact import CompactResult, compact_messages
+from contextfold.memory.session import Memory, Session
+from contextfold.memory.view import CompactionReport, View
 from contextfold.runtime import AsyncioRunner, InlineRunner, Runner, Stats, ThreadRunner
-from contextfold.session import Memory, Session
-from contextfold.store import MemoryStore, SQLiteStore, Store
+from contextfold.store import RAMStore, SQLiteStore, Store
 from contextfold.strategies.base import Job, Strategy, ViewState
+from contextfold.strategies.checked import Checked, SummaryRejected, summarize_checked
 from contextfold.strategies.extractive import ExtractiveSummary
 from contextfold.strategies.goal_batch import GoalBatchCompaction
 from contextfold.strategies.keep_recent import KeepRecent
@@ -54,8 +56,6 @@ from contextfold.strategies.triggers import (
     Trigger,
     UnfoldedRounds,
 )
-from contextfold.tokens import TokenCounter, get_counter
-from contextfold.view import CompactionReport, View
 
 __all__ = [
     "CODE_AGENT_CONCEPTS",
@@ -82,7 +82,6 @@ __all__ = [
     "KeepRecent",
     "LoggedMessage",
     "Memory",
-    "MemoryStore",
     "Message",
     "Messages",
     "ModelError",
@@ -93,6 +92,7 @@ __all__ = [
     "OverBudget",
     "Pipeline",
     "Predicate",
+    "RAMStore",
     "Rendered",
     "RetrieveFacts",
     "RollingCompactor",

@@ -27,15 +27,15 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 from rich.text import Text
 
-from contextfold.compact import (
+from contextfold.core.errors import ContextfoldError
+from contextfold.core.messages import Message, text_of
+from contextfold.memory.compact import (
     CompactResult,
     ProgressCallback,
     compact_file,
     compact_messages,
     write_prompt,
 )
-from contextfold.errors import ContextfoldError
-from contextfold.messages import Message, text_of
 from contextfold.strategies.presets import get_preset, preset_names
 
 DEMO_RESOURCE = "data/demo_session.json"

@@ -18,9 +18,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextfold.errors import ModelError
+from contextfold.core.errors import ModelError
+from contextfold.core.messages import Message, text_of
 from contextfold.llm.base import Completion, Usage, parse_json, set_blocked
-from contextfold.messages import Message, text_of
 
 Reply = str | Mapping[str, Any] | BaseException | Callable[[Sequence[Message]], str]
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
-from contextfold.errors import ModelError
-from contextfold.messages import Message
+from contextfold.core.errors import ModelError
+from contextfold.core.messages import Message
 
 HISTORY_OPEN = "<history>"
 HISTORY_CLOSE = "</history>"

@@ -44,11 +44,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextfold.artifacts import extract_artifacts
+from contextfold.core.artifacts import extract_artifacts
+from contextfold.core.messages import Message, text_of
+from contextfold.core.salience import key_sentences
+from contextfold.core.tokens import TokenCounter, get_counter
 from contextfold.llm.base import HISTORY_CLOSE, HISTORY_OPEN, LLM, Completion, Usage
-from contextfold.messages import Message, text_of
-from contextfold.salience import key_sentences
-from contextfold.tokens import TokenCounter, get_counter
 
 OFFLINE = "offline"
 UNKNOWN = "unknown"

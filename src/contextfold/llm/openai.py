@@ -20,7 +20,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextfold.errors import ModelError
+from contextfold.core.errors import ModelError
+from contextfold.core.messages import Message, for_model
 from contextfold.llm.base import (
     Completion,
     Model,
@@ -29,7 +30,6 @@ from contextfold.llm.base import (
     json_instruction,
 )
 from contextfold.llm.sdk import SDKClients, SDKProvider, translated_errors
-from contextfold.messages import Message, for_model
 
 OPENAI_URL = "https://api.openai.com/v1"
 # Local servers ignore the key, but the SDK refuses to start without one.

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from contextfold.errors import InvalidInput
+from contextfold.core.errors import InvalidInput
 from contextfold.llm.base import LLM
 
 ProviderFactory = Callable[..., LLM]

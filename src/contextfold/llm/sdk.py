@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-from contextfold.errors import ModelError
+from contextfold.core.errors import ModelError
 from contextfold.llm.base import RetryableError, body_text, status_error
 
 

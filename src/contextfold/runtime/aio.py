@@ -16,10 +16,10 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from contextfold.errors import InvalidInput
-from contextfold.events import EventCallback, log
+from contextfold.core.errors import InvalidInput
+from contextfold.core.events import EventCallback, log
+from contextfold.memory.view import View
 from contextfold.runtime.core import Key, Runner, Step, key_of
-from contextfold.view import View
 
 
 class AsyncioRunner(Runner):

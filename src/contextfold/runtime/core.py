@@ -31,14 +31,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from contextfold.errors import InvalidInput
-from contextfold.events import Event, EventCallback, log
-from contextfold.folds import Fold
-from contextfold.log import LoggedMessage
+from contextfold.core.errors import InvalidInput
+from contextfold.core.events import Event, EventCallback, log
+from contextfold.core.folds import Fold
+from contextfold.core.log import LoggedMessage
+from contextfold.memory.session import Session
+from contextfold.memory.view import MAX_COMPACTION_STEPS, View
 from contextfold.runtime.leases import LeaseKeeper
-from contextfold.session import Session
 from contextfold.strategies.base import Job
-from contextfold.view import MAX_COMPACTION_STEPS, View
 
 Key = tuple[str, str]
 Step = Callable[[], Any]

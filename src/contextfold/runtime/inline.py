@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 
+from contextfold.memory.view import View
 from contextfold.runtime.core import Runner
-from contextfold.view import View
 
 _POLL_S = 0.01
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import threading
 
-from contextfold.errors import ContextfoldError
-from contextfold.events import log
+from contextfold.core.errors import ContextfoldError
+from contextfold.core.events import log
 from contextfold.store.base import Store
 
 LeaseKey = tuple[int, str, str]

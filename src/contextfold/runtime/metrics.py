@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from contextfold.events import Event
+from contextfold.core.events import Event
 
 _JOB_KINDS = ("committed", "failed")
 

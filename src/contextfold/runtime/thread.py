@@ -16,10 +16,10 @@ import time
 from collections import deque
 from collections.abc import Iterable
 
-from contextfold.errors import InvalidInput
-from contextfold.events import EventCallback
+from contextfold.core.errors import InvalidInput
+from contextfold.core.events import EventCallback
+from contextfold.memory.view import View
 from contextfold.runtime.core import Key, Runner, key_of
-from contextfold.view import View
 
 
 class ThreadRunner(Runner):

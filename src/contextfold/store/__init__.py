@@ -1,7 +1,7 @@
 """Stores: one protocol, one module per backend, one contract test suite."""
 
 from contextfold.store.base import Store
-from contextfold.store.memory import MemoryStore
+from contextfold.store.ram import RAMStore
 from contextfold.store.sqlite import SQLiteStore
 
-__all__ = ["MemoryStore", "SQLiteStore", "Store"]
+__all__ = ["RAMStore", "SQLiteStore", "Store"]

@@ -25,9 +25,9 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from contextfold.errors import InvalidInput
-from contextfold.folds import Fold
-from contextfold.log import LoggedMessage, NewMessage, SessionRecord
+from contextfold.core.errors import InvalidInput
+from contextfold.core.folds import Fold
+from contextfold.core.log import LoggedMessage, NewMessage, SessionRecord
 
 
 class Store(Protocol):

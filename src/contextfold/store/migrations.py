@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from contextfold.errors import StoreError
+from contextfold.core.errors import StoreError
 
 MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
     (

@@ -21,9 +21,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from contextfold.errors import FoldConflict, InvalidInput, NotFound, StoreError
-from contextfold.folds import Fold, plan_commit
-from contextfold.log import LoggedMessage, NewMessage, SessionRecord
+from contextfold.core.errors import FoldConflict, InvalidInput, NotFound, StoreError
+from contextfold.core.folds import Fold, plan_commit
+from contextfold.core.log import LoggedMessage, NewMessage, SessionRecord
 from contextfold.store.base import check_lease
 from contextfold.store.migrations import migrate
 

@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
 
-from contextfold.entries import Entry
-from contextfold.folds import Fold, Placement
-from contextfold.log import LoggedMessage
-from contextfold.messages import Message, text_of
-from contextfold.tokens import REPLY_PRIMING, TokenCounter
-from contextfold.units import Round, round_spans, unit_spans
+from contextfold.core.entries import Entry
+from contextfold.core.folds import Fold, Placement
+from contextfold.core.log import LoggedMessage
+from contextfold.core.messages import Message, text_of
+from contextfold.core.tokens import REPLY_PRIMING, TokenCounter
+from contextfold.core.units import Round, round_spans, unit_spans
+from contextfold.llm.base import LLM
 
 
 @dataclass(frozen=True)
@@ -100,13 +101,13 @@ class Job:
 
 @runtime_checkable
 class Strategy(Protocol):
-    """One way of folding. ``llm`` is None for model-free strategies."""
+    """One way of folding. ``llm`` is always a model: the view's, or the offline stand-in."""
 
     name: str
 
     def plan(self, state: ViewState) -> Job | None: ...
 
-    def run(self, job: Job, llm: Any, counter: TokenCounter) -> Sequence[Fold]: ...
+    def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]: ...
 
 
 def one_message_fold(

@@ -6,7 +6,7 @@ rounds ``1..N`` whose text starts with ``[Conversation History Summary (Rounds
 1-N)]``, superseded by the next one (incremental: the new fold re-selects from
 the old fold's sentences plus the rounds folded since).
 
-Sentences are chosen by ``contextfold.salience`` for what they add per token,
+Sentences are chosen by ``contextfold.core.salience`` for what they add per token,
 must-keep items first (up to ``must_share`` of the fold). Kept sentences stay
 in log order, prefixed with their speaker, under the date of their session, so
 the fold reads as prose and "last week" can be placed in time. Message meta is
@@ -23,13 +23,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextfold.entries import Entry
-from contextfold.folds import Fold
-from contextfold.messages import Message, text_of
-from contextfold.salience import Candidate, Source, candidates_of, compose, select
+from contextfold.core.entries import Entry
+from contextfold.core.folds import Fold
+from contextfold.core.messages import Message, text_of
+from contextfold.core.salience import Candidate, Source, candidates_of, compose, select
+from contextfold.core.tokens import TokenCounter
+from contextfold.llm.base import LLM
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
 from contextfold.strategies.triggers import OverBudget, Trigger
-from contextfold.tokens import TokenCounter
 
 SUMMARIZED = "[SUMMARIZED]"
 PREAMBLE = "Key sentences of these rounds, verbatim and in order; the full log keeps every message."
@@ -88,7 +89,7 @@ class ExtractiveSummary:
         rounds = sum(_rounds_in(state.entries[r.first]) for r in closed[:k])
         return job_for(self.name, state, 0, last, target=target, rounds=rounds)
 
-    def run(self, job: Job, llm: Any, counter: TokenCounter) -> Sequence[Fold]:
+    def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
         target: int = job.params["target"]
         rounds: int = job.params["rounds"]
         header = f"[Conversation History Summary (Rounds 1-{rounds})]\n{SUMMARIZED} {PREAMBLE}"

@@ -48,14 +48,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contextfold.checked import PINNED_HEADER, summarize_checked, with_pins
-from contextfold.entries import Entry
-from contextfold.errors import InvalidInput
-from contextfold.folds import Fold
-from contextfold.llm.base import Completion
-from contextfold.llm.offline import model_or_offline
-from contextfold.messages import Message
+from contextfold.core.entries import Entry
+from contextfold.core.errors import InvalidInput
+from contextfold.core.folds import Fold
+from contextfold.core.messages import Message
+from contextfold.core.tokens import TokenCounter
+from contextfold.llm.base import LLM, Completion
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
+from contextfold.strategies.checked import PINNED_HEADER, summarize_checked, with_pins
+from contextfold.strategies.templates import fill
 from contextfold.strategies.tool_calls import (
     SUMMARIZED,
     episodic_prompt,
@@ -65,8 +66,6 @@ from contextfold.strategies.tool_calls import (
 )
 from contextfold.strategies.transcript import material, message_block
 from contextfold.strategies.triggers import Always, Trigger
-from contextfold.templates import fill
-from contextfold.tokens import TokenCounter
 
 log = logging.getLogger("contextfold")
 
@@ -160,12 +159,12 @@ class GoalBatchCompaction:
             turns=[(t.first - batch[0].first, t.last - batch[0].first) for t in batch],
         )
 
-    def run(self, job: Job, llm: Any, counter: TokenCounter) -> Sequence[Fold]:
+    def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
         system, template = self._prompts()
         spans: list[tuple[int, int]] = job.params["turns"]
         history = turns_text(job.entries, spans)
         checked = summarize_checked(
-            model_or_offline(llm, counter),
+            llm,
             episodic_prompt(system, fill(template, turns=material(history))),
             source=turns_text(job.entries, spans, pins=False),
             max_tokens=self.max_tokens,

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from contextfold.folds import Fold
+from contextfold.core.folds import Fold
+from contextfold.core.tokens import TokenCounter
+from contextfold.llm.base import LLM
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
 from contextfold.strategies.triggers import OverBudget, Trigger
-from contextfold.tokens import TokenCounter
 
 
 @dataclass
@@ -43,7 +43,7 @@ class KeepRecent:
             return None
         return job_for(self.name, state, 0, cut)
 
-    def run(self, job: Job, llm: Any, counter: TokenCounter) -> Sequence[Fold]:
+    def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
         count = job.end - job.start + 1
         text = f"[{count} earlier messages left out]"
         message = {"role": "system", "content": text}

@@ -25,19 +25,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from contextfold.checked import summarize_checked, with_pins
-from contextfold.entries import Entry
-from contextfold.errors import InvalidInput
-from contextfold.folds import Fold
-from contextfold.llm.base import Completion
-from contextfold.llm.offline import model_or_offline
-from contextfold.messages import Message
+from contextfold.core.entries import Entry
+from contextfold.core.errors import InvalidInput
+from contextfold.core.folds import Fold
+from contextfold.core.messages import Message
+from contextfold.core.tokens import TokenCounter
+from contextfold.llm.base import LLM, Completion
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
+from contextfold.strategies.checked import summarize_checked, with_pins
 from contextfold.strategies.pipeline import Pipeline
+from contextfold.strategies.templates import fill, load_template
 from contextfold.strategies.transcript import material, transcript
 from contextfold.strategies.triggers import Characters, Messages, Predicate, Trigger
-from contextfold.templates import fill, load_template
-from contextfold.tokens import TokenCounter
 
 FactType = Literal["single", "multiple"]
 TLDR_HEADER = "[TL;DR of the earlier conversation]"
@@ -169,10 +168,10 @@ class WholeHistory:
             return None
         return plan_keep_last(self.name, state, self.keep_last, self._own)
 
-    def run(self, job: Job, llm: Any, counter: TokenCounter) -> Sequence[Fold]:
+    def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
         history = transcript(job.entries)
         checked = summarize_checked(
-            model_or_offline(llm, counter),
+            llm,
             _ask(fill(load_template("koog_tldr", self.prompt), history=material(history))),
             source=history,
             max_tokens=self.max_tokens,
@@ -252,7 +251,7 @@ class RetrieveFacts:
             previous_facts_tokens=facts.tokens_after if facts else 0,
         )
 
-    def run(self, job: Job, llm: Any, counter: TokenCounter) -> Sequence[Fold]:
+    def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
         previous: str | None = job.params["previous_facts"]
         # The marker of our previous cycle says nothing; the facts it points to do.
         history = transcript([e for e in job.entries if not self._own(e)])
@@ -263,7 +262,7 @@ class RetrieveFacts:
             for c in self.concepts
         )
         checked = summarize_checked(
-            model_or_offline(llm, counter),
+            llm,
             _ask(
                 fill(
                     load_template("koog_facts", self.prompt),

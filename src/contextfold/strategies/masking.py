@@ -13,12 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextfold.entries import Entry
-from contextfold.folds import Fold
-from contextfold.messages import Message
+from contextfold.core.entries import Entry
+from contextfold.core.folds import Fold
+from contextfold.core.messages import Message
+from contextfold.core.tokens import TokenCounter
+from contextfold.llm.base import LLM
 from contextfold.strategies.base import Job, ViewState, job_for
 from contextfold.strategies.triggers import Always, Trigger
-from contextfold.tokens import TokenCounter
 
 ARGS_CHARS = 80
 
@@ -54,7 +55,7 @@ class ObservationMasking:
         spans = [(i - first, j - first) for i, j in chosen]
         return job_for(self.name, state, first, last, spans=spans)
 
-    def run(self, job: Job, llm: Any, counter: TokenCounter) -> Sequence[Fold]:
+    def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
         folds = []
         for i, j in job.params["spans"]:
             unit = job.entries[i : j + 1]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from contextfold.errors import InvalidInput
+from contextfold.core.errors import InvalidInput
 from contextfold.strategies.base import Job, Strategy, ViewState
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from contextfold.errors import InvalidInput
+from contextfold.core.errors import InvalidInput
 from contextfold.strategies.extractive import ExtractiveSummary
 from contextfold.strategies.goal_batch import GoalBatchCompaction
 from contextfold.strategies.keep_recent import KeepRecent

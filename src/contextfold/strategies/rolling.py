@@ -21,18 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from contextfold.checked import summarize_checked
-from contextfold.entries import Entry
-from contextfold.errors import InvalidInput
-from contextfold.folds import Fold
-from contextfold.llm.offline import model_or_offline
-from contextfold.messages import Message, text_of
+from contextfold.core.entries import Entry
+from contextfold.core.errors import InvalidInput
+from contextfold.core.folds import Fold
+from contextfold.core.messages import Message, text_of
+from contextfold.core.tokens import TokenCounter
+from contextfold.core.units import round_spans
+from contextfold.llm.base import LLM
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
+from contextfold.strategies.checked import summarize_checked
+from contextfold.strategies.templates import fill, load_template
 from contextfold.strategies.transcript import material, message_block, transcript
 from contextfold.strategies.triggers import Trigger, UnfoldedRounds
-from contextfold.templates import fill, load_template
-from contextfold.tokens import TokenCounter
-from contextfold.units import round_spans
 
 TEMPLATES = {"planner": "rolling", "code": "rolling_code"}
 
@@ -78,7 +78,7 @@ class RollingCompactor:
             return None
         return job_for(self.name, state, 0, eligible[-1].last)
 
-    def run(self, job: Job, llm: Any, counter: TokenCounter) -> Sequence[Fold]:
+    def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
         previous = _previous(job.entries)
         done = rounds_covered(previous.fold) if previous and previous.fold else 0
         content, end = self._content(job.entries, previous, done)
@@ -86,7 +86,7 @@ class RollingCompactor:
         messages: list[Message] = [{"role": "user", "content": fill(template, content=content)}]
         raw = [e for e in job.entries if e.fold is None or e.fold.kind == "masked"]
         checked = summarize_checked(
-            model_or_offline(llm, counter),
+            llm,
             messages,
             source=transcript(raw),
             max_tokens=self.max_tokens,

@@ -21,19 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from contextfold.checked import summarize_checked, with_pins
-from contextfold.errors import InvalidInput
-from contextfold.folds import Fold
-from contextfold.llm.base import Completion
-from contextfold.llm.offline import model_or_offline
-from contextfold.messages import Message
+from contextfold.core.errors import InvalidInput
+from contextfold.core.folds import Fold
+from contextfold.core.messages import Message
+from contextfold.core.tokens import TokenCounter
+from contextfold.core.units import round_spans
+from contextfold.llm.base import LLM, Completion
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
+from contextfold.strategies.checked import summarize_checked, with_pins
 from contextfold.strategies.rolling import rounds_covered
+from contextfold.strategies.templates import fill, load_template
 from contextfold.strategies.transcript import material, transcript
 from contextfold.strategies.triggers import Trigger
-from contextfold.templates import fill, load_template
-from contextfold.tokens import TokenCounter
-from contextfold.units import round_spans
 
 SUMMARY = "ConversationSummary"
 VARIABLES = "Variables"
@@ -102,7 +101,7 @@ class RoundCompressor:
             return None
         return job_for(self.name, state, 0, closed[count - 1].last)
 
-    def run(self, job: Job, llm: Any, counter: TokenCounter) -> Sequence[Fold]:
+    def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
         first = job.entries[0]
         previous = first.fold if first.fold is not None and first.fold.kind != "masked" else None
         rounds = [e for e in job.entries if previous is None or e is not first]
@@ -116,7 +115,7 @@ class RoundCompressor:
         messages: list[Message] = [{"role": "user", "content": prompt}]
         raw = [e for e in rounds if e.fold is None or e.fold.kind == "masked"]
         checked = summarize_checked(
-            model_or_offline(llm, counter),
+            llm,
             messages,
             source=transcript(raw),
             max_tokens=self.max_tokens,

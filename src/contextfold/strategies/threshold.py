@@ -22,13 +22,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from contextfold.checked import summarize_checked
-from contextfold.entries import Entry
-from contextfold.folds import Fold
-from contextfold.llm.offline import model_or_offline
+from contextfold.core.entries import Entry
+from contextfold.core.folds import Fold
+from contextfold.core.tokens import TokenCounter
+from contextfold.llm.base import LLM
 from contextfold.strategies.base import Job, ViewState, job_for
+from contextfold.strategies.checked import summarize_checked
+from contextfold.strategies.templates import fill
 from contextfold.strategies.tool_calls import (
     episodic_prompt,
     episodic_prompts,
@@ -37,8 +38,6 @@ from contextfold.strategies.tool_calls import (
 )
 from contextfold.strategies.transcript import material, transcript
 from contextfold.strategies.triggers import Trigger
-from contextfold.templates import fill
-from contextfold.tokens import TokenCounter
 
 
 @dataclass
@@ -86,14 +85,14 @@ class ThresholdSummarization:
             return state.tokens > self.threshold_tokens
         return state.budget is not None and state.tokens > self.threshold * state.budget
 
-    def run(self, job: Job, llm: Any, counter: TokenCounter) -> Sequence[Fold]:
+    def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
         system, template = self._prompts()
         history = transcript(job.entries)
         prompt = fill(
             template, goal=job.params.get("goal") or "(not in view)", messages=material(history)
         )
         checked = summarize_checked(
-            model_or_offline(llm, counter),
+            llm,
             episodic_prompt(system, prompt),
             source=history,
             max_tokens=self.max_tokens,

@@ -30,20 +30,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from contextfold.artifacts import missing_artifacts
-from contextfold.checked import summarize_checked, with_pins
-from contextfold.entries import Entry
-from contextfold.errors import InvalidInput
-from contextfold.folds import Fold
-from contextfold.llm.base import Completion
-from contextfold.llm.offline import model_or_offline
-from contextfold.messages import Message
+from contextfold.core.artifacts import missing_artifacts
+from contextfold.core.entries import Entry
+from contextfold.core.errors import InvalidInput
+from contextfold.core.folds import Fold
+from contextfold.core.messages import Message
+from contextfold.core.tokens import TokenCounter
+from contextfold.llm.base import LLM, Completion
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
+from contextfold.strategies.checked import summarize_checked, with_pins
 from contextfold.strategies.pipeline import Pipeline
+from contextfold.strategies.templates import fill, load_template
 from contextfold.strategies.transcript import material, transcript
 from contextfold.strategies.triggers import Tokens, Trigger
-from contextfold.templates import fill, load_template
-from contextfold.tokens import TokenCounter
 
 DATA_HEADER = "[IMPORTANT DATA FROM PREVIOUS CONVERSATIONS]"
 SUMMARY_HEADER = "[CONVERSATION SUMMARY]"
@@ -195,8 +194,8 @@ class TokenBudget:
             keep_seq=keep_seq,
         )
 
-    def run(self, job: Job, llm: Any, counter: TokenCounter) -> Sequence[Fold]:
-        model = model_or_offline(llm, counter)
+    def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
+        model = llm
         version: int = job.params["version"]
         previous: str | None = job.params["previous_summary"]
         new_text = transcript(job.entries[job.params["fresh"] :])

@@ -31,17 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contextfold.checked import Checked, summarize_checked
-from contextfold.entries import Entry
-from contextfold.errors import InvalidInput
-from contextfold.folds import Fold
-from contextfold.llm.offline import model_or_offline
-from contextfold.messages import Message, text_of
+from contextfold.core.entries import Entry
+from contextfold.core.errors import InvalidInput
+from contextfold.core.folds import Fold
+from contextfold.core.messages import Message, text_of
+from contextfold.core.tokens import TokenCounter
+from contextfold.llm.base import LLM
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
+from contextfold.strategies.checked import Checked, summarize_checked
+from contextfold.strategies.templates import fill, load_template
 from contextfold.strategies.transcript import material, message_block, transcript
 from contextfold.strategies.triggers import Always, Trigger
-from contextfold.templates import fill, load_template
-from contextfold.tokens import TokenCounter
 
 SUMMARIZED = "[SUMMARIZED]"
 SUMMARY_TYPES = ("tool_calls", "threshold")
@@ -108,7 +108,7 @@ class ToolCallSummarization:
             tool_units=count,
         )
 
-    def run(self, job: Job, llm: Any, counter: TokenCounter) -> Sequence[Fold]:
+    def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
         system, template = self._prompts()
         calls = [
             call
@@ -123,7 +123,7 @@ class ToolCallSummarization:
             operations=material(operations(job.entries)),
         )
         checked = summarize_checked(
-            model_or_offline(llm, counter),
+            llm,
             episodic_prompt(system, prompt),
             source=transcript(job.entries),
             max_tokens=self.max_tokens,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from contextfold.entries import Entry
+from contextfold.core.entries import Entry
+from contextfold.core.messages import Message, text_of
 from contextfold.llm.base import HISTORY_CLOSE, HISTORY_OPEN, material
-from contextfold.messages import Message, text_of
 
 __all__ = ["HISTORY_CLOSE", "HISTORY_OPEN", "material", "message_block", "transcript"]
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from contextfold.folds import Fold
-from contextfold.log import LoggedMessage
-from contextfold.messages import Message
+from contextfold.core.folds import Fold
+from contextfold.core.log import LoggedMessage
+from contextfold.core.messages import Message
 
 
 @dataclass(frozen=True)

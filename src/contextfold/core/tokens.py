@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import tiktoken
 
-from contextfold.errors import InvalidInput
+from contextfold.core.errors import InvalidInput
 
 TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1

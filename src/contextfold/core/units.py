@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from contextfold.entries import Entry
+from contextfold.core.entries import Entry
 
 
 def unit_spans(entries: Sequence[Entry]) -> list[tuple[int, int]]:

@@ -1,6 +1,6 @@
 """Prompt templates: one text file per prompt, overridable per view.
 
-Built-in templates live in ``contextfold/templates/<name>.txt``. A strategy takes
+Built-in templates live in ``contextfold/strategies/prompts/<name>.txt``. A strategy takes
 ``prompt=`` (a path or the template text itself) so a view can use its own.
 Placeholders are ``{name}`` fields filled with ``str.format``.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.resources
 from pathlib import Path
 
-from contextfold.errors import InvalidInput
+from contextfold.core.errors import InvalidInput
 
 
 def load_template(name: str, override: str | Path | None = None) -> str:
@@ -24,7 +24,9 @@ def load_template(name: str, override: str | Path | None = None) -> str:
                 raise InvalidInput(f"prompt template {path} does not exist", field="prompt")
             return path.read_text(encoding="utf-8")
         return str(override)
-    resource = importlib.resources.files("contextfold").joinpath("templates", f"{name}.txt")
+    resource = importlib.resources.files("contextfold.strategies").joinpath(
+        "prompts", f"{name}.txt"
+    )
     if not resource.is_file():
         raise InvalidInput(f"no built-in prompt template {name!r}", field="prompt")
     return resource.read_text(encoding="utf-8")

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from contextfold.errors import InvalidInput
+from contextfold.core.errors import InvalidInput
 
 Message = dict[str, Any]
 

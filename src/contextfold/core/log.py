@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextfold.messages import Message
+from contextfold.core.messages import Message
 
 
 @dataclass(frozen=True)

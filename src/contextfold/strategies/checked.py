@@ -21,10 +21,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contextfold.artifacts import extract_artifacts, missing_artifacts
-from contextfold.errors import ModelError
+from contextfold.core.artifacts import extract_artifacts, missing_artifacts
+from contextfold.core.errors import ModelError
+from contextfold.core.messages import Message
 from contextfold.llm.base import LLM, Completion, Usage
-from contextfold.messages import Message
 
 PINNED_HEADER = "Pinned (verbatim from the folded messages):"
 # A transcript's speaker labels ("[assistant Planner -> User]: ") frame the

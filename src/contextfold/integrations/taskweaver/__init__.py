@@ -29,16 +29,16 @@ How it maps onto contextfold (see ``rounds``, ``compactor``, ``memory``):
   ``<role>.compaction_prompt_path`` keys from JSON or TOML.
 """
 
-from contextfold.taskweaver.compactor import (
+from contextfold.integrations.taskweaver.compactor import (
     CompactedMessage,
     CompactionProvider,
     CompactorConfig,
     ContextCompactor,
     read_prompt,
 )
-from contextfold.taskweaver.config import CompactionSettings, load_config
-from contextfold.taskweaver.memory import Conversation, Memory
-from contextfold.taskweaver.rounds import Post, Round, RoundLog
+from contextfold.integrations.taskweaver.config import CompactionSettings, load_config
+from contextfold.integrations.taskweaver.memory import Conversation, Memory
+from contextfold.integrations.taskweaver.rounds import Post, Round, RoundLog
 
 __all__ = [
     "CompactedMessage",

@@ -12,19 +12,21 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from contextfold.entries import Entry, entries_of
-from contextfold.errors import FoldConflict, InvalidInput, ModelError
-from contextfold.events import Event, EventCallback, EventKind, emit
-from contextfold.folds import Fold, active_facts, active_in_place
-from contextfold.log import LoggedMessage
-from contextfold.messages import Message
-from contextfold.render import Rendered, render
+from contextfold.core.entries import Entry, entries_of
+from contextfold.core.errors import FoldConflict, InvalidInput, ModelError
+from contextfold.core.events import Event, EventCallback, EventKind, emit
+from contextfold.core.folds import Fold, active_facts, active_in_place
+from contextfold.core.log import LoggedMessage
+from contextfold.core.messages import Message
+from contextfold.core.render import Rendered, render
+from contextfold.llm.base import LLM
+from contextfold.llm.offline import OfflineModel
 from contextfold.store.base import Store
 from contextfold.strategies.base import Job, Strategy, ViewState
 from contextfold.strategies.pipeline import Pipeline
 
 if TYPE_CHECKING:
-    from contextfold.session import Session
+    from contextfold.memory.session import Session
 
 MessageFilter = Callable[[Message], bool]
 _PAGE = 256
@@ -221,7 +223,7 @@ class View:
         began = time.perf_counter()
         try:
             folds = list(
-                self.pipeline_strategy(job.strategy).run(job, self.llm, self.session.counter)
+                self.pipeline_strategy(job.strategy).run(job, self.model(), self.session.counter)
             )
         except ModelError as exc:
             self.emit("failed", job, duration_s=time.perf_counter() - began, detail=str(exc))
@@ -246,6 +248,12 @@ class View:
             data={"folds": [f.id for f in folds], "kinds": [f.kind for f in folds]},
         )
         return True
+
+    def model(self) -> LLM:
+        """The view's model, or the offline stand-in: chosen here, never in a strategy."""
+        if self.llm is not None:
+            return self.llm  # type: ignore[no-any-return]
+        return OfflineModel(counter=self.session.counter)
 
     def pipeline_strategy(self, name: str) -> Strategy:
         if self.pipeline is None:

@@ -9,13 +9,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from contextfold.errors import FoldConflict, InvalidInput, NotFound
-from contextfold.folds import Fold, plan_commit
-from contextfold.log import LoggedMessage, NewMessage, SessionRecord
+from contextfold.core.errors import FoldConflict, InvalidInput, NotFound
+from contextfold.core.folds import Fold, plan_commit
+from contextfold.core.log import LoggedMessage, NewMessage, SessionRecord
 from contextfold.store.base import check_lease
 
 
-class MemoryStore:
+class RAMStore:
     """Everything in dicts behind one lock; gone when the process ends."""
 
     def __init__(self) -> None:

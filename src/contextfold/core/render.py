@@ -20,11 +20,11 @@ import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from contextfold.entries import Entry
-from contextfold.errors import BudgetError
-from contextfold.folds import Fold
-from contextfold.messages import Message, for_model
-from contextfold.tokens import REPLY_PRIMING, TokenCounter
+from contextfold.core.entries import Entry
+from contextfold.core.errors import BudgetError
+from contextfold.core.folds import Fold
+from contextfold.core.messages import Message, for_model
+from contextfold.core.tokens import REPLY_PRIMING, TokenCounter
 
 MIN_CLIP_TOKENS = 64
 _LARGEST_COUNT = 999_999_999

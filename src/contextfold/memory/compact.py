@@ -17,12 +17,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from contextfold.errors import InvalidInput
-from contextfold.folds import Fold
+from contextfold.core.errors import InvalidInput
+from contextfold.core.folds import Fold
+from contextfold.core.messages import Message, validate_messages
+from contextfold.core.tokens import REPLY_PRIMING
 from contextfold.llm.registry import get_model
-from contextfold.messages import Message, validate_messages
-from contextfold.session import Memory
-from contextfold.tokens import REPLY_PRIMING
+from contextfold.memory.session import Memory
 
 ProgressCallback = Callable[[str, int, int], None]
 """Called with a stage name, the work done and the work in all (for a progress bar)."""

@@ -4,7 +4,7 @@ Sentences are chosen greedily for what they add per token: each content word
 is worth its rarity in the material (inverse document frequency over
 sources), a word already kept is worth nothing again (no redundancy), and
 names, numbers and relative times weigh more. Sentences carrying must-keep
-items (``contextfold.artifacts``: paths, URLs, identifiers, numbers, dates,
+items (``contextfold.core.artifacts``: paths, URLs, identifiers, numbers, dates,
 error lines, a user's constraints) go first, up to ``must_share`` of the room,
 so a tight budget still leaves room for prose. Kept sentences stay whole (only
 overlong ones are cut into clauses) and in order, prefixed with their speaker.
@@ -24,14 +24,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contextfold.artifacts import (
+from contextfold.core.artifacts import (
     TOKEN_KINDS,
     find_artifacts,
     is_constraint,
     is_error_line,
     sentences,
 )
-from contextfold.tokens import TokenCounter
+from contextfold.core.tokens import TokenCounter
 
 MAX_SENTENCE_TOKENS = 60
 PIECE_CHARS = 4 * MAX_SENTENCE_TOKENS

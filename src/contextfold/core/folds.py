@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from contextfold.errors import InvalidInput
-from contextfold.messages import Message
+from contextfold.core.errors import InvalidInput
+from contextfold.core.messages import Message
 
 Placement = Literal["in_place", "facts"]
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contextfold.errors import InvalidInput
-from contextfold.taskweaver.compactor import CompactorConfig
+from contextfold.core.errors import InvalidInput
+from contextfold.integrations.taskweaver.compactor import CompactorConfig
 
 PROMPT_SUFFIX = ".compaction_prompt_path"
 _DEFAULTS = CompactorConfig()

@@ -14,7 +14,7 @@ previous fold in place.
 
 Where the rounds come from:
 
-- registered with ``contextfold.taskweaver.Memory`` (``register_compaction_provider``),
+- registered with ``contextfold.integrations.taskweaver.Memory`` (``register_compaction_provider``),
   the compactor is *bound*: its view is a view named after the role over the
   memory's own session, which already logs every round. Compactors of other
   roles have views of their own over the same log and never see its folds.
@@ -36,15 +36,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from contextfold.errors import InvalidInput
+from contextfold.core.errors import InvalidInput
+from contextfold.integrations.taskweaver.rounds import RoundLike, RoundLog, role_filter
 from contextfold.llm.base import LLM
+from contextfold.memory.session import Memory as LogMemory
+from contextfold.memory.view import View
 from contextfold.runtime.thread import ThreadRunner
-from contextfold.session import Memory as LogMemory
 from contextfold.strategies.pipeline import Pipeline
 from contextfold.strategies.rolling import RollingCompactor
-from contextfold.taskweaver.rounds import RoundLike, RoundLog, role_filter
-from contextfold.templates import fill
-from contextfold.view import View
+from contextfold.strategies.templates import fill
 
 _YAML_BLOCK = re.compile(r"content:\s*\|[-+]?\s*")
 

@@ -14,12 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contextfold.errors import InvalidInput
-from contextfold.events import log
-from contextfold.session import Memory as LogMemory
+from contextfold.core.errors import InvalidInput
+from contextfold.core.events import log
+from contextfold.integrations.taskweaver.compactor import (
+    CompactedMessage,
+    CompactionProvider,
+    ContextCompactor,
+)
+from contextfold.integrations.taskweaver.rounds import USER, Post, Round, RoundLog, involves
+from contextfold.memory.session import Memory as LogMemory
 from contextfold.store.base import Store
-from contextfold.taskweaver.compactor import CompactedMessage, CompactionProvider, ContextCompactor
-from contextfold.taskweaver.rounds import USER, Post, Round, RoundLog, involves
 
 
 @dataclass

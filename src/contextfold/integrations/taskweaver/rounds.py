@@ -25,9 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from contextfold.errors import InvalidInput
-from contextfold.messages import Message
-from contextfold.session import Session
+from contextfold.core.errors import InvalidInput
+from contextfold.core.messages import Message
+from contextfold.memory.session import Session
 
 RoundState = Literal["created", "finished", "failed"]
 STATES: tuple[RoundState, ...] = ("created", "finished", "failed")

@@ -1,5 +1,5 @@
 """The facade a user holds: ``Memory`` opens sessions, a ``Session`` owns a log
-and hands out its views (``contextfold.view``).
+and hands out its views (``contextfold.memory.view``).
 
 ::
 
@@ -17,15 +17,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from contextfold.errors import InvalidInput
-from contextfold.events import log
-from contextfold.log import LoggedMessage, NewMessage
-from contextfold.messages import Message, validate_messages
+from contextfold.core.errors import InvalidInput
+from contextfold.core.events import log
+from contextfold.core.log import LoggedMessage, NewMessage
+from contextfold.core.messages import Message, validate_messages
+from contextfold.core.tokens import TokenCounter, get_counter
+from contextfold.memory.view import MessageFilter, View
 from contextfold.store.base import Store
-from contextfold.store.memory import MemoryStore
+from contextfold.store.ram import RAMStore
 from contextfold.strategies.pipeline import Pipeline
-from contextfold.tokens import TokenCounter, get_counter
-from contextfold.view import MessageFilter, View
 
 AppendListener = Callable[["Session", list[LoggedMessage]], None]
 
@@ -41,7 +41,7 @@ class Memory:
 
             self.store: Store = SQLiteStore(store)
         else:
-            self.store = store if store is not None else MemoryStore()
+            self.store = store if store is not None else RAMStore()
         self.encoding = encoding
 
     def session(

@@ -27,8 +27,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from contextfold.errors import InvalidInput
-from contextfold.messages import Message, validate_messages
+from contextfold.core.errors import InvalidInput
+from contextfold.core.messages import Message, validate_messages
 
 Block = dict[str, Any]
 
