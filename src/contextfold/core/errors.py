@@ -7,7 +7,8 @@ Every error derives from one root, so callers can catch ``ContextfoldError``::
     ├── BudgetError           budget cannot hold the system prompt + latest user message
     ├── StoreError            a backend failed
     │   ├── NotFound          unknown session
-    │   └── FoldConflict      the view's fold set moved since the job was planned
+    │   ├── FoldConflict      the view's fold set moved since the job was planned
+    │   └── ViewConflict      the view's configuration moved since it was read
     └── ModelError            a model call failed (status and body when known)
 
 Errors from drivers and SDKs are translated where they are raised, with
@@ -73,6 +74,18 @@ class FoldConflict(StoreError):
         self.actual = actual
         super().__init__(
             f"fold set of view {view!r} is at version {actual}, the job was planned at {expected}"
+        )
+
+
+class ViewConflict(StoreError):
+    """The view's stored configuration changed since the caller read it."""
+
+    def __init__(self, view: str, expected: int, actual: int) -> None:
+        self.view = view
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"configuration of view {view!r} is at version {actual}, the update expected {expected}"
         )
 
 

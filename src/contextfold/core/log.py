@@ -40,3 +40,14 @@ class SessionRecord:
     encoding: str
     meta: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class ViewRecord:
+    """A view's stored configuration (JSON data) and its version, bumped by each update."""
+
+    session_id: str
+    name: str
+    config: dict[str, Any]
+    version: int
+    updated_at: float = 0.0

@@ -12,6 +12,9 @@ Invariants, checked by ``tests/store_contract.py`` against every backend:
   with ``InvalidInput`` when a fold partly overlaps an active one. Folds a commit
   covers are marked superseded, never deleted.
 - Views never see each other's folds.
+- A view's configuration is a JSON record with a version bumped by every
+  ``put_view``; an update naming a stale ``expected_version`` is refused with
+  ``ViewConflict`` and changes nothing.
 - A (session, view) has at most one unexpired compaction lease. ``acquire_lease``
   takes a free or expired lease, or renews the caller's own, in one atomic
   step; an expired lease may be taken over, so a holder that died never blocks
@@ -22,12 +25,12 @@ Invariants, checked by ``tests/store_contract.py`` against every backend:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold
-from contextfold.core.log import LoggedMessage, NewMessage, SessionRecord
+from contextfold.core.log import LoggedMessage, NewMessage, SessionRecord, ViewRecord
 
 
 class Store(Protocol):
@@ -79,6 +82,32 @@ class Store(Protocol):
         self, session_id: str, view: str, folds: Sequence[Fold], expected_version: int
     ) -> int:
         """Commit folds atomically if the view is still at ``expected_version``; the new version."""
+        ...
+
+    def head(self, session_id: str, view: str) -> tuple[int, int]:
+        """``(last_seq, fold_version)`` in one read: what a cached render checks."""
+        ...
+
+    def put_view(
+        self,
+        session_id: str,
+        name: str,
+        config: Mapping[str, Any],
+        expected_version: int | None = None,
+    ) -> ViewRecord:
+        """Store a view's configuration (JSON data), bumping its version by one.
+
+        With ``expected_version`` the update is refused with ``ViewConflict``
+        unless the stored version is that one (0: the view must be new).
+        """
+        ...
+
+    def get_view(self, session_id: str, name: str) -> ViewRecord | None:
+        """The stored view configuration, or None."""
+        ...
+
+    def list_views(self, session_id: str) -> list[ViewRecord]:
+        """The session's stored views, by name."""
         ...
 
     def acquire_lease(self, session_id: str, view: str, owner: str, ttl_s: float = 60.0) -> bool:

@@ -22,9 +22,20 @@ from contextfold.core.units import Round, round_spans, unit_spans
 from contextfold.llm.base import LLM
 
 
+HIGH_WATER = 0.9
+LOW_WATER = 0.6
+
+
 @dataclass(frozen=True)
 class ViewState:
-    """A view as a strategy sees it: system prompt, active folds, live messages."""
+    """A view as a strategy sees it: system prompt, active folds, live messages.
+
+    Hysteresis is the engine's: a strategy that fires on a level (the budget,
+    a token threshold, a count) folds the view down to ``low_water`` of that
+    level, so the next cycle comes only after the view has grown back by the
+    difference. Budget-driven strategies fire at ``high_water`` of the budget,
+    early enough that a background fold lands before the prompt is cut.
+    """
 
     session_id: str
     view: str
@@ -34,6 +45,8 @@ class ViewState:
     facts: Fold | None
     counter: TokenCounter
     budget: int | None = None
+    high_water: float = HIGH_WATER
+    low_water: float = LOW_WATER
 
     @cached_property
     def tokens(self) -> int:
@@ -80,6 +93,10 @@ class ViewState:
     @property
     def over_budget(self) -> bool:
         return self.budget is not None and self.tokens > self.budget
+
+    def low_mark(self, level: int) -> int:
+        """Tokens a cycle that fired at ``level`` folds the view down to."""
+        return int(level * self.low_water)
 
 
 @dataclass(frozen=True)
