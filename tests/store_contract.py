@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from contextfold.core.errors import FoldConflict, InvalidInput, NotFound, StoreError
+from contextfold.core.errors import (
+    FoldConflict,
+    InvalidInput,
+    NotFound,
+    StoreError,
+    ViewConflict,
+)
 from contextfold.core.folds import Fold, Placement
 from contextfold.core.log import NewMessage
 from contextfold.store.base import Store
@@ -186,6 +192,10 @@ def test_unknown_session_not_found(store: Store) -> None:
         lambda: store.folds("nope", "default"),
         lambda: store.fold_version("nope", "default"),
         lambda: store.commit_folds("nope", "default", [], 0),
+        lambda: store.head("nope", "default"),
+        lambda: store.put_view("nope", "default", {}),
+        lambda: store.get_view("nope", "default"),
+        lambda: store.list_views("nope"),
         lambda: store.acquire_lease("nope", "default", "a"),
         lambda: store.release_lease("nope", "default", "a"),
     ):
@@ -310,6 +320,109 @@ def test_later_fold_in_one_commit_may_cover_an_earlier_one(store: Store) -> None
     assert store.folds(sid, "default") == [outer]
     every = store.folds(sid, "default", include_superseded=True)
     assert [(f.id, f.superseded_by) for f in every] == [(outer.id, None), (inner.id, outer.id)]
+
+
+def test_head_is_last_seq_and_fold_version(store: Store) -> None:
+    sid = _session(store)
+    assert store.head(sid, "default") == (0, 0)
+    store.append(sid, [_new(f"m{i}") for i in range(4)])
+    assert store.head(sid, "default") == (4, 0)
+    store.commit_folds(sid, "default", [_fold(1, 2)], 0)
+    store.append(sid, [_new("m5")])
+    assert store.head(sid, "default") == (5, 1)
+    assert store.head(sid, "planner") == (5, 0)
+    assert store.head(sid, "default") == (store.last_seq(sid), store.fold_version(sid, "default"))
+
+
+def test_put_view_versions_from_one(store: Store) -> None:
+    sid = _session(store, 3)
+    assert store.get_view(sid, "default") is None
+    assert store.list_views(sid) == []
+    first = store.put_view(sid, "default", {"preset": "offline", "budget": 8000})
+    assert (first.session_id, first.name, first.version) == (sid, "default", 1)
+    assert first.config == {"preset": "offline", "budget": 8000}
+    config = {"preset": "rolling", "budget": 4000, "options": {"keep": [1, "two", None, 2.5]}}
+    second = store.put_view(sid, "default", config)
+    assert (second.version, second.config) == (2, config)
+    assert second.updated_at >= first.updated_at > 0
+    assert store.get_view(sid, "default") == second
+    assert store.head(sid, "default") == (3, 0)
+
+
+def test_views_listed_by_name_per_session(store: Store) -> None:
+    a, b = _session(store, 0, "a"), _session(store, 0, "b")
+    store.put_view(a, "planner", {"budget": 1})
+    store.put_view(a, "default", {"budget": 2})
+    store.put_view(a, "planner", {"budget": 3})
+    assert store.put_view(b, "planner", {"budget": 4}).version == 1
+    listed = store.list_views(a)
+    assert [(v.name, v.version, v.config) for v in listed] == [
+        ("default", 1, {"budget": 2}),
+        ("planner", 2, {"budget": 3}),
+    ]
+    assert listed == [store.get_view(a, "default"), store.get_view(a, "planner")]
+    assert [(v.session_id, v.name) for v in store.list_views(b)] == [("b", "planner")]
+    assert store.get_view(b, "default") is None
+
+
+def test_stale_view_version_conflicts_and_changes_nothing(store: Store) -> None:
+    sid = _session(store)
+    store.put_view(sid, "default", {"budget": 1})
+    second = store.put_view(sid, "default", {"budget": 2}, expected_version=1)
+    assert second.version == 2
+    for stale in (1, 0, 3):
+        with pytest.raises(ViewConflict) as info:
+            store.put_view(sid, "default", {"budget": 99}, expected_version=stale)
+        assert (info.value.view, info.value.expected, info.value.actual) == ("default", stale, 2)
+        assert isinstance(info.value, StoreError)
+        assert store.get_view(sid, "default") == second
+    with pytest.raises(ViewConflict) as info:
+        store.put_view(sid, "planner", {}, expected_version=1)
+    assert (info.value.expected, info.value.actual) == (1, 0)
+    assert store.get_view(sid, "planner") is None
+    assert store.put_view(sid, "planner", {}, expected_version=0).version == 1
+    assert [v.name for v in store.list_views(sid)] == ["default", "planner"]
+
+
+def test_view_records_are_copies(store: Store) -> None:
+    sid = _session(store)
+    config: dict[str, Any] = {"budget": 100, "tags": ["a"]}
+    returned = store.put_view(sid, "default", config)
+    config["tags"].append("changed after put")
+    returned.config["tags"].append("changed on the returned record")
+    returned.config["budget"] = 1
+    read = store.get_view(sid, "default")
+    assert read is not None
+    read.config["tags"].clear()
+    store.list_views(sid)[0].config["budget"] = 0
+    again = store.get_view(sid, "default")
+    assert again is not None
+    assert again.config == {"budget": 100, "tags": ["a"]}
+
+
+def test_view_config_comes_back_as_json_data(store: Store) -> None:
+    sid = _session(store)
+    record = store.put_view(sid, "default", {"pair": (1, 2), "n": 1.5, "ok": True})
+    expected = {"pair": [1, 2], "n": 1.5, "ok": True}
+    assert record.config == expected
+    stored = store.get_view(sid, "default")
+    assert stored is not None
+    assert stored.config == expected
+
+
+def test_view_input_checked_and_changes_nothing(store: Store) -> None:
+    sid = _session(store)
+    store.put_view(sid, "default", {"budget": 1})
+    before = store.list_views(sid)
+    bad: list[Any] = [{"x": {1, 2}}, {"x": object()}, {"x": float("nan")}, ["a", "list"]]
+    for config in bad:
+        with pytest.raises(InvalidInput) as info:
+            store.put_view(sid, "default", config)
+        assert info.value.field == "config"
+    with pytest.raises(InvalidInput) as info:
+        store.put_view(sid, "", {"budget": 2})
+    assert info.value.field == "view"
+    assert store.list_views(sid) == before
 
 
 class Clock:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ from store_contract import *  # noqa: F403  (the contract's tests run here, once
 from contextfold.core.errors import InvalidInput, StoreError
 from contextfold.core.folds import Fold
 from contextfold.core.log import NewMessage
-from contextfold.store import RAMStore, SQLiteStore, Store
+from contextfold.store import RAMStore, SQLiteStore, Store, migrations
 from contextfold.store.migrations import MIGRATIONS, migrate
 from contextfold.store.sqlite import LAST_OF_ROLE_SQL, MESSAGES_BEFORE_SQL
 
@@ -114,6 +114,61 @@ def test_wal_mode_and_foreign_keys(db: SQLiteStore) -> None:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     with db._read() as conn:
         assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+
+
+def test_file_from_before_views_is_upgraded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "old.db"
+    monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:2])
+    old = SQLiteStore(path)
+    old.create_session("s", encoding="o200k_base")
+    old.append("s", [_user("a"), _user("b")])
+    old.commit_folds("s", "default", [_fold(1, 2)], 0)
+    old.close()
+    monkeypatch.undo()
+    store = SQLiteStore(path)
+    assert store.head("s", "default") == (2, 1)
+    assert store.list_views("s") == []
+    assert store.put_view("s", "default", {"budget": 10}, expected_version=0).version == 1
+    store.close()
+
+
+def _statements(store: SQLiteStore, call: Callable[[], object]) -> list[str]:
+    """The SQL ``call`` runs, as the driver sends it."""
+    sent: list[str] = []
+    with store._read() as conn:
+        conn.set_trace_callback(sent.append)
+    try:
+        call()
+    finally:
+        with store._read() as conn:
+            conn.set_trace_callback(None)
+    return sent
+
+
+def test_reads_are_one_statement(db: SQLiteStore) -> None:
+    """What render and the runtime call often costs one round trip, not two."""
+    db.append("s", [_user("a"), _user("b")])
+    db.commit_folds("s", "default", [_fold(1, 2)], 0)
+    db.put_view("s", "default", {"budget": 10})
+    for call in (
+        lambda: db.head("s", "default"),
+        lambda: db.last_seq("s"),
+        lambda: db.fold_version("s", "default"),
+        lambda: db.get_session("s"),
+        lambda: db.get_view("s", "default"),
+        lambda: db.get_view("s", "missing"),
+        lambda: db.list_views("s"),
+        lambda: db.messages("s"),
+        lambda: db.messages_before("s", 3, 10),
+        lambda: db.last_of_role("s", "user"),
+        lambda: db.folds("s", "default"),
+    ):
+        assert len(_statements(db, call)) == 1
+    assert db.head("s", "default") == (2, 1)
+    appended = _statements(db, lambda: db.append("s", [_user("c")]))
+    assert [sql.split()[0] for sql in appended] == ["BEGIN", "SELECT", "INSERT", "COMMIT"]
 
 
 def test_not_a_database_is_a_store_error(tmp_path: Path) -> None:

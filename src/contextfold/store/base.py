@@ -24,6 +24,7 @@ Invariants, checked by ``tests/store_contract.py`` against every backend:
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
@@ -133,3 +134,21 @@ def check_lease(owner: str, ttl_s: float) -> None:
         raise InvalidInput(
             f"lease ttl must be a positive number of seconds, not {ttl_s}", field="ttl_s"
         )
+
+
+def view_config_json(name: str, config: Mapping[str, Any]) -> str:
+    """The configuration as stored JSON; refuses, for every store alike, what none could keep.
+
+    NaN and infinities are refused too: they are not JSON, and a database's
+    JSON column would reject them.
+    """
+    if not name:
+        raise InvalidInput("view name must not be empty", field="view")
+    if not isinstance(config, Mapping):
+        raise InvalidInput(
+            f"view configuration must be a mapping, not {type(config).__name__}", field="config"
+        )
+    try:
+        return json.dumps(dict(config), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"view configuration is not JSON data: {exc}", field="config") from exc

@@ -79,6 +79,19 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
             )""",
         ),
     ),
+    (
+        "003_views",
+        (
+            """CREATE TABLE views (
+                session_id TEXT NOT NULL REFERENCES sessions(id),
+                name TEXT NOT NULL,
+                config TEXT NOT NULL,
+                version INTEGER NOT NULL CHECK (version >= 1),
+                updated_at REAL NOT NULL,
+                PRIMARY KEY (session_id, name)
+            )""",
+        ),
+    ),
 ]
 
 

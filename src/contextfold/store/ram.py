@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from contextfold.core.errors import FoldConflict, InvalidInput, NotFound
+from contextfold.core.errors import FoldConflict, InvalidInput, NotFound, ViewConflict
 from contextfold.core.folds import Fold, plan_commit
-from contextfold.core.log import LoggedMessage, NewMessage, SessionRecord
-from contextfold.store.base import check_lease
+from contextfold.core.log import LoggedMessage, NewMessage, SessionRecord, ViewRecord
+from contextfold.store.base import check_lease, view_config_json
 
 
 class RAMStore:
@@ -28,6 +29,7 @@ class RAMStore:
         self._folds: dict[tuple[str, str], list[Fold]] = {}
         self._versions: dict[tuple[str, str], int] = {}
         self._leases: dict[tuple[str, str], tuple[str, float]] = {}
+        self._views: dict[str, dict[str, ViewRecord]] = {}
 
     def create_session(
         self, session_id: str, *, encoding: str, meta: dict[str, Any] | None = None
@@ -43,6 +45,7 @@ class RAMStore:
                 self._keys[session_id] = {}
                 self._calls[session_id] = set()
                 self._last_by_role[session_id] = {}
+                self._views[session_id] = {}
             return self._sessions[session_id]
 
     def get_session(self, session_id: str) -> SessionRecord:
@@ -145,6 +148,42 @@ class RAMStore:
             self._versions[key] = version + 1
             return version + 1
 
+    def head(self, session_id: str, view: str) -> tuple[int, int]:
+        self.get_session(session_id)
+        with self._lock:
+            return len(self._log[session_id]), self._versions.get((session_id, view), 0)
+
+    def put_view(
+        self,
+        session_id: str,
+        name: str,
+        config: Mapping[str, Any],
+        expected_version: int | None = None,
+    ) -> ViewRecord:
+        stored = json.loads(view_config_json(name, config))
+        self.get_session(session_id)
+        with self._lock:
+            views = self._views[session_id]
+            old = views.get(name)
+            version = 0 if old is None else old.version
+            if expected_version is not None and expected_version != version:
+                raise ViewConflict(name, expected_version, version)
+            record = ViewRecord(session_id, name, stored, version + 1, time.time())
+            views[name] = record
+            return _copied(record)
+
+    def get_view(self, session_id: str, name: str) -> ViewRecord | None:
+        self.get_session(session_id)
+        with self._lock:
+            record = self._views[session_id].get(name)
+            return None if record is None else _copied(record)
+
+    def list_views(self, session_id: str) -> list[ViewRecord]:
+        self.get_session(session_id)
+        with self._lock:
+            views = self._views[session_id]
+            return [_copied(views[name]) for name in sorted(views)]
+
     def acquire_lease(self, session_id: str, view: str, owner: str, ttl_s: float = 60.0) -> bool:
         check_lease(owner, ttl_s)
         self.get_session(session_id)
@@ -167,6 +206,11 @@ class RAMStore:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _copied(record: ViewRecord) -> ViewRecord:
+    """A record whose configuration the caller may change without changing the store."""
+    return replace(record, config=copy.deepcopy(record.config))
 
 
 def _call_ids(index: int, new: NewMessage) -> list[str]:

@@ -21,19 +21,97 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from contextfold.core.errors import FoldConflict, InvalidInput, NotFound, StoreError
+from contextfold.core.errors import (
+    FoldConflict,
+    InvalidInput,
+    NotFound,
+    StoreError,
+    ViewConflict,
+)
 from contextfold.core.folds import Fold, plan_commit
-from contextfold.core.log import LoggedMessage, NewMessage, SessionRecord
-from contextfold.store.base import check_lease
+from contextfold.core.log import LoggedMessage, NewMessage, SessionRecord, ViewRecord
+from contextfold.store.base import check_lease, view_config_json
 from contextfold.store.migrations import migrate
 
+# Every statement is a constant, so the driver's statement cache reuses its plan.
+# Reads that select from ``sessions`` answer "unknown session" (no row) in the
+# same statement; the others check the session only when they found nothing.
 _COLUMNS = "seq, message, tokens, key, created_at"
+SESSION_SQL = "SELECT id, encoding, meta, created_at FROM sessions WHERE id = ?"
+EXISTS_SQL = "SELECT 1 FROM sessions WHERE id = ?"
+LAST_SEQ_SQL = (
+    "SELECT (SELECT MAX(seq) FROM messages WHERE session_id = s.id) "
+    "FROM sessions AS s WHERE s.id = ?"
+)
+FOLD_VERSION_SQL = (
+    "SELECT (SELECT version FROM fold_versions WHERE session_id = s.id AND view = :view) "
+    "FROM sessions AS s WHERE s.id = :session"
+)
+HEAD_SQL = (
+    "SELECT (SELECT MAX(seq) FROM messages WHERE session_id = s.id), "
+    "(SELECT version FROM fold_versions WHERE session_id = s.id AND view = :view) "
+    "FROM sessions AS s WHERE s.id = :session"
+)
+KEY_SQL = f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND key = ?"
+INSERT_MESSAGE_SQL = "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?)"
+INSERT_CALL_SQL = "INSERT OR IGNORE INTO tool_calls VALUES (?, ?, ?)"
+# Two range statements so that both bounds are index constraints.
+MESSAGES_FROM_SQL = (
+    f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq >= ? ORDER BY seq"
+)
+MESSAGES_BETWEEN_SQL = (
+    f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq BETWEEN ? AND ? ORDER BY seq"
+)
 MESSAGES_BEFORE_SQL = (
     f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?"
 )
 LAST_OF_ROLE_SQL = (
     f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND role = ? ORDER BY seq DESC LIMIT 1"
 )
+CALLED_IDS_SQL = (
+    "SELECT DISTINCT call_id FROM tool_calls WHERE session_id = ? "
+    "AND call_id IN (SELECT value FROM json_each(?))"
+)
+FOLDS_SQL = (
+    "SELECT fold, superseded_by FROM folds WHERE session_id = ? AND view = ? "
+    "AND (? OR superseded_by IS NULL) ORDER BY start_seq, created_at, rowid"
+)
+ACTIVE_FOLDS_SQL = (
+    "SELECT fold, superseded_by FROM folds WHERE session_id = ? AND view = ? "
+    "AND superseded_by IS NULL"
+)
+SUPERSEDE_SQL = "UPDATE folds SET superseded_by = ? WHERE id = ?"
+FOLD_ID_SQL = "SELECT 1 FROM folds WHERE id = ?"
+INSERT_FOLD_SQL = "INSERT INTO folds VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+SET_VERSION_SQL = (
+    "INSERT INTO fold_versions VALUES (?, ?, ?) ON CONFLICT (session_id, view) "
+    "DO UPDATE SET version = excluded.version"
+)
+VIEW_VERSION_SQL = (
+    "SELECT (SELECT version FROM views WHERE session_id = s.id AND name = :name) "
+    "FROM sessions AS s WHERE s.id = :session"
+)
+PUT_VIEW_SQL = (
+    "INSERT INTO views VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, name) "
+    "DO UPDATE SET config = excluded.config, version = excluded.version, "
+    "updated_at = excluded.updated_at"
+)
+GET_VIEW_SQL = (
+    "SELECT v.name, v.config, v.version, v.updated_at FROM sessions AS s "
+    "LEFT JOIN views AS v ON v.session_id = s.id AND v.name = :name WHERE s.id = :session"
+)
+LIST_VIEWS_SQL = (
+    "SELECT name, config, version, updated_at FROM views WHERE session_id = ? ORDER BY name"
+)
+LEASE_SQL = (
+    "SELECT l.owner, l.expires_at FROM sessions AS s "
+    "LEFT JOIN leases AS l ON l.session_id = s.id AND l.view = :view WHERE s.id = :session"
+)
+TAKE_LEASE_SQL = (
+    "INSERT INTO leases VALUES (?, ?, ?, ?) ON CONFLICT (session_id, view) "
+    "DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at"
+)
+RELEASE_LEASE_SQL = "DELETE FROM leases WHERE session_id = ? AND view = ? AND owner = ?"
 
 
 @contextmanager
@@ -65,6 +143,15 @@ def _session(row: tuple[Any, ...]) -> SessionRecord:
 def _fold(row: tuple[Any, ...]) -> Fold:
     data, superseded_by = row
     return Fold.from_dict({**json.loads(data), "superseded_by": superseded_by})
+
+
+def _view(session_id: str, row: tuple[Any, ...]) -> ViewRecord:
+    name, config, version, updated_at = row
+    return ViewRecord(session_id, name, json.loads(config), version, updated_at)
+
+
+def _not_found(session_id: str) -> NotFound:
+    return NotFound(f"no session {session_id!r}")
 
 
 class SQLiteStore:
@@ -107,15 +194,19 @@ class SQLiteStore:
 
     @staticmethod
     def _require(conn: sqlite3.Connection, session_id: str) -> None:
-        if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
-            raise NotFound(f"no session {session_id!r}")
+        """For reads that found nothing: was there nothing, or no session?"""
+        if conn.execute(EXISTS_SQL, (session_id,)).fetchone() is None:
+            raise _not_found(session_id)
 
     @staticmethod
-    def _last_seq(conn: sqlite3.Connection, session_id: str) -> int:
-        row = conn.execute(
-            "SELECT MAX(seq) FROM messages WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        return int(row[0] or 0)
+    def _row(
+        conn: sqlite3.Connection, sql: str, params: Mapping[str, Any] | tuple[Any, ...], sid: str
+    ) -> tuple[Any, ...]:
+        """The one row of a statement over ``sessions``; none means an unknown session."""
+        row: tuple[Any, ...] | None = conn.execute(sql, params).fetchone()
+        if row is None:
+            raise _not_found(sid)
+        return row
 
     def create_session(
         self, session_id: str, *, encoding: str, meta: dict[str, Any] | None = None
@@ -128,19 +219,12 @@ class SQLiteStore:
                 "INSERT OR IGNORE INTO sessions VALUES (?, ?, ?, ?)",
                 (session_id, encoding, meta_json, time.time()),
             )
-            row = conn.execute(
-                "SELECT id, encoding, meta, created_at FROM sessions WHERE id = ?", (session_id,)
-            ).fetchone()
+            row = conn.execute(SESSION_SQL, (session_id,)).fetchone()
         return _session(row)
 
     def get_session(self, session_id: str) -> SessionRecord:
         with self._read() as conn:
-            row = conn.execute(
-                "SELECT id, encoding, meta, created_at FROM sessions WHERE id = ?", (session_id,)
-            ).fetchone()
-        if row is None:
-            raise NotFound(f"no session {session_id!r}")
-        return _session(row)
+            return _session(self._row(conn, SESSION_SQL, (session_id,), session_id))
 
     def list_sessions(self) -> list[str]:
         with self._read() as conn:
@@ -149,8 +233,7 @@ class SQLiteStore:
     def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
         rows = [_prepare(i, new) for i, new in enumerate(batch)]
         with self._write() as conn:
-            self._require(conn, session_id)
-            seq = self._last_seq(conn, session_id)
+            seq = int(self._row(conn, LAST_SEQ_SQL, (session_id,), session_id)[0] or 0)
             now = time.time()
             out: list[LoggedMessage] = []
             added: dict[str, LoggedMessage] = {}
@@ -162,13 +245,11 @@ class SQLiteStore:
                 seq += 1
                 key = new.key or None
                 conn.execute(
-                    "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (session_id, seq, role, message_json, new.tokens, key, now),
+                    INSERT_MESSAGE_SQL, (session_id, seq, role, message_json, new.tokens, key, now)
                 )
                 if calls:
                     conn.executemany(
-                        "INSERT OR IGNORE INTO tool_calls VALUES (?, ?, ?)",
-                        [(session_id, call_id, seq) for call_id in calls],
+                        INSERT_CALL_SQL, [(session_id, call_id, seq) for call_id in calls]
                     )
                 logged = LoggedMessage(seq, new.message, new.tokens, key, now)
                 if key is not None:
@@ -188,124 +269,95 @@ class SQLiteStore:
             return None
         if key in added:
             return added[key]
-        row = conn.execute(
-            f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND key = ?",
-            (session_id, key),
-        ).fetchone()
+        row = conn.execute(KEY_SQL, (session_id, key)).fetchone()
         return None if row is None else _logged(row)
 
     def messages(
         self, session_id: str, start: int = 1, end: int | None = None
     ) -> list[LoggedMessage]:
         with self._read() as conn:
-            self._require(conn, session_id)
-            # Two statements so that both bounds are index constraints.
             if end is None:
-                rows = conn.execute(
-                    f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq >= ? "
-                    "ORDER BY seq",
-                    (session_id, start),
-                ).fetchall()
+                rows = conn.execute(MESSAGES_FROM_SQL, (session_id, start)).fetchall()
             else:
-                rows = conn.execute(
-                    f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? "
-                    "AND seq BETWEEN ? AND ? ORDER BY seq",
-                    (session_id, start, end),
-                ).fetchall()
+                rows = conn.execute(MESSAGES_BETWEEN_SQL, (session_id, start, end)).fetchall()
+            if not rows:
+                self._require(conn, session_id)
         return [_logged(row) for row in rows]
 
     def messages_before(self, session_id: str, before: int, limit: int) -> list[LoggedMessage]:
         with self._read() as conn:
-            self._require(conn, session_id)
-            if limit <= 0:  # SQLite reads a negative LIMIT as "no limit"
-                return []
-            rows = conn.execute(MESSAGES_BEFORE_SQL, (session_id, before, limit)).fetchall()
+            # SQLite reads a negative LIMIT as "no limit", so none is asked for then.
+            rows = (
+                conn.execute(MESSAGES_BEFORE_SQL, (session_id, before, limit)).fetchall()
+                if limit > 0
+                else []
+            )
+            if not rows:
+                self._require(conn, session_id)
         return [_logged(row) for row in rows]
 
     def last_seq(self, session_id: str) -> int:
         with self._read() as conn:
-            self._require(conn, session_id)
-            return self._last_seq(conn, session_id)
+            return int(self._row(conn, LAST_SEQ_SQL, (session_id,), session_id)[0] or 0)
 
     def last_of_role(self, session_id: str, role: str) -> LoggedMessage | None:
         with self._read() as conn:
-            self._require(conn, session_id)
             row = conn.execute(LAST_OF_ROLE_SQL, (session_id, role)).fetchone()
+            if row is None:
+                self._require(conn, session_id)
         return None if row is None else _logged(row)
 
     def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:
         wanted = json.dumps(sorted(set(ids)))
         with self._read() as conn:
-            self._require(conn, session_id)
-            rows = conn.execute(
-                "SELECT DISTINCT call_id FROM tool_calls WHERE session_id = ? "
-                "AND call_id IN (SELECT value FROM json_each(?))",
-                (session_id, wanted),
-            ).fetchall()
+            rows = conn.execute(CALLED_IDS_SQL, (session_id, wanted)).fetchall()
+            if not rows:
+                self._require(conn, session_id)
         return {row[0] for row in rows}
 
     def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:
         with self._read() as conn:
-            self._require(conn, session_id)
-            rows = conn.execute(
-                "SELECT fold, superseded_by FROM folds WHERE session_id = ? AND view = ? "
-                "AND (? OR superseded_by IS NULL) ORDER BY start_seq, created_at, rowid",
-                (session_id, view, include_superseded),
-            ).fetchall()
+            rows = conn.execute(FOLDS_SQL, (session_id, view, include_superseded)).fetchall()
+            if not rows:
+                self._require(conn, session_id)
         return [_fold(row) for row in rows]
 
     def fold_version(self, session_id: str, view: str) -> int:
+        params = {"session": session_id, "view": view}
         with self._read() as conn:
-            self._require(conn, session_id)
-            return self._version(conn, session_id, view)
+            return int(self._row(conn, FOLD_VERSION_SQL, params, session_id)[0] or 0)
 
-    @staticmethod
-    def _version(conn: sqlite3.Connection, session_id: str, view: str) -> int:
-        row = conn.execute(
-            "SELECT version FROM fold_versions WHERE session_id = ? AND view = ?",
-            (session_id, view),
-        ).fetchone()
-        return 0 if row is None else int(row[0])
+    def head(self, session_id: str, view: str) -> tuple[int, int]:
+        params = {"session": session_id, "view": view}
+        with self._read() as conn:
+            last, version = self._row(conn, HEAD_SQL, params, session_id)
+        return int(last or 0), int(version or 0)
 
     def commit_folds(
         self, session_id: str, view: str, folds: Sequence[Fold], expected_version: int
     ) -> int:
         encoded = [_fold_json(i, fold) for i, fold in enumerate(folds)]
+        params = {"session": session_id, "view": view}
         with self._write() as conn:
-            self._require(conn, session_id)
-            version = self._version(conn, session_id, view)
+            last_row, version_row = self._row(conn, HEAD_SQL, params, session_id)
+            last, version = int(last_row or 0), int(version_row or 0)
             if version != expected_version:
                 raise FoldConflict(view, expected_version, version)
-            last = self._last_seq(conn, session_id)
-            active = [
-                _fold(row)
-                for row in conn.execute(
-                    "SELECT fold, superseded_by FROM folds WHERE session_id = ? AND view = ? "
-                    "AND superseded_by IS NULL",
-                    (session_id, view),
-                )
-            ]
+            active = [_fold(row) for row in conn.execute(ACTIVE_FOLDS_SQL, (session_id, view))]
             for (fold, gone), body_json in zip(
                 plan_commit(active, view, folds, last), encoded, strict=True
             ):
-                conn.executemany(
-                    "UPDATE folds SET superseded_by = ? WHERE id = ?",
-                    [(fold.id, fold_id) for fold_id in gone],
-                )
+                conn.executemany(SUPERSEDE_SQL, [(fold.id, fold_id) for fold_id in gone])
                 self._insert_fold(conn, session_id, fold, body_json)
-            conn.execute(
-                "INSERT INTO fold_versions VALUES (?, ?, ?) ON CONFLICT (session_id, view) "
-                "DO UPDATE SET version = excluded.version",
-                (session_id, view, version + 1),
-            )
+            conn.execute(SET_VERSION_SQL, (session_id, view, version + 1))
         return version + 1
 
     @staticmethod
     def _insert_fold(conn: sqlite3.Connection, session_id: str, fold: Fold, body: str) -> None:
-        if conn.execute("SELECT 1 FROM folds WHERE id = ?", (fold.id,)).fetchone():
+        if conn.execute(FOLD_ID_SQL, (fold.id,)).fetchone():
             raise InvalidInput(f"fold id {fold.id!r} is already stored", field="id")
         conn.execute(
-            "INSERT INTO folds VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            INSERT_FOLD_SQL,
             (
                 fold.id,
                 session_id,
@@ -320,33 +372,54 @@ class SQLiteStore:
             ),
         )
 
+    def put_view(
+        self,
+        session_id: str,
+        name: str,
+        config: Mapping[str, Any],
+        expected_version: int | None = None,
+    ) -> ViewRecord:
+        config_json = view_config_json(name, config)
+        params = {"session": session_id, "name": name}
+        with self._write() as conn:
+            version = int(self._row(conn, VIEW_VERSION_SQL, params, session_id)[0] or 0)
+            if expected_version is not None and expected_version != version:
+                raise ViewConflict(name, expected_version, version)
+            now = time.time()
+            conn.execute(PUT_VIEW_SQL, (session_id, name, config_json, version + 1, now))
+        return ViewRecord(session_id, name, json.loads(config_json), version + 1, now)
+
+    def get_view(self, session_id: str, name: str) -> ViewRecord | None:
+        params = {"session": session_id, "name": name}
+        with self._read() as conn:
+            row = self._row(conn, GET_VIEW_SQL, params, session_id)
+        return None if row[0] is None else _view(session_id, row)
+
+    def list_views(self, session_id: str) -> list[ViewRecord]:
+        with self._read() as conn:
+            rows = conn.execute(LIST_VIEWS_SQL, (session_id,)).fetchall()
+            if not rows:
+                self._require(conn, session_id)
+        return [_view(session_id, row) for row in rows]
+
     def acquire_lease(self, session_id: str, view: str, owner: str, ttl_s: float = 60.0) -> bool:
         """Read and take the lease in one ``BEGIN IMMEDIATE``: the file's write lock
         makes the check and the take atomic across processes."""
         check_lease(owner, ttl_s)
+        params = {"session": session_id, "view": view}
         with self._write() as conn:
-            self._require(conn, session_id)
+            holder, expires_at = self._row(conn, LEASE_SQL, params, session_id)
             now = time.time()
-            row = conn.execute(
-                "SELECT owner, expires_at FROM leases WHERE session_id = ? AND view = ?",
-                (session_id, view),
-            ).fetchone()
-            if row is not None and row[0] != owner and row[1] > now:
+            if holder is not None and holder != owner and expires_at > now:
                 return False
-            conn.execute(
-                "INSERT INTO leases VALUES (?, ?, ?, ?) ON CONFLICT (session_id, view) "
-                "DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at",
-                (session_id, view, owner, now + ttl_s),
-            )
+            conn.execute(TAKE_LEASE_SQL, (session_id, view, owner, now + ttl_s))
         return True
 
     def release_lease(self, session_id: str, view: str, owner: str) -> bool:
         with self._write() as conn:
-            self._require(conn, session_id)
-            gone = conn.execute(
-                "DELETE FROM leases WHERE session_id = ? AND view = ? AND owner = ?",
-                (session_id, view, owner),
-            ).rowcount
+            gone = conn.execute(RELEASE_LEASE_SQL, (session_id, view, owner)).rowcount
+            if not gone:
+                self._require(conn, session_id)
         return gone > 0
 
     def close(self) -> None:
