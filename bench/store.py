@@ -1,9 +1,12 @@
-"""SQLite store: append throughput, and whether render's read grows with the log.
+"""SQLite store: append throughput per durability, and whether render's reads grow with the log.
 
 Appends real messages (OpenHands coding runs and tau-bench airline runs,
-repeated to N) into a fresh file, one message a call and then 100 a call.
-``messages_before_us_*`` times the newest-first page render reads, at the end
-of a 1k and a 100k message log: the two should be about equal.
+repeated to N) into a fresh file, one message a call and then 100 a call, once
+for each ``durability`` ("process": no fsync per commit; "full": an fsync per
+commit, so its single-message rate is the disk's flush rate).
+``messages_before_us_*`` times the newest-first page render reads and
+``head_us_*`` the check a cached render makes, at the end of a 1k and a 100k
+message log: each pair should be about equal.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from _common import conversations, parse_args, report, timed
 from contextfold.core.log import NewMessage
 from contextfold.core.tokens import get_counter
 from contextfold.store import SQLiteStore
+from contextfold.store.sqlite import Durability
 
 BATCH = 100
+DURABILITIES: tuple[Durability, ...] = ("process", "full")
 PAGE = 50
 
 
@@ -36,9 +41,11 @@ def take(messages: list[NewMessage], n: int) -> list[NewMessage]:
     return list(itertools.islice(itertools.cycle(messages), n))
 
 
-def append_rate(path: Path, messages: list[NewMessage], batch: int) -> float:
+def append_rate(
+    path: Path, messages: list[NewMessage], batch: int, durability: Durability
+) -> float:
     """Messages a second into a fresh file, ``batch`` messages an append call."""
-    store = SQLiteStore(path)
+    store = SQLiteStore(path, durability=durability)
     store.create_session("bench", encoding="o200k_base")
     t0 = time.perf_counter()
     for i in range(0, len(messages), batch):
@@ -48,17 +55,18 @@ def append_rate(path: Path, messages: list[NewMessage], batch: int) -> float:
     return len(messages) / elapsed
 
 
-def page_read_us(path: Path, messages: list[NewMessage]) -> float:
-    """Microseconds for one page of ``messages_before`` at the end of the log."""
+def read_us(path: Path, messages: list[NewMessage]) -> tuple[float, float]:
+    """Microseconds for one page of ``messages_before``, and for one ``head``, at the log's end."""
     store = SQLiteStore(path)
     store.create_session("bench", encoding="o200k_base")
     for i in range(0, len(messages), 1000):
         store.append("bench", messages[i : i + 1000])
     end = store.last_seq("bench") + 1
     calls = 200
-    best = timed(lambda: [store.messages_before("bench", end, PAGE) for _ in range(calls)])
+    page = timed(lambda: [store.messages_before("bench", end, PAGE) for _ in range(calls)])
+    head = timed(lambda: [store.head("bench", "default") for _ in range(calls)])
     store.close()
-    return best / calls * 1e6
+    return page / calls * 1e6, head / calls * 1e6
 
 
 def main() -> None:
@@ -67,13 +75,16 @@ def main() -> None:
     messages = pool()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        figures = {
-            "messages": n,
-            "append_per_s_single": append_rate(root / "single.db", take(messages, n), 1),
-            "append_per_s_batch": append_rate(root / "batch.db", take(messages, n), BATCH),
-            "messages_before_us_1k": page_read_us(root / "1k.db", take(messages, 1000)),
-            "messages_before_us_100k": page_read_us(root / "100k.db", take(messages, 100_000)),
-        }
+        figures: dict[str, float] = {"messages": n}
+        for durability in DURABILITIES:
+            for name, batch in (("single", 1), ("batch", BATCH)):
+                figures[f"append_per_s_{name}_{durability}"] = append_rate(
+                    root / f"{name}-{durability}.db", take(messages, n), batch, durability
+                )
+        for label, size in (("1k", 1000), ("100k", 100_000)):
+            page, head = read_us(root / f"{label}.db", take(messages, size))
+            figures[f"messages_before_us_{label}"] = page
+            figures[f"head_us_{label}"] = head
     report(figures, args.json)
 
 

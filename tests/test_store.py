@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from store_contract import *  # noqa: F403  (the contract's tests run here, once per backend)
@@ -114,6 +115,53 @@ def test_wal_mode_and_foreign_keys(db: SQLiteStore) -> None:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     with db._read() as conn:
         assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "durability", "synchronous"),
+    [
+        ({}, "process", 1),
+        ({"durability": "process"}, "process", 1),
+        ({"durability": "full"}, "full", 2),
+    ],
+)
+def test_durability_sets_synchronous(
+    tmp_path: Path, options: dict[str, Any], durability: str, synchronous: int
+) -> None:
+    store = SQLiteStore(tmp_path / "d.db", **options)
+    with store._read() as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == synchronous
+    assert store.durability == durability
+    store.close()
+
+
+def test_default_durability_survives_a_killed_process(tmp_path: Path) -> None:
+    path = tmp_path / "killed.db"
+    child = (
+        "import os, sys\n"
+        "from contextfold.core.log import NewMessage\n"
+        "from contextfold.store.sqlite import SQLiteStore\n"
+        "store = SQLiteStore(sys.argv[1])\n"
+        "store.create_session('s', encoding='o200k_base')\n"
+        "store.append('s', [NewMessage({'role': 'user', 'content': 'kept'}, 1)])\n"
+        "os._exit(9)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", child, str(path)], capture_output=True)
+    assert done.returncode == 9, done.stderr.decode()
+    reopened = SQLiteStore(path)
+    assert [m.message["content"] for m in reopened.messages("s")] == ["kept"]
+    reopened.close()
+
+
+@pytest.mark.parametrize("durability", ["fast", "FULL", "", None, 2])
+def test_unknown_durability_refused_before_the_file_is_made(
+    tmp_path: Path, durability: Any
+) -> None:
+    with pytest.raises(InvalidInput) as info:
+        SQLiteStore(tmp_path / "never.db", durability=durability)
+    assert info.value.field == "durability"
+    assert not (tmp_path / "never.db").exists()
 
 
 def test_file_from_before_views_is_upgraded(

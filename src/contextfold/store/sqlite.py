@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 from contextfold.core.errors import (
     FoldConflict,
@@ -32,6 +32,10 @@ from contextfold.core.folds import Fold, plan_commit
 from contextfold.core.log import LoggedMessage, NewMessage, SessionRecord, ViewRecord
 from contextfold.store.base import check_lease, view_config_json
 from contextfold.store.migrations import migrate
+
+Durability = Literal["process", "full"]
+# What ``PRAGMA synchronous`` each durability sets (the class docstring says why).
+SYNCHRONOUS: dict[str, str] = {"process": "NORMAL", "full": "FULL"}
 
 # Every statement is a constant, so the driver's statement cache reuses its plan.
 # Reads that select from ``sessions`` answer "unknown session" (no row) in the
@@ -155,10 +159,33 @@ def _not_found(session_id: str) -> NotFound:
 
 
 class SQLiteStore:
-    """The log and folds in one SQLite file, reopened with everything kept."""
+    """The log and folds in one SQLite file, reopened with everything kept.
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+    ``durability`` says what a write survives once the call has returned. Both
+    settings use WAL, and neither can leave the file corrupt:
+
+    - ``"process"`` (default): ``synchronous=NORMAL``. The commit is in the
+      WAL file, so it survives the process being killed; a power loss or an OS
+      crash may lose the last commits. Nothing waits for the disk on a commit
+      (only at checkpoints), which is why it is the fast one.
+    - ``"full"``: ``synchronous=FULL``. Every commit waits for the disk to
+      flush (fsync), so it survives a power loss too, at a cost per write.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability = "process",
+        timeout: float = 30.0,
+    ) -> None:
+        if not isinstance(durability, str) or durability not in SYNCHRONOUS:
+            raise InvalidInput(
+                f"durability must be one of {sorted(SYNCHRONOUS)}, not {durability!r}",
+                field="durability",
+            )
         self.path = os.fspath(path)
+        self.durability = durability
         self._lock = threading.Lock()
         with _translated():
             conn = sqlite3.connect(
@@ -166,6 +193,7 @@ class SQLiteStore:
             )
             try:
                 conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(f"PRAGMA synchronous={SYNCHRONOUS[durability]}")
                 conn.execute("PRAGMA foreign_keys=ON")
                 migrate(conn)
             except BaseException:
