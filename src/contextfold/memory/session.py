@@ -13,8 +13,8 @@ and hands out its views (``contextfold.memory.view``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
@@ -24,24 +24,29 @@ from contextfold.core.messages import Message, validate_messages
 from contextfold.core.tokens import TokenCounter, get_counter
 from contextfold.memory.view import MessageFilter, View
 from contextfold.store.base import Store
-from contextfold.store.ram import RAMStore
+from contextfold.store.registry import open_store
 from contextfold.strategies.pipeline import Pipeline
 
 AppendListener = Callable[["Session", list[LoggedMessage]], None]
 
 
 class Memory:
-    """Where sessions live: a store and a token counter."""
+    """Where sessions live: a store and a token counter.
+
+    ``store`` is a store object, or what ``open_store`` opens: None (RAM), a
+    path or a URL such as ``"sqlite://chat.db?durability=full"``.
+    """
 
     def __init__(
-        self, store: Store | str | Path | None = None, *, encoding: str = "o200k_base"
+        self,
+        store: Store | str | os.PathLike[str] | None = None,
+        *,
+        encoding: str = "o200k_base",
     ) -> None:
-        if isinstance(store, str | Path):
-            from contextfold.store.sqlite import SQLiteStore
-
-            self.store: Store = SQLiteStore(store)
+        if store is None or isinstance(store, str | os.PathLike):
+            self.store: Store = open_store(store)
         else:
-            self.store = store if store is not None else RAMStore()
+            self.store = store
         self.encoding = encoding
 
     def session(

@@ -1,7 +1,8 @@
-"""Stores: one protocol, one module per backend, one contract test suite."""
+"""Stores: one protocol, one module per backend, one contract test suite, one URL registry."""
 
 from contextfold.store.base import Store
 from contextfold.store.ram import RAMStore
+from contextfold.store.registry import open_store, register_store
 from contextfold.store.sqlite import SQLiteStore
 
-__all__ = ["RAMStore", "SQLiteStore", "Store"]
+__all__ = ["RAMStore", "SQLiteStore", "Store", "open_store", "register_store"]
