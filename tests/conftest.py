@@ -8,6 +8,9 @@ from typing import Any
 
 import pytest
 
+# The store contract ships in the package; rewritten asserts explain its failures.
+pytest.register_assert_rewrite("contextfold.testing.store_contract")
+
 DATA = Path(
     os.environ.get("CONTEXTFOLD_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")
 )

@@ -4,7 +4,7 @@ Every module under ``src/contextfold`` gets a layer from the folder it sits in
 (a module with no layer fails the suite), and is read with ``ast`` (imports
 inside functions and ``TYPE_CHECKING`` blocks count too)::
 
-    interfaces   cli · testing · integrations/ (TaskWeaver hooks, later the server)
+    interfaces   cli · testing/ · integrations/ (TaskWeaver hooks, later the server)
     runtime      runtime/
     memory       memory/
     strategies   strategies/          (of the ports: the LLM protocol only)
@@ -33,7 +33,8 @@ RANK = {
     "interfaces": 5,
 }
 FOLDERS = {"core", "llm", "store", "strategies", "memory", "runtime", "integrations"}
-TOP_LEVEL_INTERFACES = {"cli", "testing"}
+TOP_LEVEL_INTERFACES = {"cli"}
+INTERFACE_FOLDERS = {"integrations", "testing"}
 # What a strategy may know of the ports: the LLM protocol, nothing concrete.
 STRATEGY_PORTS = {"contextfold.llm.base"}
 
@@ -48,7 +49,7 @@ def layer_of(module: str) -> str | None:
     if len(parts) < 2:
         return None  # the package root
     top = parts[1]
-    if top == "integrations" or (len(parts) == 2 and top in TOP_LEVEL_INTERFACES):
+    if top in INTERFACE_FOLDERS or (len(parts) == 2 and top in TOP_LEVEL_INTERFACES):
         return "interfaces"
     return top if top in FOLDERS else None
 

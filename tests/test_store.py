@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
-from store_contract import *  # noqa: F403  (the contract's tests run here, once per backend)
 
 from contextfold.core.errors import InvalidInput, StoreError
 from contextfold.core.folds import Fold
@@ -20,13 +20,76 @@ from contextfold.core.log import NewMessage
 from contextfold.store import RAMStore, SQLiteStore, Store, migrations
 from contextfold.store.migrations import MIGRATIONS, migrate
 from contextfold.store.sqlite import LAST_OF_ROLE_SQL, MESSAGES_BEFORE_SQL
+from contextfold.testing.store_contract import StoreContract
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    backend: Store = RAMStore() if request.param == "memory" else SQLiteStore(tmp_path / "store.db")
-    yield backend
-    backend.close()
+class TestContract(StoreContract):
+    """The shipped contract, once per backend and durability."""
+
+    @pytest.fixture(params=["memory", "sqlite-process", "sqlite-full"])
+    def store(self, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+        backend: Store
+        if request.param == "memory":
+            backend = RAMStore()
+        else:
+            durability = request.param.removeprefix("sqlite-")
+            backend = SQLiteStore(tmp_path / "store.db", durability=durability)
+        yield backend
+        backend.close()
+
+
+_AUTHOR_TESTS = """
+import pytest
+from contextfold.store import RAMStore
+from contextfold.testing.store_contract import StoreContract
+
+
+class Forgetful(RAMStore):
+    def head(self, session_id, view):
+        return 0, self.fold_version(session_id, view)
+
+
+class TestMyStore(StoreContract):
+    @pytest.fixture
+    def store(self):
+        return RAMStore()
+
+
+class TestForgetfulStore(StoreContract):
+    @pytest.fixture
+    def store(self):
+        return Forgetful()
+"""
+
+
+def test_a_backend_author_runs_the_shipped_contract(tmp_path: Path) -> None:
+    """As the module docstring tells a backend's author, outside this repository's tests."""
+    (tmp_path / "test_mystore.py").write_text(_AUTHOR_TESTS, encoding="utf-8")
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml=out.xml"],
+        cwd=tmp_path,
+        capture_output=True,
+    )
+    results: dict[str, dict[str, bool]] = {}
+    for case in ElementTree.parse(tmp_path / "out.xml").iter("testcase"):
+        passed = case.find("failure") is None and case.find("error") is None
+        results.setdefault(case.get("classname", ""), {})[case.get("name", "")] = passed
+    mine, forgetful = (
+        results.pop("test_mystore.TestMyStore"),
+        results.pop("test_mystore.TestForgetfulStore"),
+    )
+    assert results == {}
+    contract = {name for name in dir(StoreContract) if name.startswith("test_")}
+    assert {name.partition("[")[0] for name in mine} == contract
+    assert all(mine.values())
+    assert mine.keys() == forgetful.keys()
+    failed = sorted(name for name, ok in forgetful.items() if not ok)
+    assert failed == ["test_head_is_last_seq_and_fold_version", "test_put_view_versions_from_one"]
+
+
+def test_the_testing_package_does_not_import_pytest() -> None:
+    code = "import sys, contextfold.testing; sys.exit('pytest' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
 @pytest.fixture

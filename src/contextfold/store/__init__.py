@@ -1,4 +1,7 @@
-"""Stores: one protocol, one module per backend, one contract test suite, one URL registry."""
+"""Stores: one protocol, one module per backend, one URL registry.
+
+The contract every backend passes ships as ``contextfold.testing.store_contract``.
+"""
 
 from contextfold.store.base import Store
 from contextfold.store.ram import RAMStore

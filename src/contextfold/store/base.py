@@ -1,6 +1,6 @@
 """The store protocol: what every backend promises.
 
-Invariants, checked by ``tests/store_contract.py`` against every backend:
+Invariants, checked by ``contextfold.testing.store_contract`` against every backend:
 
 - The log is append-only. ``seq`` runs 1, 2, 3... per session without gaps; a
   stored message never changes. An append is all-or-nothing.
