@@ -84,14 +84,15 @@ class Source:
 class Candidate:
     """A sentence (or clause) of ``Source`` number ``source``, scored for selection.
 
-    ``words`` are its content words, ``artifacts`` its must-keep items, ``cost``
-    its tokens with a speaker prefix, ``bonus`` its extra worth (names, numbers,
-    relative times).
+    ``words`` are its content words, each once in the order they occur (a tuple,
+    not a set: gains add floats over them, and a set's order changes with the
+    hash seed), ``artifacts`` its must-keep items, ``cost`` its tokens with a
+    speaker prefix, ``bonus`` its extra worth (names, numbers, relative times).
     """
 
     source: int
     text: str
-    words: frozenset[str]
+    words: tuple[str, ...]
     artifacts: tuple[str, ...]
     cost: int
     bonus: float
@@ -104,11 +105,12 @@ def candidates_of(sources: Sequence[Source], counter: TokenCounter) -> list[Cand
         prefix = counter.text(f"{source.speaker}: ") + 1
         for _, sentence in sentences(source.text):
             for piece in _pieces(sentence, counter):
-                words = frozenset(w for w in _WORD.findall(piece.lower()) if w not in _STOPWORDS)
+                found = _WORD.findall(piece.lower())
+                words = tuple(dict.fromkeys(w for w in found if w not in _STOPWORDS))
                 if not words:
                     continue
-                bonus_words = {w.lower() for w in _CAPITALIZED.findall(piece)}
-                bonus_words.update(w for w in words if w.isdigit())
+                names = {w.lower() for w in _CAPITALIZED.findall(piece)}
+                named = sum(w in names or w.isdigit() for w in words)
                 artifacts = [a.text for a in find_artifacts(piece, TOKEN_KINDS)]
                 if is_error_line(piece) or (source.user and is_constraint(piece)):
                     artifacts.append(piece)
@@ -119,7 +121,7 @@ def candidates_of(sources: Sequence[Source], counter: TokenCounter) -> list[Cand
                         words=words,
                         artifacts=tuple(artifacts),
                         cost=prefix + counter.text(piece),
-                        bonus=NAME_BONUS * len(bonus_words & words)
+                        bonus=NAME_BONUS * named
                         + (TIME_BONUS if source.session and _RELATIVE_TIME.search(piece) else 0),
                     )
                 )
@@ -159,11 +161,11 @@ def select(
     """Greedy by new information per token (lazy: a gain only falls as words are kept).
 
     Returns the chosen candidates with the gain per token they were chosen at.
+    Every float is summed in an order fixed by the input, so the same input
+    gives the same choice in every process (no set is iterated).
     """
-    per_source: dict[int, set[str]] = {}
-    for c in candidates:
-        per_source.setdefault(c.source, set()).update(c.words)
-    df: Counter[str] = Counter(w for words in per_source.values() for w in words)
+    in_source = dict.fromkeys((c.source, w) for c in candidates for w in c.words)
+    df: Counter[str] = Counter(w for _, w in in_source)
     n = len(sources) + 1
     weight = {w: math.log(n / d) for w, d in df.items()}
     top = math.log(n)
@@ -174,7 +176,7 @@ def select(
     used = 0
 
     def gain(c: Candidate) -> float:
-        value = sum(weight[w] for w in c.words - covered) + c.bonus
+        value = sum(weight[w] for w in c.words if w not in covered) + c.bonus
         new_artifacts = len(set(c.artifacts) - kept_artifacts)
         value += ARTIFACT_WEIGHT * top * new_artifacts
         if new_artifacts and used + c.cost <= must_room:
@@ -188,7 +190,7 @@ def select(
         _, i = heapq.heappop(heap)
         c = candidates[i]
         fresh = gain(c)
-        if not (c.words - covered or set(c.artifacts) - kept_artifacts):
+        if all(w in covered for w in c.words) and kept_artifacts.issuperset(c.artifacts):
             continue
         if heap and fresh / c.cost < -heap[0][0] - 1e-12:
             heapq.heappush(heap, (-fresh / c.cost, i))
@@ -200,7 +202,7 @@ def select(
         chosen[i] = fresh / c.cost
         used += cost
         sessions.add(session)
-        covered |= c.words
+        covered.update(c.words)
         kept_artifacts.update(c.artifacts)
     return chosen
 
