@@ -160,6 +160,7 @@ class RAMStore:
         config: Mapping[str, Any],
         expected_version: int | None = None,
     ) -> ViewRecord:
+        # Kept as the JSON data a database would give back, and out of the caller's reach.
         stored = json.loads(view_config_json(name, config))
         self.get_session(session_id)
         with self._lock:

@@ -37,7 +37,8 @@ Durability = Literal["process", "full"]
 # What ``PRAGMA synchronous`` each durability sets (the class docstring says why).
 SYNCHRONOUS: dict[str, str] = {"process": "NORMAL", "full": "FULL"}
 
-# Every statement is a constant, so the driver's statement cache reuses its plan.
+# Every statement is a module constant, prepared once by the driver's statement
+# cache (keyed by the text) and reused on every call.
 # Reads that select from ``sessions`` answer "unknown session" (no row) in the
 # same statement; the others check the session only when they found nothing.
 _COLUMNS = "seq, message, tokens, key, created_at"
