@@ -31,9 +31,10 @@ from typing import Any
 
 from _common import conversations, parse_args, report
 
-from contextfold import Memory, Pipeline, Session, View
+from contextfold import Memory, Session, View
 from contextfold.core.messages import Message
 from contextfold.runtime import AsyncioRunner, InlineRunner, Stats, ThreadRunner
+from contextfold.strategies import Pipeline
 from contextfold.strategies.rolling import RollingCompactor
 from contextfold.testing import ScriptedModel
 

@@ -22,8 +22,9 @@ from typing import Any
 
 from _common import parse_args, report, timed
 
-from contextfold import Fold, Memory, RAMStore, Session, Store
+from contextfold import Fold, Memory, Session, Store
 from contextfold.core.messages import Message
+from contextfold.store import RAMStore
 
 BUDGET = 8_000
 RECENT = 300

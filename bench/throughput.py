@@ -30,9 +30,10 @@ from typing import Any
 
 from _common import conversations, parse_args, report
 
-from contextfold import Memory, Pipeline, View
+from contextfold import Memory, View
 from contextfold.core.messages import Message
 from contextfold.runtime import AsyncioRunner, Stats, ThreadRunner
+from contextfold.strategies import Pipeline
 from contextfold.strategies.rolling import RollingCompactor
 from contextfold.testing import ScriptedModel
 

@@ -18,8 +18,9 @@ from typing import Any
 
 from _common import conversations, parse_args, report
 
-from contextfold import BudgetError, Memory, ObservationMasking, Pipeline, View, get_preset
-from contextfold.memory.compact import tool_unit_faults
+from contextfold import BudgetError, Memory, View, get_preset
+from contextfold.core.units import tool_unit_faults
+from contextfold.strategies import ObservationMasking, Pipeline
 from contextfold.strategies.triggers import Always
 
 FILES = ("taubench_airline_dev", "openhands_example")

@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from contextfold import LLM, Completion, Message, OfflineModel, get_model
+from contextfold import LLM, Completion, get_model
+from contextfold.core.messages import Message
 from contextfold.integrations.taskweaver import (
     CompactedMessage,
     CompactionSettings,
@@ -34,6 +35,7 @@ from contextfold.integrations.taskweaver import (
     Round,
     load_config,
 )
+from contextfold.llm.offline import OfflineModel
 
 HERE = Path(__file__).resolve().parent
 

@@ -30,11 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from contextfold import Fold, Memory, Pipeline, Session, View
+from contextfold import Fold, Memory, Session, View
 from contextfold.core.events import Event
 from contextfold.core.messages import Message
 from contextfold.core.tokens import TokenCounter
 from contextfold.runtime import AsyncioRunner, ThreadRunner
+from contextfold.strategies import Pipeline, register_strategy
 from contextfold.strategies.base import Job, ViewState, job_for
 from contextfold.testing import ScriptedModel
 
@@ -82,6 +83,9 @@ class SummarizeRounds:
                 usage=done.usage.to_dict(),
             )
         ]
+
+
+register_strategy("test-summarize-rounds", SummarizeRounds)
 
 
 def chat(rounds: int, first: int = 0) -> list[Message]:

@@ -19,11 +19,12 @@ from conftest import load_rows
 from test_goal_batch import ADR_PARAGRAPHS, KEYS, history_of
 from test_tool_calls import EPISODIC
 
-from contextfold import Memory, Pipeline, View
+from contextfold import Memory, View
 from contextfold.core.artifacts import extract_artifacts
 from contextfold.core.events import Event
 from contextfold.core.messages import Message
-from contextfold.memory.compact import tool_unit_faults
+from contextfold.core.units import tool_unit_faults
+from contextfold.strategies import Pipeline
 from contextfold.strategies.goal_batch import GoalBatchCompaction
 from contextfold.strategies.threshold import ThresholdSummarization
 from contextfold.strategies.tool_calls import ToolCallSummarization

@@ -38,6 +38,9 @@ for messages in conversations:
             {k: v for k, v in fold.to_dict().items() if k not in VOLATILE}
             for fold in result.folds
         ]
+        for fold in folds:
+            if fold["usage"]:
+                fold["usage"].pop("latency_s")  # wall time, not output
         out.append({"prompt": result.messages, "folds": folds})
 print(json.dumps(out, sort_keys=True))
 """

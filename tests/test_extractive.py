@@ -6,9 +6,10 @@ from typing import Any
 import pytest
 from conftest import load_rows
 
-from contextfold import Memory, Pipeline, Session, View
+from contextfold import Memory, Session, View
 from contextfold.core.folds import Fold
 from contextfold.core.messages import text_of
+from contextfold.strategies import Pipeline
 from contextfold.strategies.extractive import ExtractiveSummary
 from contextfold.strategies.triggers import Rounds
 

@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 from test_tool_calls import EPISODIC, tool_unit
 
-from contextfold import InvalidInput, Memory, Pipeline, Session, View
+from contextfold import InvalidInput, Memory, Session, View
 from contextfold.core.artifacts import extract_artifacts
 from contextfold.core.events import Event
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message
-from contextfold.memory.compact import tool_unit_faults
+from contextfold.core.units import tool_unit_faults
+from contextfold.strategies import Pipeline
 from contextfold.strategies.goal_batch import SCHEMA, GoalBatchCompaction
 from contextfold.strategies.tool_calls import ToolCallSummarization
 from contextfold.testing import ScriptedModel

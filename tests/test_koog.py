@@ -5,10 +5,11 @@ from typing import Any
 
 import pytest
 
-from contextfold import Always, Memory, Pipeline, Session, View
+from contextfold import Memory, Session, View
 from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold
 from contextfold.core.messages import text_of
+from contextfold.strategies import Always, Pipeline
 from contextfold.strategies.base import ViewState
 from contextfold.strategies.checked import PINNED_HEADER
 from contextfold.strategies.koog import (
@@ -52,7 +53,8 @@ def new_session(messages: list[dict[str, Any]], system: str | None = None) -> Se
 
 
 def tldr_view(session: Session, model: ScriptedModel, **options: Any) -> View:
-    return session.view("v", pipeline=whole_history(**options), llm=model)
+    local = options.get("predicate") is not None  # Python code runs in this process only
+    return session.view("v", pipeline=whole_history(**options), llm=model, local=local)
 
 
 def active(view: View, kind: str) -> Fold:

@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 from conftest import load_rows
 
-from contextfold import BudgetError, Fold, Memory, RAMStore, Session
+from contextfold import BudgetError, Fold, Memory, Session
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message
 from contextfold.core.tokens import REPLY_PRIMING
-from contextfold.memory.compact import tool_unit_faults
+from contextfold.core.units import tool_unit_faults
 from contextfold.memory.view import _PAGE
+from contextfold.store import RAMStore
 
 SYSTEM = {"role": "system", "content": "You are a careful assistant."}
 MARKER = re.compile(r"^\[contextfold: (\d+) earlier messages? left out to fit the token budget\]$")

@@ -6,10 +6,11 @@ from typing import Any
 import pytest
 from conftest import NATO
 
-from contextfold import Memory, Pipeline, Session, View
+from contextfold import Memory, Session, View
 from contextfold.core.errors import InvalidInput
 from contextfold.core.events import Event
 from contextfold.core.messages import text_of
+from contextfold.strategies import Pipeline
 from contextfold.strategies.rolling import RollingCompactor
 from contextfold.strategies.triggers import Always
 from contextfold.testing import ScriptedModel
@@ -167,7 +168,7 @@ def test_rejected_answers_are_retried_then_the_view_keeps_its_folds() -> None:
     assert len(model.calls) == 3
     assert view.folds(include_superseded=True) == []
     assert session.history() == history
-    assert [e.kind for e in events] == ["started", "failed", "degraded"]
+    assert [e.kind for e in events] == ["planned", "started", "failed", "degraded"]
 
 
 def test_failed_second_cycle_keeps_the_first_fold() -> None:

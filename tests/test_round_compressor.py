@@ -5,10 +5,11 @@ from typing import Any
 
 import pytest
 
-from contextfold import Memory, Pipeline, Session, View
+from contextfold import Memory, Session, View
 from contextfold.core.errors import InvalidInput
 from contextfold.core.events import Event
 from contextfold.core.messages import text_of
+from contextfold.strategies import Pipeline
 from contextfold.strategies.round_compressor import SCHEMAS, RoundCompressor
 from contextfold.strategies.triggers import Always
 from contextfold.testing import ScriptedModel
@@ -157,8 +158,8 @@ def test_rejected_answers_are_retried_then_the_view_keeps_its_folds() -> None:
     assert len(model.calls) == 3
     assert view.folds(include_superseded=True) == []
     assert session.history() == history
-    assert [e.kind for e in events] == ["started", "failed", "degraded"]
-    assert "not the JSON object" in events[1].detail
+    assert [e.kind for e in events] == ["planned", "started", "failed", "degraded"]
+    assert "not the JSON object" in events[2].detail
 
 
 def test_json_without_a_summary_is_rejected() -> None:

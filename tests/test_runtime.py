@@ -22,9 +22,11 @@ from crash_worker import (
     summarizing_view,
 )
 
-from contextfold import Fold, InvalidInput, Memory, ModelError, Pipeline, RAMStore, Session, View
+from contextfold import Fold, InvalidInput, Memory, ModelError, Session, View
 from contextfold.core.events import Event
 from contextfold.runtime import InlineRunner, ThreadRunner
+from contextfold.store import RAMStore
+from contextfold.strategies import Pipeline, register_strategy
 from contextfold.testing import ScriptedModel
 
 
@@ -79,7 +81,7 @@ def test_watch_needs_a_pipeline_and_unwatch_stops_compaction() -> None:
     runner = InlineRunner()
     runner.watch(view)
     runner.unwatch(view)
-    assert session.on_append == [] and view.on_event == []
+    assert session.memory.wake.sessions() == [] and view.on_event == []
     session.extend(chat(8))
     assert view.folds() == []
 
@@ -171,6 +173,9 @@ class HeldPlan(SummarizeRounds):
         return super().plan(state)
 
 
+register_strategy("test-held-plan", HeldPlan)
+
+
 def test_append_during_a_plan_that_finds_nothing_is_planned_again() -> None:
     session = new_session(rounds=3)
     strategy = HeldPlan()
@@ -237,6 +242,9 @@ class Broken(SummarizeRounds):
         raise RuntimeError("bug in a strategy")
 
 
+register_strategy("test-broken", Broken)
+
+
 def test_strategy_bug_is_contained_and_frees_the_lease(caplog: pytest.LogCaptureFixture) -> None:
     events: list[Event] = []
     session = new_session(rounds=6)
@@ -249,8 +257,9 @@ def test_strategy_bug_is_contained_and_frees_the_lease(caplog: pytest.LogCapture
     assert "RuntimeError: bug in a strategy" in events[2].detail
     assert session.store.acquire_lease("s", "default", "someone else", 1.0)
     session.store.release_lease("s", "default", "someone else")
-    view.pipeline = Pipeline([SummarizeRounds()])
-    view.llm = ScriptedModel(default="short")
+    session.view(
+        "default", pipeline=Pipeline([SummarizeRounds()]), llm=ScriptedModel(default="short")
+    )
     session.append({"role": "user", "content": "again"})
     assert runner.wait_idle(WAIT)
     assert ranges(view.folds()) == [(2, 11)]
@@ -289,7 +298,7 @@ def test_stop_drains_a_running_job() -> None:
     threading.Timer(0.2, gate.open.set).start()
     assert runner.stop(timeout=WAIT)
     assert ranges(view.folds()) == [(2, 9)]
-    assert session.on_append == []
+    assert session.memory.wake.sessions() == []
 
 
 @pytest.mark.parametrize("drain", [True, False])
@@ -316,12 +325,13 @@ def test_append_survives_a_failing_listener(caplog: pytest.LogCaptureFixture) ->
     session = new_session()
     heard: list[int] = []
 
-    def broken(session: Session, logged: Any) -> None:
+    def broken(session_id: str) -> None:
         raise RuntimeError("listener bug")
 
-    session.on_append.extend([broken, lambda s, logged: heard.extend(m.seq for m in logged)])
+    session.memory.wake.listen("s", broken)
+    session.memory.wake.listen("s", lambda sid: heard.append(session.store.last_seq(sid)))
     with caplog.at_level(logging.ERROR, logger="contextfold"):
         logged = session.append({"role": "user", "content": "hi"})
     assert logged.seq == 2
     assert heard == [2]
-    assert "append listener failed" in caplog.text
+    assert "wake listener failed" in caplog.text

@@ -19,9 +19,10 @@ import pytest
 from crash_worker import chat, summarizing_view
 
 import contextfold.store.migrations as migrations
-from contextfold import Memory, SQLiteStore
+from contextfold import Memory
 from contextfold.core.events import Event
 from contextfold.runtime import ThreadRunner
+from contextfold.store import SQLiteStore
 from contextfold.testing import ScriptedModel
 
 WORKER = str(Path(__file__).with_name("crash_worker.py"))

@@ -15,9 +15,9 @@ import pytest
 from conftest import NATO
 
 import contextfold.integrations.taskweaver as tw
-from contextfold import InvalidInput, Message, RAMStore
+from contextfold import InvalidInput
 from contextfold import Memory as LogMemory
-from contextfold.core.messages import text_of
+from contextfold.core.messages import Message, text_of
 from contextfold.integrations.taskweaver import (
     CompactedMessage,
     CompactionProvider,
@@ -30,6 +30,7 @@ from contextfold.integrations.taskweaver import (
     load_config,
     read_prompt,
 )
+from contextfold.store import RAMStore
 from contextfold.testing import ScriptedModel
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,13 +8,14 @@ from typing import Any
 from conftest import load_rows
 from test_tool_calls import ANSWER, EPISODIC, assert_whole_units, tool_unit, turn
 
-from contextfold import Memory, Pipeline, Session, View
+from contextfold import Memory, Session, View
 from contextfold.core.events import Event
 from contextfold.core.messages import Message
-from contextfold.memory.compact import tool_unit_faults
+from contextfold.core.units import tool_unit_faults
+from contextfold.strategies import Pipeline
 from contextfold.strategies.threshold import ThresholdSummarization
 from contextfold.strategies.tool_calls import ToolCallSummarization
-from contextfold.strategies.triggers import Messages
+from contextfold.strategies.triggers import MessageCount
 from contextfold.testing import ScriptedModel
 
 
@@ -151,10 +152,10 @@ def test_a_block_holds_tool_units_and_text_and_the_prompt_carries_the_request() 
 
 def test_a_trigger_replaces_the_threshold() -> None:
     messages = [m for t in "abcd" for m in chat_turn(t, words=5)]
-    strategy = ThresholdSummarization(trigger=Messages(9), keep_recent=1, min_tokens=0)
+    strategy = ThresholdSummarization(trigger=MessageCount(9), keep_recent=1, min_tokens=0)
     _, view, _ = setup(messages, [strategy], ScriptedModel(default=ANSWER))
     assert view.compact().folds == ()  # 9 rendered messages, not more than 9
-    strategy.trigger = Messages(8)
+    strategy.trigger = MessageCount(8)
     assert len(view.compact().folds) == 3  # every block but the newest
 
 
@@ -177,7 +178,7 @@ def test_a_rejected_summary_fails_the_job_and_keeps_the_previous_folds() -> None
     report = view.compact()
     assert report.folds == () and report.failed == ("threshold",)
     assert view.folds() == []
-    assert [e.kind for e in events] == ["started", "failed", "degraded"]
+    assert [e.kind for e in events] == ["planned", "started", "failed", "degraded"]
     assert session.history() == before
 
 

@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 from conftest import NATO
 
-from contextfold import Always, Memory, Pipeline, Session, View
+from contextfold import Memory, Session, View
 from contextfold.core.errors import InvalidInput
 from contextfold.core.events import Event
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message, text_of
+from contextfold.strategies import Always, Pipeline
 from contextfold.strategies.checked import PINNED_HEADER
 from contextfold.strategies.token_budget import (
     DATA_HEADER,

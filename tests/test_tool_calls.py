@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from conftest import load_rows
 
-from contextfold import InvalidInput, Memory, Pipeline, Session, View
+from contextfold import InvalidInput, Memory, Session, View
 from contextfold.core.events import Event
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message
-from contextfold.core.units import unit_spans
-from contextfold.memory.compact import tool_unit_faults
+from contextfold.core.units import tool_unit_faults, unit_spans
+from contextfold.strategies import Pipeline
 from contextfold.strategies.tool_calls import ToolCallSummarization
 from contextfold.strategies.triggers import Never
 from contextfold.testing import ScriptedModel
@@ -154,7 +154,8 @@ def test_over_budget_folds_a_partial_run_and_never_splits_a_parallel_unit() -> N
     )
     pressed.compact()
     folds = pressed.folds()
-    assert [f.data["tool_units"] for f in sorted(folds, key=lambda f: f.start)] == [2, 1]
+    own = [f for f in folds if f.strategy == "tool_calls"]  # the rescue may fold the rest
+    assert [f.data["tool_units"] for f in sorted(own, key=lambda f: f.start)] == [2, 1]
     assert_whole_units(session, folds)
     assert tool_unit_faults(pressed.render()) == []
 
@@ -211,8 +212,8 @@ def test_a_rejected_summary_fails_the_job_and_commits_nothing() -> None:
     assert report.folds == () and report.failed == ("tool_calls",)
     assert view.folds() == []
     kinds = [e.kind for e in events]
-    assert kinds == ["started", "failed", "degraded"]
-    assert "summary rejected" in events[1].detail
+    assert kinds == ["planned", "started", "failed", "degraded"]
+    assert "summary rejected" in events[2].detail
     assert len(model.calls) == 3
     assert session.history() == before
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from contextfold import (
+from contextfold import Memory
+from contextfold.strategies import (
     Always,
     Characters,
     KeepRecent,
-    Memory,
-    Messages,
+    MessageCount,
     Never,
     OverBudget,
     Pipeline,
@@ -16,7 +16,7 @@ from contextfold import (
     Tokens,
     UnfoldedRounds,
 )
-from contextfold.strategies.base import ViewState
+from contextfold.strategies.base import HIGH_WATER, ViewState
 from contextfold.strategies.triggers import AllOf, AnyOf
 
 
@@ -31,7 +31,7 @@ def state_of(rounds: int, *, budget: int | None = None) -> ViewState:
 def test_count_triggers_fire_strictly_above_their_limit() -> None:
     state = state_of(5)
     assert state.message_count == 11 and len(state.rounds) == 5
-    assert Messages(10)(state) and not Messages(11)(state)
+    assert MessageCount(10)(state) and not MessageCount(11)(state)
     assert Rounds(4)(state) and not Rounds(5)(state)
     assert UnfoldedRounds(4)(state) and not UnfoldedRounds(5)(state)
     assert Tokens(state.tokens - 1)(state) and not Tokens(state.tokens)(state)
@@ -41,14 +41,17 @@ def test_count_triggers_fire_strictly_above_their_limit() -> None:
 def test_over_budget_needs_a_budget_and_scales_with_ratio() -> None:
     assert not OverBudget()(state_of(5))
     tokens = state_of(5).tokens
-    assert OverBudget()(state_of(5, budget=tokens - 1))
-    assert not OverBudget()(state_of(5, budget=tokens))
+    assert OverBudget(1.0)(state_of(5, budget=tokens - 1))
+    assert not OverBudget(1.0)(state_of(5, budget=tokens))
     assert OverBudget(0.5)(state_of(5, budget=tokens))
+    # Without a ratio, the view's high-water mark: fires before the budget is reached.
+    assert OverBudget()(state_of(5, budget=tokens))
+    assert not OverBudget()(state_of(5, budget=int(tokens / HIGH_WATER) + 1))
 
 
 def test_composition_with_or_and_and() -> None:
     state = state_of(3)
-    yes, no = Messages(1), Messages(100)
+    yes, no = MessageCount(1), MessageCount(100)
     assert isinstance(yes | no, AnyOf) and (yes | no)(state)
     assert isinstance(yes & no, AllOf) and not (yes & no)(state)
     assert (no | (yes & Always()))(state)

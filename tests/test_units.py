@@ -12,7 +12,7 @@ from contextfold.core.entries import Entry
 from contextfold.core.folds import Fold
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, validate_messages
-from contextfold.core.units import Round, round_spans, unit_spans
+from contextfold.core.units import RoundSpan, round_spans, unit_spans
 
 
 def user(text: str = "hi") -> Message:
@@ -110,7 +110,7 @@ def test_an_intervening_message_belongs_to_the_unit() -> None:
     es = entries(user("go"), calls("c1", "c2"), result("c1"), user("wait"), result("c2"), say())
     assert unit_spans(es) == [(0, 0), (1, 4), (5, 5)]
     # The user message inside the unit opens no round: that would split the unit.
-    assert round_spans(es) == [Round(0, 5, closed=True, has_user=True)]
+    assert round_spans(es) == [RoundSpan(0, 5, closed=True, has_user=True)]
 
 
 def test_a_result_whose_call_is_not_in_view_stands_alone() -> None:
@@ -130,10 +130,10 @@ def test_rounds_split_at_user_messages() -> None:
         user("q3"),
     )
     assert round_spans(es) == [
-        Round(0, 0, closed=True, has_user=False),
-        Round(1, 2, closed=True, has_user=True),
-        Round(3, 6, closed=True, has_user=True),
-        Round(7, 7, closed=False, has_user=True),
+        RoundSpan(0, 0, closed=True, has_user=False),
+        RoundSpan(1, 2, closed=True, has_user=True),
+        RoundSpan(3, 6, closed=True, has_user=True),
+        RoundSpan(7, 7, closed=False, has_user=True),
     ]
 
 
@@ -143,7 +143,7 @@ def test_the_last_round_is_in_progress_until_a_plain_answer() -> None:
         last = round_spans(entries(*steps[:n]))[-1]
         assert (last.first, last.last, last.closed) == (0, n - 1, False)
     done = round_spans(entries(*steps, say("answer")))
-    assert done == [Round(0, 5, closed=True, has_user=True)]
+    assert done == [RoundSpan(0, 5, closed=True, has_user=True)]
     again = round_spans(entries(*steps, say("answer"), user("next")))
     assert [r.closed for r in again] == [True, False]
 
@@ -153,11 +153,11 @@ def test_entries_before_the_first_user_form_a_round_without_user() -> None:
         {"role": "system", "content": "rules"}, say("Hello! How can I help?"), user(), say()
     )
     assert round_spans(es) == [
-        Round(0, 1, closed=True, has_user=False),
-        Round(2, 3, closed=True, has_user=True),
+        RoundSpan(0, 1, closed=True, has_user=False),
+        RoundSpan(2, 3, closed=True, has_user=True),
     ]
     alone = round_spans(entries({"role": "system", "content": "rules"}, say("Hello!")))
-    assert alone == [Round(0, 1, closed=True, has_user=False)]
+    assert alone == [RoundSpan(0, 1, closed=True, has_user=False)]
 
 
 def test_a_fold_is_its_own_unit() -> None:
@@ -165,13 +165,13 @@ def test_a_fold_is_its_own_unit() -> None:
     assert [e.fold is not None for e in es] == [True, False, False, False, True, False]
     assert unit_spans(es) == [(0, 0), (1, 1), (2, 3), (4, 4), (5, 5)]
     rounds = round_spans(es)
-    assert rounds[0] == Round(0, 0, closed=True, has_user=False)
-    assert rounds[1] == Round(1, 5, closed=True, has_user=True)
+    assert rounds[0] == RoundSpan(0, 0, closed=True, has_user=False)
+    assert rounds[1] == RoundSpan(1, 5, closed=True, has_user=True)
 
 
 def test_a_trailing_fold_closes_its_round() -> None:
     es = entries(user(), say(), user(), fold(4, 9))
-    assert round_spans(es)[-1] == Round(2, 3, closed=True, has_user=True)
+    assert round_spans(es)[-1] == RoundSpan(2, 3, closed=True, has_user=True)
 
 
 def nearest_call(es: list[Entry], i: int) -> int | None:

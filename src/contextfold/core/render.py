@@ -25,6 +25,7 @@ from contextfold.core.errors import BudgetError
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message, for_model
 from contextfold.core.tokens import REPLY_PRIMING, TokenCounter
+from contextfold.core.units import units_newest_first
 
 MIN_CLIP_TOKENS = 64
 _LARGEST_COUNT = 999_999_999
@@ -111,7 +112,7 @@ def render(
         user_seen = user_seen or holds_user(unit)
 
     cut = False
-    units = _units_newest_first(newest_first)
+    units = units_newest_first(newest_first)
     for unit in units:
         cost = cost_of(unit)
         if left is None:
@@ -194,32 +195,6 @@ def _rest_within(
             return None
         rest.append(unit)
     return rest
-
-
-def _units_newest_first(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
-    """Group entries, read newest first, into whole tool units (oldest entry first).
-
-    Tool results whose call is not in the stream (a view that filtered the call
-    out) are dropped: an orphan result is an invalid prompt.
-    """
-    pending: set[str] = set()
-    unit: list[Entry] = []
-    for entry in entries:
-        msg = entry.message
-        if msg is not None and msg["role"] == "tool":
-            pending.add(str(msg.get("tool_call_id")))
-            unit.append(entry)
-            continue
-        if msg is not None and msg["role"] == "assistant" and msg.get("tool_calls"):
-            pending -= {c["id"] for c in msg["tool_calls"]}
-        unit.append(entry)
-        if not pending:
-            yield unit[::-1]
-            unit = []
-    if unit:
-        orphans = [e for e in unit if e.message is None or e.message["role"] != "tool"]
-        if orphans:
-            yield orphans[::-1]
 
 
 def _marker(count: int) -> Message:

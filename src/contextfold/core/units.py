@@ -8,14 +8,22 @@ user message and everything up to the next one; the last round is in progress
 until an assistant message without tool calls closes it.
 
 All spans are inclusive index ranges ``(i, j)`` into a list of entries.
+
+This is the one module that knows how results pair with calls: planning
+(``unit_spans``), render (``units_newest_first``), view filters
+(``whole_units``) and prompt checks (``tool_unit_faults``) all call it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from contextfold.core.entries import Entry
+from contextfold.core.messages import Message
+
+_T = TypeVar("_T")
 
 
 def unit_spans(entries: Sequence[Entry]) -> list[tuple[int, int]]:
@@ -47,7 +55,7 @@ def unit_spans(entries: Sequence[Entry]) -> list[tuple[int, int]]:
 
 
 @dataclass(frozen=True)
-class Round:
+class RoundSpan:
     """A round's span over entries; ``closed`` is False for the round in progress."""
 
     first: int
@@ -56,7 +64,7 @@ class Round:
     has_user: bool
 
 
-def round_spans(entries: Sequence[Entry]) -> list[Round]:
+def round_spans(entries: Sequence[Entry]) -> list[RoundSpan]:
     """Rounds over ``entries``, never splitting a unit.
 
     Entries before the first user message form a round without a user
@@ -67,12 +75,12 @@ def round_spans(entries: Sequence[Entry]) -> list[Round]:
     for i, (first, _) in enumerate(units):
         if i == 0 or entries[first].role == "user":
             starts.append(i)
-    rounds: list[Round] = []
+    rounds: list[RoundSpan] = []
     for k, ui in enumerate(starts):
         uj = starts[k + 1] - 1 if k + 1 < len(starts) else len(units) - 1
         first, last = units[ui][0], units[uj][1]
         closed = k + 1 < len(starts) or _closes(entries[last])
-        rounds.append(Round(first, last, closed, entries[first].role == "user"))
+        rounds.append(RoundSpan(first, last, closed, entries[first].role == "user"))
     return rounds
 
 
@@ -81,3 +89,106 @@ def _closes(entry: Entry) -> bool:
     if msg is None:
         return True
     return msg["role"] == "assistant" and not msg.get("tool_calls")
+
+
+def units_newest_first(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
+    """Group entries, read newest first, into whole tool units (oldest entry first).
+
+    Tool results whose call is not in the stream (a view that filtered the call
+    out) are dropped: an orphan result is an invalid prompt.
+    """
+    pending: set[str] = set()
+    unit: list[Entry] = []
+    for entry in entries:
+        msg = entry.message
+        if msg is not None and msg["role"] == "tool":
+            pending.add(str(msg.get("tool_call_id")))
+            unit.append(entry)
+            continue
+        if msg is not None and msg["role"] == "assistant" and msg.get("tool_calls"):
+            pending -= {c["id"] for c in msg["tool_calls"]}
+        unit.append(entry)
+        if not pending:
+            yield unit[::-1]
+            unit = []
+    if unit:
+        orphans = [e for e in unit if e.message is None or e.message["role"] != "tool"]
+        if orphans:
+            yield orphans[::-1]
+
+
+def whole_units(
+    newest_first: Iterable[_T],
+    message_of: Callable[[_T], Message | None],
+    keep: Callable[[Message], bool],
+) -> Iterator[_T]:
+    """Filter items read newest first, keeping or dropping each tool unit whole.
+
+    A tool result waits for its call (the nearest older assistant message calling
+    its id); the call and its results stay only if ``keep`` accepts all of them.
+    Items without a message (folds) always stay; results whose call never comes
+    are dropped.
+    """
+    held: list[_T] = []
+    verdicts: list[bool] = []
+    waiting: dict[str, list[int]] = {}
+    for item in newest_first:
+        msg = message_of(item)
+        verdict = msg is None or bool(keep(msg))
+        if msg is not None and msg["role"] == "tool":
+            waiting.setdefault(str(msg.get("tool_call_id")), []).append(len(held))
+        elif not held:
+            if verdict:
+                yield item
+            continue
+        elif msg is not None and msg["role"] == "assistant":
+            answered = [i for c in msg.get("tool_calls") or () for i in waiting.pop(c["id"], [])]
+            verdict = verdict and all(verdicts[i] for i in answered)
+            for i in answered:
+                verdicts[i] = verdict
+        held.append(item)
+        verdicts.append(verdict)
+        if not waiting:
+            yield from (h for h, v in zip(held, verdicts, strict=True) if v)
+            held.clear()
+            verdicts.clear()
+    for orphans in waiting.values():
+        for i in orphans:
+            verdicts[i] = False
+    yield from (h for h, v in zip(held, verdicts, strict=True) if v)
+
+
+def tool_unit_faults(
+    messages: Sequence[Mapping[str, Any]], *, answered: Iterable[str] | None = None
+) -> list[int]:
+    """Indexes of prompt messages that split a tool unit (empty for a valid prompt).
+
+    A fault is a tool message not answering the assistant message just before
+    its run of tool messages, or an assistant call whose result is missing from
+    that run. A missing result only counts when it is known to exist: ``answered``
+    holds the ids the log answers (None: every call must be answered).
+    """
+    known = None if answered is None else set(answered)
+    faults: list[int] = []
+    open_ids: set[str] = set()
+    caller: int | None = None
+    for i, msg in enumerate(messages):
+        if msg.get("role") == "tool":
+            call_id = str(msg.get("tool_call_id"))
+            if caller is None or call_id not in open_ids:
+                faults.append(i)
+            open_ids.discard(call_id)
+            continue
+        if caller is not None and _missing(open_ids, known):
+            faults.append(caller)
+        caller, open_ids = None, set()
+        if msg.get("role") == "assistant" and msg.get("tool_calls"):
+            caller = i
+            open_ids = {str(c["id"]) for c in msg["tool_calls"]}
+    if caller is not None and _missing(open_ids, known):
+        faults.append(caller)
+    return faults
+
+
+def _missing(open_ids: set[str], known: set[str] | None) -> bool:
+    return bool(open_ids if known is None else open_ids & known)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,6 @@ from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message, validate_messages
 from contextfold.core.tokens import REPLY_PRIMING
-from contextfold.llm.registry import get_model
 from contextfold.memory.session import Memory
 
 ProgressCallback = Callable[[str, int, int], None]
@@ -206,8 +205,7 @@ def compact_messages(
         tokens += sum(m.tokens for m in session.extend(messages[done : done + _BATCH]))
     if progress is not None:
         progress("logging messages", len(messages), len(messages))
-    llm = get_model(model) if model is not None else None
-    view = session.view("default", preset=preset, budget=budget, llm=llm)
+    view = session.view("default", preset=preset, budget=budget, model=model)
     if progress is not None:
         progress("compacting", 0, 1)
     report = view.compact()
@@ -253,39 +251,3 @@ def compact_file(
         progress=progress,
     )
     return replace(result, source=conv.source, conversation_id=conv.id)
-
-
-def tool_unit_faults(
-    messages: Sequence[Mapping[str, Any]], *, answered: Iterable[str] | None = None
-) -> list[int]:
-    """Indexes of prompt messages that split a tool unit (empty for a valid prompt).
-
-    A fault is a tool message not answering the assistant message just before
-    its run of tool messages, or an assistant call whose result is missing from
-    that run. A missing result only counts when it is known to exist: ``answered``
-    holds the ids the log answers (None: every call must be answered).
-    """
-    known = None if answered is None else set(answered)
-    faults: list[int] = []
-    open_ids: set[str] = set()
-    caller: int | None = None
-    for i, msg in enumerate(messages):
-        if msg.get("role") == "tool":
-            call_id = str(msg.get("tool_call_id"))
-            if caller is None or call_id not in open_ids:
-                faults.append(i)
-            open_ids.discard(call_id)
-            continue
-        if caller is not None and _missing(open_ids, known):
-            faults.append(caller)
-        caller, open_ids = None, set()
-        if msg.get("role") == "assistant" and msg.get("tool_calls"):
-            caller = i
-            open_ids = {str(c["id"]) for c in msg["tool_calls"]}
-    if caller is not None and _missing(open_ids, known):
-        faults.append(caller)
-    return faults
-
-
-def _missing(open_ids: set[str], known: set[str] | None) -> bool:
-    return bool(open_ids if known is None else open_ids & known)

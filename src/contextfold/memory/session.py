@@ -6,48 +6,48 @@ and hands out its views (``contextfold.memory.view``).
     memory = Memory("chat.db")                   # SQLite; Memory() keeps it in RAM
     session = memory.session("s1", system="You are a helpful agent.")
     session.append({"role": "user", "content": "hi"})
-    view = session.view("default", preset="offline", budget=8000)
+    view = session.view("default", preset="offline", budget=8000)   # stored with the session
     view.compact()
     prompt = view.render()                       # list of OpenAI-format messages
+
+    Memory("chat.db").session("s1").view("default")   # anywhere later: the same view
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
-from contextfold.core.events import log
 from contextfold.core.log import LoggedMessage, NewMessage
 from contextfold.core.messages import Message, validate_messages
 from contextfold.core.tokens import TokenCounter, get_counter
-from contextfold.memory.view import MessageFilter, View
+from contextfold.llm.base import LLM
+from contextfold.memory.config import ViewConfig
+from contextfold.memory.filters import MessageFilter
+from contextfold.memory.view import Binding, View
 from contextfold.store.base import Store
 from contextfold.store.registry import open_store
+from contextfold.store.wake import LocalWake, wake_for
 from contextfold.strategies.pipeline import Pipeline
-
-AppendListener = Callable[["Session", list[LoggedMessage]], None]
 
 
 class Memory:
-    """Where sessions live: a store and a token counter.
-
-    ``store`` is a store object, or what ``open_store`` opens: None (RAM), a
-    path or a URL such as ``"sqlite://chat.db?durability=full"``.
-    """
+    """Where sessions live: a store (by object or URL), a token encoding, and what this
+    process keeps for each view beside its stored record."""
 
     def __init__(
-        self,
-        store: Store | str | os.PathLike[str] | None = None,
-        *,
-        encoding: str = "o200k_base",
+        self, store: Store | str | os.PathLike[str] | None = None, *, encoding: str = "o200k_base"
     ) -> None:
-        if store is None or isinstance(store, str | os.PathLike):
-            self.store: Store = open_store(store)
-        else:
-            self.store = store
+        self.store: Store = (
+            open_store(store) if store is None or isinstance(store, str | os.PathLike) else store
+        )
         self.encoding = encoding
+        self.wake: LocalWake = wake_for(self.store)
+        self._lock = threading.Lock()
+        self._bindings: dict[tuple[str, str], Binding] = {}
 
     def session(
         self,
@@ -61,10 +61,15 @@ class Memory:
         record = self.store.create_session(
             session_id, encoding=encoding or self.encoding, meta=meta
         )
-        session = Session(self.store, record.id, get_counter(record.encoding))
+        session = Session(self, record.id, get_counter(record.encoding))
         if system is not None and self.store.last_seq(record.id) == 0:
-            session.append({"role": "system", "content": system})
+            session.append({"role": "system", "content": system}, key="contextfold:system")
         return session
+
+    def binding(self, session_id: str, view: str) -> Binding:
+        """This process's side of a view: shared by every handle this Memory gives out."""
+        with self._lock:
+            return self._bindings.setdefault((session_id, view), Binding())
 
     def close(self) -> None:
         self.store.close()
@@ -79,79 +84,113 @@ class Memory:
 class Session:
     """One conversation: an append-only log and the views over it."""
 
-    def __init__(self, store: Store, session_id: str, counter: TokenCounter) -> None:
-        self.store = store
+    def __init__(self, memory: Memory, session_id: str, counter: TokenCounter) -> None:
+        self.memory = memory
+        self.store = memory.store
         self.id = session_id
         self.counter = counter
-        self._views: dict[str, View] = {}
-        self.on_append: list[AppendListener] = []
 
     def append(self, message: Mapping[str, Any], *, key: str | None = None) -> LoggedMessage:
         """Validate, count and log one message; ``key`` makes a retried append a no-op."""
         return self.extend([message], keys=[key])[0]
 
     def extend(
-        self, messages: Sequence[Mapping[str, Any]], *, keys: Sequence[str | None] | None = None
+        self, messages: Iterable[Mapping[str, Any]], *, keys: Iterable[str | None] | None = None
     ) -> list[LoggedMessage]:
-        """Append a batch atomically: all are stored or, on any error, none."""
-        if keys is not None and len(keys) != len(messages):
+        """Append a batch atomically: all are stored or, on any error, none.
+
+        Then every runner compacting one of this session's views, in this
+        process or (through the store) another, is woken.
+        """
+        batch = list(messages)
+        key_list = None if keys is None else list(keys)
+        if key_list is not None and len(key_list) != len(batch):
             raise InvalidInput("keys must match messages one to one", field="keys")
         answered = {
             str(m.get("tool_call_id"))
-            for m in messages
+            for m in batch
             if isinstance(m, Mapping) and m.get("role") == "tool" and m.get("tool_call_id")
         }
         offset = self.store.last_seq(self.id)
         open_calls = self.store.called_ids(self.id, answered) if answered else set()
-        valid = validate_messages(messages, open_calls=open_calls, offset=offset)
-        batch = [
-            NewMessage(m, self.counter.message(m), keys[i] if keys else None)
+        valid = validate_messages(batch, open_calls=open_calls, offset=offset)
+        new = [
+            NewMessage(m, self.counter.message(m), key_list[i] if key_list else None)
             for i, m in enumerate(valid)
         ]
-        logged = self.store.append(self.id, batch)
-        for listener in list(self.on_append):
-            # The messages are logged whatever a listener does: an error here
-            # must not look like a failed append, so it is logged, not raised.
-            try:
-                listener(self, logged)
-            except Exception:
-                log.exception("append listener failed")
+        logged = self.store.append(self.id, new)
+        self.memory.wake.notify(self.id)
         return logged
 
     def history(self) -> list[Message]:
         """The whole log, never folded."""
         return [m.message for m in self.store.messages(self.id)]
 
+    def views(self) -> list[str]:
+        """Names of the views stored with this session."""
+        return [record.name for record in self.store.list_views(self.id)]
+
     def view(
         self,
         name: str = "default",
         *,
-        pipeline: Pipeline | None = None,
         preset: str | None = None,
+        pipeline: Pipeline | None = None,
         budget: int | None = None,
-        filter: MessageFilter | None = None,
-        llm: Any = None,
+        filter: MessageFilter | Mapping[str, Any] | None = None,
+        model: str | None = None,
+        llm: LLM | str | None = None,
+        high_water: float | None = None,
+        low_water: float | None = None,
+        local: bool = False,
         **preset_options: Any,
     ) -> View:
-        """Get or configure a view; a view's folds are its own.
+        """Open a view; with settings, store them (only those given change).
 
-        Calling again with some settings changes only those on the existing view.
+        Stored with the session, so any process reopens the same view by name:
+        ``preset`` and its options or a ``pipeline`` (registered strategies),
+        ``budget``, a declarative ``filter`` (``contextfold.memory.filters``),
+        ``model`` as a ``get_model`` string, and the water marks. What cannot
+        be stored stays with this ``Memory``, for this process only: a Python
+        callable as ``filter``, a model object as ``llm``, and, with
+        ``local=True``, a pipeline holding Python code (a ``Predicate``
+        trigger, an unregistered strategy); without ``local`` such a pipeline
+        is refused, naming the field.
         """
-        if pipeline is None and preset is not None:
-            from contextfold.strategies.presets import get_preset
-
-            pipeline = get_preset(preset, **preset_options)
-        existing = self._views.get(name)
-        if existing is not None:
-            if pipeline is not None:
-                existing.pipeline = pipeline
-            if budget is not None:
-                existing.budget = budget
-            if filter is not None:
-                existing.filter = filter
-            if llm is not None:
-                existing.llm = llm
-            return existing
-        view = View(self, name, pipeline=pipeline, budget=budget, filter=filter, llm=llm)
-        self._views[name] = view
-        return view
+        handle = View(self, name, self.memory.binding(self.id, name))
+        if callable(filter):
+            handle.binding.filter = filter
+            handle.binding.built = None
+            filter = None
+        if isinstance(llm, str):
+            model, llm = llm, None
+        if llm is not None:
+            handle.binding.llm = llm
+        changes: dict[str, Any] = {
+            k: v
+            for k, v in {
+                "budget": budget,
+                "filter": filter,
+                "model": model,
+                "high_water": high_water,
+                "low_water": low_water,
+            }.items()
+            if v is not None
+        }
+        if preset is not None or pipeline is not None:
+            fresh = ViewConfig.of(
+                preset=preset, pipeline=pipeline, options=preset_options, local=local
+            )
+            changes.update(
+                preset=fresh.preset, options=fresh.options, pipeline=fresh.pipeline, local=local
+            )
+        elif preset_options:
+            raise InvalidInput(
+                f"options {sorted(preset_options)} need a preset= to go with", field="preset"
+            )
+        if changes:
+            handle.update(**changes)
+        if pipeline is not None:
+            handle.binding.pipeline = (handle.version, pipeline)
+            handle.binding.built = None
+        return handle

@@ -1,49 +1,65 @@
 """A view: one consumer's lens on a session's log, with its own folds.
 
+A ``View`` is a thin handle on ``(session, name)``. Its configuration is a
+record in the store (``ViewConfig``), so a handle opened anywhere, in any
+process, with no arguments, folds and renders the same way. What cannot be
+stored (a Python filter, a model object, event callbacks, caches) lives in the
+``Binding`` that the ``Memory`` keeps for the view in this process, shared by
+every handle that Memory gives out.
+
 ``state`` is what strategies plan over, ``render`` the prompt for the next
-model call, ``compact`` the inline compaction loop; ``run_job`` and ``commit``
-are the two halves the background runners drive.
+model call, ``compact`` the one compaction cycle (``contextfold.memory.cycle``)
+run inline.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from contextfold.core.entries import Entry, entries_of
-from contextfold.core.errors import FoldConflict, InvalidInput, ModelError
-from contextfold.core.events import Event, EventCallback, EventKind, emit
+from contextfold.core.errors import InvalidInput
+from contextfold.core.events import EventCallback
 from contextfold.core.folds import Fold, active_facts, active_in_place
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message
 from contextfold.core.render import Rendered, render
+from contextfold.core.units import whole_units
 from contextfold.llm.base import LLM
-from contextfold.llm.offline import OfflineModel
-from contextfold.store.base import Store
-from contextfold.strategies.base import Job, Strategy, ViewState
+from contextfold.memory.cache import PromptCache, StateCache
+from contextfold.memory.config import ViewConfig
+from contextfold.memory.filters import MessageFilter
+from contextfold.store.base import Head, Store
+from contextfold.strategies.base import ViewState
 from contextfold.strategies.pipeline import Pipeline
 
 if TYPE_CHECKING:
+    from contextfold.memory.cycle import CompactionReport
     from contextfold.memory.session import Session
 
-MessageFilter = Callable[[Message], bool]
 _PAGE = 256
 _SYSTEM_PAGE = 8
-_T = TypeVar("_T")
-MAX_COMPACTION_STEPS = 200
 
 
-@dataclass(frozen=True)
-class CompactionReport:
-    """What one ``compact`` call committed."""
+@dataclass(eq=False)
+class Binding:
+    """What this process keeps for one view beside its stored record; never stored.
 
-    folds: tuple[Fold, ...]
-    conflicts: int
-    tokens_before: int
-    tokens_after: int
-    failed: tuple[str, ...] = ()
+    ``pipeline`` is the object a caller configured the view with, used while
+    the stored configuration is still the version it was stored as; other
+    processes (and this one, after another update) build theirs from the record.
+    """
+
+    filter: MessageFilter | None = None
+    llm: LLM | None = None
+    pipeline: tuple[int, Pipeline] | None = None
+    on_event: list[EventCallback] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    built: tuple[int, ViewConfig, Pipeline | None, MessageFilter | None] | None = None
+    prompts: PromptCache = field(default_factory=PromptCache)
+    states: StateCache = field(default_factory=StateCache)
 
 
 class View:
@@ -54,42 +70,107 @@ class View:
     without the results the log holds.
     """
 
-    def __init__(
-        self,
-        session: Session,
-        name: str,
-        *,
-        pipeline: Pipeline | None = None,
-        budget: int | None = None,
-        filter: MessageFilter | None = None,
-        llm: Any = None,
-    ) -> None:
-        if not name:
-            raise InvalidInput("view name must not be empty", field="view")
+    def __init__(self, session: Session, name: str, binding: Binding) -> None:
+        if not name or not isinstance(name, str):
+            raise InvalidInput("view name must be a non-empty string", field="view")
         self.session = session
         self.name = name
-        self.pipeline = pipeline
-        self.budget = budget
-        self.filter = filter
-        self.llm = llm
-        self.on_event: list[EventCallback] = []
+        self.binding = binding
+
+    # -- configuration ----------------------------------------------------
 
     @property
     def _store(self) -> Store:
         return self.session.store
 
+    def _built(self, version: int) -> tuple[ViewConfig, Pipeline | None, MessageFilter | None]:
+        """The config at ``version`` with its pipeline and filter, built once per version."""
+        built = self.binding.built
+        if built is not None and built[0] == version:
+            return built[1], built[2], built[3]
+        record = self._store.get_view(self.session.id, self.name)
+        config = ViewConfig() if record is None else ViewConfig.from_data(record.config)
+        at = 0 if record is None else record.version
+        given = self.binding.pipeline
+        pipeline = given[1] if given is not None and given[0] == at else config.build_pipeline()
+        local = self.binding.filter
+        found = (at, config, pipeline, local or config.message_filter())
+        self.binding.built = found
+        return found[1], found[2], found[3]
+
+    def _head(self) -> Head:
+        return self._store.head(self.session.id, self.name)
+
+    @property
+    def config(self) -> ViewConfig:
+        return self._built(self._head().view_version)[0]
+
+    @property
+    def version(self) -> int:
+        """The stored configuration's version (0: never stored)."""
+        return self._head().view_version
+
+    @property
+    def pipeline(self) -> Pipeline | None:
+        return self._built(self._head().view_version)[1]
+
+    def require_pipeline(self) -> Pipeline:
+        """The pipeline, or an error that says why there is none here."""
+        pipeline = self.pipeline
+        if pipeline is not None:
+            return pipeline
+        if self.config.local:
+            raise InvalidInput(
+                f"view {self.name!r} folds with a process-local pipeline (local=True) that "
+                "lives in the process that configured it; configure it here with pipeline=",
+                field="pipeline",
+            )
+        raise InvalidInput(
+            f"view {self.name!r} has no pipeline: pass preset= or pipeline=", field="pipeline"
+        )
+
+    @property
+    def budget(self) -> int | None:
+        return self.config.budget
+
+    @property
+    def filter(self) -> MessageFilter | None:
+        return self._built(self._head().view_version)[2]
+
+    @property
+    def on_event(self) -> list[EventCallback]:
+        """Callbacks for this view's events in this process (any handle's compaction)."""
+        return self.binding.on_event
+
+    def model(self) -> LLM | None:
+        """The model this view's strategies call: a bound object, else the stored spec."""
+        if self.binding.llm is not None:
+            return self.binding.llm
+        spec = self.config.model
+        if spec is None:
+            return None
+        from contextfold.llm.registry import get_model
+
+        return get_model(spec)
+
+    def update(self, *, expected_version: int | None = None, **changes: Any) -> ViewConfig:
+        """Change stored settings explicitly; the record's version goes up by one.
+
+        ``expected_version`` makes the update conditional (``ViewConflict`` when
+        another update came first).
+        """
+        current = self.config
+        config = current.changed(**changes)
+        if config != current or self.version == 0:
+            self._store.put_view(
+                self.session.id, self.name, config.to_data(), expected_version=expected_version
+            )
+        return config
+
+    # -- reading ----------------------------------------------------------
+
     def folds(self, *, include_superseded: bool = False) -> list[Fold]:
         return self._store.folds(self.session.id, self.name, include_superseded=include_superseded)
-
-    def _keep(self, logged: LoggedMessage) -> bool:
-        return self.filter is None or bool(self.filter(logged.message))
-
-    def _visible(self, live: list[LoggedMessage]) -> list[LoggedMessage]:
-        """``live`` (oldest first) through the filter, tool units whole."""
-        if self.filter is None:
-            return live
-        kept = whole_units(reversed(live), lambda m: m.message, self.filter)
-        return list(kept)[::-1]
 
     def _system(self) -> list[LoggedMessage]:
         """The leading system messages of the log: never folded, always rendered."""
@@ -104,9 +185,35 @@ class View:
                 return out
 
     def state(self, budget: int | None = None) -> ViewState:
-        """The view as strategies see it (reads live messages, not the folded past)."""
+        """The view as strategies see it (live messages, not the folded past).
+
+        After appends alone, the last state is extended with the new messages
+        instead of read again, so planning on every append stays cheap.
+        """
+        head = self._head()
+        config, _, keep = self._built(head.view_version)
+        cached = self.binding.states.extend(
+            head, keep, lambda after: self._store.messages(self.session.id, after + 1)
+        )
+        if cached is None:
+            cached = self._read_state(head, keep)
+            self.binding.states.put(head, cached)
+        wanted = budget if budget is not None else config.budget
+        return ViewState(
+            session_id=cached.session_id,
+            view=self.name,
+            version=cached.version,
+            system=cached.system,
+            entries=cached.entries,
+            facts=cached.facts,
+            counter=self.session.counter,
+            budget=wanted,
+            high_water=config.high_water,
+            low_water=config.low_water,
+        )
+
+    def _read_state(self, head: Head, keep: MessageFilter | None) -> ViewState:
         sid = self.session.id
-        version = self._store.fold_version(sid, self.name)
         folds = self._store.folds(sid, self.name)
         in_place = active_in_place(folds)
         system = self._system()
@@ -114,18 +221,19 @@ class View:
         for fold in in_place:
             if fold.start <= first:
                 first = max(first, fold.end + 1)
-        live = self._visible(self._store.messages(sid, first))
+        live = self._store.messages(sid, first, head.last_seq)
+        if keep is not None:
+            live = list(whole_units(reversed(live), lambda m: m.message, keep))[::-1]
         # Leading folds are not re-read from the log, but they are part of the view.
         entries = entries_of(live, [f for f in in_place if f.end > len(system)])
         return ViewState(
             session_id=sid,
             view=self.name,
-            version=version,
+            version=head.fold_version,
             system=tuple(system),
             entries=tuple(entries),
             facts=active_facts(folds),
             counter=self.session.counter,
-            budget=budget if budget is not None else self.budget,
         )
 
     def render(self, budget: int | None = None) -> list[Message]:
@@ -133,7 +241,26 @@ class View:
         return self.render_report(budget).messages
 
     def render_report(self, budget: int | None = None) -> Rendered:
-        """Render, with what was omitted and clipped on the way."""
+        """Render, with what was omitted and clipped on the way.
+
+        A prompt whose view only grew by appends since the last render is that
+        prompt plus the new messages, when they fit: no fold moved, so nothing
+        before them can differ. Anything else renders afresh.
+        """
+        head = self._head()
+        config, _, keep = self._built(head.view_version)
+        wanted = budget if budget is not None else config.budget
+        prompts = self.binding.prompts
+        fast = prompts.extend(
+            head, wanted, keep, lambda after: self._store.messages(self.session.id, after + 1)
+        )
+        if fast is not None:
+            return fast
+        rendered = self._render(head, wanted, keep)
+        prompts.put(head, wanted, rendered)
+        return rendered
+
+    def _render(self, head: Head, budget: int | None, keep: MessageFilter | None) -> Rendered:
         sid = self.session.id
         folds = self._store.folds(sid, self.name)
         system = self._system()
@@ -142,34 +269,31 @@ class View:
         latest_user = None
         if (
             latest is not None
-            and self._keep(latest)
+            and latest.seq <= head.last_seq
+            and (keep is None or keep(latest.message))
             and not any(f.start <= latest.seq <= f.end for f in in_place)
         ):
             latest_user = Entry.of_message(latest)
+        entries = self._log_newest_first(in_place, after=len(system), last=head.last_seq)
+        if keep is not None:
+            entries = whole_units(entries, lambda e: e.message, keep)
         return render(
             system=[m.message for m in system],
-            newest_first=self._newest_first(in_place, after=len(system)),
+            newest_first=entries,
             counter=self.session.counter,
-            budget=budget if budget is not None else self.budget,
+            budget=budget,
             facts=active_facts(folds),
             latest_user=latest_user,
             first_seq=len(system) + 1,
             system_tokens=sum(m.tokens for m in system),
         )
 
-    def _newest_first(self, in_place: list[Fold], *, after: int) -> Iterator[Entry]:
-        """Entries the view shows, newest first."""
-        entries = self._log_newest_first(in_place, after=after)
-        if self.filter is None:
-            return entries
-        return whole_units(entries, lambda e: e.message, self.filter)
-
-    def _log_newest_first(self, in_place: list[Fold], *, after: int) -> Iterator[Entry]:
+    def _log_newest_first(self, in_place: list[Fold], *, after: int, last: int) -> Iterator[Entry]:
         """Folds and raw messages newest first, reading the log backwards a page at a time."""
         sid = self.session.id
         folds = sorted(in_place, key=lambda f: f.end, reverse=True)
         fi = 0
-        before = self._store.last_seq(sid) + 1
+        before = last + 1
         while before > after + 1:
             while fi < len(folds) and folds[fi].end >= before:
                 fi += 1
@@ -186,140 +310,10 @@ class View:
                 yield Entry.of_message(logged)
             before = page[-1].seq
 
+    # -- folding ----------------------------------------------------------
+
     def compact(self, budget: int | None = None) -> CompactionReport:
-        """Run the pipeline inline until no strategy plans a job.
+        """Run the compaction cycle inline until no strategy plans a job."""
+        from contextfold.memory.cycle import compact
 
-        A job whose model call fails or whose answers are rejected is dropped
-        with a ``failed`` event: the view keeps its previous folds, and that
-        strategy is not asked again in this call.
-        """
-        if self.pipeline is None:
-            raise InvalidInput(
-                f"view {self.name!r} has no pipeline: pass preset= or pipeline=", field="pipeline"
-            )
-        committed: list[Fold] = []
-        conflicts = 0
-        failed: list[str] = []
-        state = self.state(budget)
-        before = state.tokens
-        for _ in range(MAX_COMPACTION_STEPS):
-            job = self.pipeline.plan(state, skip=failed)
-            if job is None:
-                break
-            began = time.perf_counter()
-            folds = self.run_job(job)
-            if folds is None:
-                failed.append(job.strategy)
-            elif self.commit(job, folds, duration_s=time.perf_counter() - began):
-                committed.extend(folds)
-            else:
-                conflicts += 1
-            state = self.state(budget)
-        return CompactionReport(tuple(committed), conflicts, before, state.tokens, tuple(failed))
-
-    def run_job(self, job: Job) -> list[Fold] | None:
-        """Run one job; None (after a ``failed`` event) when its model let it down."""
-        self.emit("started", job)
-        began = time.perf_counter()
-        try:
-            folds = list(
-                self.pipeline_strategy(job.strategy).run(job, self.model(), self.session.counter)
-            )
-        except ModelError as exc:
-            self.emit("failed", job, duration_s=time.perf_counter() - began, detail=str(exc))
-            self.emit("degraded", job, detail="the view keeps its previous folds")
-            return None
-        return folds
-
-    def commit(self, job: Job, folds: Sequence[Fold], *, duration_s: float = 0.0) -> bool:
-        """Commit at the version the job was planned at; False when another commit came first."""
-        try:
-            self._store.commit_folds(self.session.id, self.name, folds, job.version)
-        except FoldConflict as exc:
-            self.emit("rejected", job, detail=str(exc))
-            return False
-        usage = combined_usage(folds)
-        self.emit(
-            "committed",
-            job,
-            tokens_after=sum(f.tokens_after for f in folds),
-            usage=usage,
-            duration_s=duration_s,
-            data={"folds": [f.id for f in folds], "kinds": [f.kind for f in folds]},
-        )
-        return True
-
-    def model(self) -> LLM:
-        """The view's model, or the offline stand-in: chosen here, never in a strategy."""
-        if self.llm is not None:
-            return self.llm  # type: ignore[no-any-return]
-        return OfflineModel(counter=self.session.counter)
-
-    def pipeline_strategy(self, name: str) -> Strategy:
-        if self.pipeline is None:
-            raise InvalidInput(f"view {self.name!r} has no pipeline", field="pipeline")
-        return self.pipeline.strategy(name)
-
-    def emit(self, kind: EventKind, job: Job, **fields: Any) -> None:
-        """Send an event about ``job`` to ``on_event`` and to ``logging``."""
-        event = Event(
-            kind,
-            self.session.id,
-            self.name,
-            job.strategy,
-            job.start,
-            job.end,
-            tokens_before=job.tokens_before,
-            **fields,
-        )
-        emit(event, self.on_event)
-
-
-def whole_units(
-    newest_first: Iterable[_T], message_of: Callable[[_T], Message | None], keep: MessageFilter
-) -> Iterator[_T]:
-    """Filter items read newest first, keeping or dropping each tool unit whole.
-
-    A tool result waits for its call (the nearest older assistant message calling
-    its id); the call and its results stay only if ``keep`` accepts all of them.
-    Items without a message (folds) always stay; results whose call never comes
-    are dropped.
-    """
-    held: list[_T] = []
-    verdicts: list[bool] = []
-    waiting: dict[str, list[int]] = {}
-    for item in newest_first:
-        msg = message_of(item)
-        verdict = msg is None or bool(keep(msg))
-        if msg is not None and msg["role"] == "tool":
-            waiting.setdefault(str(msg.get("tool_call_id")), []).append(len(held))
-        elif not held:
-            if verdict:
-                yield item
-            continue
-        elif msg is not None and msg["role"] == "assistant":
-            answered = [i for c in msg.get("tool_calls") or () for i in waiting.pop(c["id"], [])]
-            verdict = verdict and all(verdicts[i] for i in answered)
-            for i in answered:
-                verdicts[i] = verdict
-        held.append(item)
-        verdicts.append(verdict)
-        if not waiting:
-            yield from (h for h, v in zip(held, verdicts, strict=True) if v)
-            held.clear()
-            verdicts.clear()
-    for orphans in waiting.values():
-        for i in orphans:
-            verdicts[i] = False
-    yield from (h for h, v in zip(held, verdicts, strict=True) if v)
-
-
-def combined_usage(folds: Sequence[Fold]) -> dict[str, Any] | None:
-    """Model usage of a commit: each call's usage sits on the one fold it made."""
-    usages = [f.usage for f in folds if f.usage]
-    if not usages:
-        return None
-    total: dict[str, Any] = {"model": usages[0].get("model")}
-    for key in ("input_tokens", "output_tokens", "latency_s", "calls"):
-        total[key] = sum(u.get(key, 0) for u in usages)
-    return total
+        return compact(self, budget=budget)

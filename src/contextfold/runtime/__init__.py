@@ -9,19 +9,22 @@
     runner.stop(timeout=5)
 
 ``InlineRunner`` runs each job inside the append (scripts, tests);
-``ThreadRunner`` on daemon worker threads; ``AsyncioRunner`` as tasks on the
-running event loop (``await runner.stop()``). All three run the same cycle.
+``ThreadRunner`` on daemon worker threads; ``ProcessRunner`` like it, with
+model-free (CPU-heavy) jobs in worker processes; ``AsyncioRunner`` as tasks on
+the running event loop (``await runner.stop()``). All run the same cycle.
 """
 
 from contextfold.runtime.aio import AsyncioRunner
 from contextfold.runtime.core import Runner
 from contextfold.runtime.inline import InlineRunner
 from contextfold.runtime.metrics import PrometheusMetrics, Stats
+from contextfold.runtime.process import ProcessRunner
 from contextfold.runtime.thread import ThreadRunner
 
 __all__ = [
     "AsyncioRunner",
     "InlineRunner",
+    "ProcessRunner",
     "PrometheusMetrics",
     "Runner",
     "Stats",

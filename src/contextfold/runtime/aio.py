@@ -1,8 +1,8 @@
 """The asyncio runner: one task per compacting view, on the caller's event loop.
 
-Each step of a cycle (lease, plan, the model call, commit) runs in a daemon
-thread and the task awaits it, so the loop serving the conversation never waits
-on a store or a model. Not ``asyncio.to_thread``: the loop's default executor
+Each flight (plan, lease, the model calls, commits) runs in a daemon thread
+and the task awaits it, so the loop serving the conversation never waits on a
+store or a model. Not ``asyncio.to_thread``: the loop's default executor
 joins its threads when the loop closes and when the interpreter exits, so one
 stuck model call would keep ``asyncio.run`` and the whole process alive.
 ``concurrency`` bounds how many views compact at once.
@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.events import EventCallback, log
 from contextfold.memory.view import View
-from contextfold.runtime.core import Key, Runner, Step, key_of
+from contextfold.runtime.core import Key, Runner, key_of
 
 
 class AsyncioRunner(Runner):
@@ -104,21 +105,11 @@ class AsyncioRunner(Runner):
                 return
 
     async def _drive_async(self, view: View) -> None:
-        """The cycle of ``Runner._drive``, awaiting each step instead of calling it."""
+        """``Runner._drive`` in a daemon thread, awaited without blocking the loop."""
         assert self._slots is not None
         async with self._slots:
-            cycle = self._cycle(view)
             try:
-                step = next(cycle)
-                while True:
-                    try:
-                        result = await _off_loop(step)
-                    except BaseException as exc:
-                        step = cycle.throw(exc)
-                        continue
-                    step = cycle.send(result)
-            except StopIteration:
-                pass
+                await _off_loop(partial(self._drive, view))
             except Exception:
                 log.exception("compaction of %s/%s stopped", view.session.id, view.name)
 
@@ -170,7 +161,7 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-async def _off_loop(step: Step) -> Any:
+async def _off_loop(step: Callable[[], Any]) -> Any:
     """Run ``step`` in a daemon thread and wait for it without blocking the loop."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Any] = loop.create_future()

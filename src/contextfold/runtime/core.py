@@ -1,21 +1,23 @@
-"""What every runner shares: watched views, flights, leases and the cycle.
+"""What every runner shares: watched views, flights, leases, and the call of the one cycle.
 
-A runner watches views. Each append to a watched view's session notifies it;
-the runner then plans the view and runs the job it plans, off the hot path
-except in ``InlineRunner``. One compaction of a (session, view) at a time:
+A runner watches views by ``(session, view)``. It listens on the store's wake
+port (``contextfold.store.wake``) for each watched session, so an append
+through any handle, in this process or another sharing the store, wakes it.
+One compaction of a view at a time:
 
 - in one process, the runner's *flight* for the key is the gate: an append
-  while a flight is up only marks it dirty, so the flight plans once more
+  while a flight is up only marks it dirty, so the flight looks once more
   before it ends (appends coalesce, nothing is queued twice);
-- across runners and processes, the store's lease is the gate: a flight holds
-  the view's lease from its first plan to its last commit, and a lease a dead
-  process held expires after ``lease_ttl_s``.
+- across runners and processes, the store's lease is the gate, taken only when
+  there is a job to run and held until its cycle ends; a lease a dead process
+  held expires after ``lease_ttl_s``.
 
-A cycle plans, runs and commits until the pipeline plans nothing and no append
-came meanwhile. Commits carry the fold-set version the job was planned at, so
-a commit that lost a race (or comes late, after ``stop`` gave up on it) is
-refused and the cycle plans again from what is committed. The cycle is written
-once, as a generator of steps, so the sync and async runners cannot drift apart.
+A flight first plans on the view's cached state, which appends extend
+cheaply: most appends plan nothing and cost the runner almost nothing. Only
+when a job is planned does it take the lease and run ``memory.cycle.compact``,
+the cycle ``View.compact`` runs too. Commits carry the fold-set version the job
+was planned at, so a commit that lost a race (or comes after ``stop`` gave up
+on it) is refused.
 """
 
 from __future__ import annotations
@@ -23,26 +25,18 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any
 
-from contextfold.core.errors import InvalidInput
 from contextfold.core.events import Event, EventCallback, log
-from contextfold.core.folds import Fold
-from contextfold.core.log import LoggedMessage
-from contextfold.memory.session import Session
-from contextfold.memory.view import MAX_COMPACTION_STEPS, View
+from contextfold.memory.cycle import RunJob, compact, plan, run_here
+from contextfold.memory.view import View
 from contextfold.runtime.leases import LeaseKeeper
 from contextfold.strategies.base import Job
 
 Key = tuple[str, str]
-Step = Callable[[], Any]
-Cycle = Generator[Step, Any, None]
 
 
 def key_of(view: View) -> Key:
@@ -55,8 +49,8 @@ class Flight:
 
     view: View
     dirty: bool = False
+    held: bool = False
     job: Job | None = None
-    steps: int = 0
     failed: list[str] = field(default_factory=list)
 
 
@@ -79,7 +73,8 @@ class Runner(ABC):
         self.lease_refusals = 0
         self._keeper = LeaseKeeper(self.owner, lease_ttl_s)
         self._lock = threading.Lock()
-        self._views: dict[str, dict[str, View]] = {}  # session id -> view name -> view
+        self._views: dict[Key, View] = {}
+        self._unlisten: dict[str, Callable[[], None]] = {}
         self._flights: dict[Key, Flight] = {}
         self._closing = False
         self._abandoning = False
@@ -88,37 +83,32 @@ class Runner(ABC):
 
     def watch(self, view: View) -> None:
         """Compact ``view`` from now on, after each append to its session, and plan it now."""
-        if view.pipeline is None:
-            raise InvalidInput(
-                f"view {view.name!r} has no pipeline: pass preset= or pipeline=", field="pipeline"
-            )
+        view.require_pipeline()
         if self._closing:
             raise RuntimeError("this runner is stopped; start a new one")
+        sid = view.session.id
         with self._lock:
-            self._views.setdefault(view.session.id, {})[view.name] = view
-        if self._on_append not in view.session.on_append:
-            view.session.on_append.append(self._on_append)
-        if self._dispatch not in view.on_event:
-            view.on_event.append(self._dispatch)
+            self._views[key_of(view)] = view
+            listening = sid in self._unlisten
+        if not listening:
+            stop = view.session.memory.wake.listen(sid, self._on_wake)
+            with self._lock:
+                self._unlisten[sid] = stop
         self.notify(view)
 
     def unwatch(self, view: View) -> None:
         """Stop compacting ``view``; a cycle already running finishes."""
+        sid = view.session.id
         with self._lock:
-            views = self._views.get(view.session.id, {})
-            if views.get(view.name) is view:
-                del views[view.name]
-            still = any(v.session is view.session for v in views.values())
-            if not views:
-                self._views.pop(view.session.id, None)
-        if not still and self._on_append in view.session.on_append:
-            view.session.on_append.remove(self._on_append)
-        if self._dispatch in view.on_event:
-            view.on_event.remove(self._dispatch)
+            self._views.pop(key_of(view), None)
+            still = any(key[0] == sid for key in self._views)
+            stop = None if still else self._unlisten.pop(sid, None)
+        if stop is not None:
+            stop()
 
     def watched(self) -> list[View]:
         with self._lock:
-            return [v for views in self._views.values() for v in views.values()]
+            return list(self._views.values())
 
     def notify(self, view: View) -> None:
         """The view's log grew: plan it now, or once more when its running cycle ends."""
@@ -142,22 +132,25 @@ class Runner(ABC):
         with self._lock:
             return bool(self._flights)
 
+    def _on_wake(self, session_id: str) -> None:
+        with self._lock:
+            views = [v for key, v in self._views.items() if key[0] == session_id]
+        for view in views:
+            self.notify(view)
+
     # -- hooks for the runners --------------------------------------------
 
     @abstractmethod
     def _schedule(self, view: View) -> None:
-        """Start a cycle for ``view`` (inline, on a worker, as a task)."""
+        """Start a flight for ``view`` (inline, on a worker, as a task)."""
 
     @abstractmethod
     def _retry_later(self, view: View) -> None:
         """Another owner holds the view's lease: try again later, or leave it to the next append."""
 
-    def _on_append(self, session: Session, logged: list[LoggedMessage]) -> None:
-        with self._lock:
-            views = list(self._views.get(session.id, {}).values())
-        for view in views:
-            if view.session is session:
-                self.notify(view)
+    def _run_job(self) -> RunJob:
+        """Where jobs' expensive part runs; ``ProcessRunner`` moves it off this process."""
+        return run_here
 
     def _dispatch(self, event: Event) -> None:
         for callback in list(self.on_event):
@@ -166,151 +159,93 @@ class Runner(ABC):
             except Exception:
                 log.exception("event callback failed on %s", event.kind)
 
-    # -- the cycle --------------------------------------------------------
-
-    def _cycle(self, view: View) -> Cycle:
-        """One cycle as steps: each ``yield`` hands a blocking call to the driver."""
-        flight: Flight | None = yield partial(self._begin, view)
-        if flight is None:
-            return
-        try:
-            while True:
-                job: Job | None = yield partial(self._next_job, flight)
-                if job is None:
-                    over: bool = yield partial(self._finish, flight)
-                    if over:
-                        return
-                    continue
-                began = time.perf_counter()
-                folds: list[Fold] | None = yield partial(self._run, flight, job)
-                if folds is None:
-                    flight.failed.append(job.strategy)
-                elif not self._abandoning:
-                    duration = time.perf_counter() - began
-                    yield partial(self._commit, flight, job, folds, duration)
-                flight.job = None
-        except BaseException:
-            self._end(flight)
-            raise
+    # -- one flight -------------------------------------------------------
 
     def _drive(self, view: View) -> None:
-        """Run one cycle in this thread; a step's error goes back into the cycle to end it."""
-        cycle = self._cycle(view)
-        try:
-            step = next(cycle)
-            while True:
-                try:
-                    result = step()
-                except Exception as exc:
-                    step = cycle.throw(exc)
-                    continue
-                step = cycle.send(result)
-        except StopIteration:
-            pass
-        except Exception:
-            log.exception("compaction of %s/%s stopped", view.session.id, view.name)
-
-    def _begin(self, view: View) -> Flight | None:
+        """Run one flight in this thread: plan cheaply, and cycle while there is work."""
         key = key_of(view)
         with self._lock:
-            if self._closing:
-                return None
-            if key in self._flights:
-                self._flights[key].dirty = True
-                return None
-            flight = Flight(view)
-            self._flights[key] = flight
+            if self._closing or key in self._flights:
+                if key in self._flights:
+                    self._flights[key].dirty = True
+                return
+            flight = self._flights[key] = Flight(view)
         try:
-            held = self._keeper.acquire(view.session.store, *key)
-        except BaseException:
-            self._drop(flight)
-            raise
-        if held:
-            return flight
-        self._drop(flight, refused=True)
-        self._retry_later(view)
-        return None
+            while True:
+                with self._lock:
+                    flight.dirty = False
+                if self._may_plan() and not self._cycle(flight):
+                    return
+                if self._finish(flight):
+                    return
+        except Exception:
+            log.exception("compaction of %s/%s stopped", *key)
+            self._end(flight)
 
-    def _next_job(self, flight: Flight) -> Job | None:
-        """Plan until a job comes, or nothing is left and no append came meanwhile."""
+    def _cycle(self, flight: Flight) -> bool:
+        """Compact the flight's view if a job is planned; False when its lease is held elsewhere."""
         view = flight.view
-        assert view.pipeline is not None
-        while flight.steps < MAX_COMPACTION_STEPS:
-            with self._lock:
-                if self._closing:
-                    return None
-                flight.dirty = False
-            job = view.pipeline.plan(view.state(), skip=flight.failed)
-            if job is not None:
-                flight.steps += 1
-                flight.job = job
-                view.emit("planned", job)
-                return job
-            with self._lock:
-                if not flight.dirty:
-                    return None
-        log.warning(
-            "%s/%s: %d jobs in one cycle; the rest waits for the next append",
-            view.session.id,
-            view.name,
-            flight.steps,
-        )
-        return None
-
-    def _run(self, flight: Flight, job: Job) -> list[Fold] | None:
-        """The expensive step; any error drops the job and leaves the folds as they were."""
+        strategies = view.pipeline.strategies if view.pipeline is not None else ()
+        planned = plan(strategies, view.state(), skip=flight.failed)
+        if planned is None:
+            return True
+        if not flight.held:
+            flight.held = self._keeper.acquire(view.session.store, *key_of(view))
+            if not flight.held:
+                with self._lock:
+                    self.lease_refusals += 1
+                self._end(flight)
+                self._retry_later(view)
+                return False
+        flight.job = planned[1]
         try:
-            return flight.view.run_job(job)
-        except Exception as exc:
-            flight.view.emit("failed", job, detail=f"{type(exc).__name__}: {exc}")
-            flight.view.emit("degraded", job, detail="the view keeps its previous folds")
-            return None
-
-    def _commit(self, flight: Flight, job: Job, folds: list[Fold], duration: float) -> None:
-        try:
-            flight.view.commit(job, folds, duration_s=duration)
-        except Exception as exc:
-            flight.failed.append(job.strategy)
-            flight.view.emit("failed", job, duration_s=duration, detail=f"commit: {exc}")
-            flight.view.emit("degraded", job, detail="the view keeps its previous folds")
+            report = compact(
+                view,
+                run=self._run_job(),
+                may_plan=self._may_plan,
+                may_commit=self._may_commit,
+                listeners=[self._dispatch],
+            )
+        finally:
+            flight.job = None
+        flight.failed.extend(report.failed)
+        return True
 
     def _finish(self, flight: Flight) -> bool:
         """End the flight and give its lease up; True when it is over.
 
-        Appends that come while the lease is being released would find the
-        flight still up and only mark it dirty, so it looks once more: if one
-        came, the lease is taken again and the cycle goes on (False).
+        An append that comes while the lease is being released finds the flight
+        still up and only marks it dirty, so it looks once more: if one came,
+        the flight goes on (False) and takes the lease again when it has a job.
         """
-        key = key_of(flight.view)
         with self._lock:
-            if flight.dirty and self._may_go_on(flight):
+            if flight.dirty and self._may_plan():
                 return False
-        self._keeper.release(flight.view.session.store, *key)
+        if flight.held:
+            self._keeper.release(flight.view.session.store, *key_of(flight.view))
+            flight.held = False
         with self._lock:
-            if not (flight.dirty and self._may_go_on(flight)):
-                if self._flights.get(key) is flight:
-                    del self._flights[key]
-                return True
-        if self._keeper.acquire(flight.view.session.store, *key):
-            return False
-        self._drop(flight, refused=True)
-        self._retry_later(flight.view)
-        return True
+            if flight.dirty and self._may_plan():
+                return False
+            if self._flights.get(key_of(flight.view)) is flight:
+                del self._flights[key_of(flight.view)]
+            return True
 
-    def _may_go_on(self, flight: Flight) -> bool:
-        return not self._closing and flight.steps < MAX_COMPACTION_STEPS
+    def _may_plan(self) -> bool:
+        return not self._closing
 
-    def _drop(self, flight: Flight, *, refused: bool = False) -> None:
-        with self._lock:
-            key = key_of(flight.view)
-            if self._flights.get(key) is flight:
-                del self._flights[key]
-            self.lease_refusals += refused
+    def _may_commit(self) -> bool:
+        return not self._abandoning
 
     def _end(self, flight: Flight) -> None:
         """Drop a flight that will not finish normally, and its lease."""
-        self._drop(flight)
-        self._keeper.release(flight.view.session.store, *key_of(flight.view))
+        key = key_of(flight.view)
+        with self._lock:
+            if self._flights.get(key) is flight:
+                del self._flights[key]
+        if flight.held:
+            self._keeper.release(flight.view.session.store, *key)
+            flight.held = False
 
     # -- stopping ---------------------------------------------------------
 
@@ -326,8 +261,9 @@ class Runner(ABC):
         with self._lock:
             self._abandoning = True
             flights = list(self._flights.values())
+            self._flights.clear()
         for flight in flights:
-            self._end(flight)
+            self._keeper.release(flight.view.session.store, *key_of(flight.view))
 
     def _shut(self) -> None:
         self._keeper.stop()

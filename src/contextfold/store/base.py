@@ -27,11 +27,17 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold
 from contextfold.core.log import LoggedMessage, NewMessage, SessionRecord, ViewRecord
+
+
+class Head(NamedTuple):
+    last_seq: int
+    fold_version: int
+    view_version: int
 
 
 class Store(Protocol):
@@ -85,8 +91,11 @@ class Store(Protocol):
         """Commit folds atomically if the view is still at ``expected_version``; the new version."""
         ...
 
-    def head(self, session_id: str, view: str) -> tuple[int, int]:
-        """``(last_seq, fold_version)`` in one read: what a cached render checks."""
+    def head(self, session_id: str, view: str) -> Head:
+        """The log's last seq and the view's fold and configuration versions, in one read.
+
+        What a cached render checks: when none moved, the last prompt still holds.
+        """
         ...
 
     def put_view(

@@ -13,7 +13,7 @@ from typing import Any
 from contextfold.core.errors import FoldConflict, InvalidInput, NotFound, ViewConflict
 from contextfold.core.folds import Fold, plan_commit
 from contextfold.core.log import LoggedMessage, NewMessage, SessionRecord, ViewRecord
-from contextfold.store.base import check_lease, view_config_json
+from contextfold.store.base import Head, check_lease, view_config_json
 
 
 class RAMStore:
@@ -148,10 +148,15 @@ class RAMStore:
             self._versions[key] = version + 1
             return version + 1
 
-    def head(self, session_id: str, view: str) -> tuple[int, int]:
+    def head(self, session_id: str, view: str) -> Head:
         self.get_session(session_id)
         with self._lock:
-            return len(self._log[session_id]), self._versions.get((session_id, view), 0)
+            record = self._views[session_id].get(view)
+            return Head(
+                len(self._log[session_id]),
+                self._versions.get((session_id, view), 0),
+                0 if record is None else record.version,
+            )
 
     def put_view(
         self,

@@ -30,7 +30,7 @@ from contextfold.core.errors import (
 )
 from contextfold.core.folds import Fold, plan_commit
 from contextfold.core.log import LoggedMessage, NewMessage, SessionRecord, ViewRecord
-from contextfold.store.base import check_lease, view_config_json
+from contextfold.store.base import Head, check_lease, view_config_json
 from contextfold.store.migrations import migrate
 
 Durability = Literal["process", "full"]
@@ -52,9 +52,13 @@ FOLD_VERSION_SQL = (
     "SELECT (SELECT version FROM fold_versions WHERE session_id = s.id AND view = :view) "
     "FROM sessions AS s WHERE s.id = :session"
 )
-HEAD_SQL = (
+_LAST_AND_FOLDS = (
     "SELECT (SELECT MAX(seq) FROM messages WHERE session_id = s.id), "
-    "(SELECT version FROM fold_versions WHERE session_id = s.id AND view = :view) "
+    "(SELECT version FROM fold_versions WHERE session_id = s.id AND view = :view)"
+)
+FOLD_HEAD_SQL = f"{_LAST_AND_FOLDS} FROM sessions AS s WHERE s.id = :session"
+HEAD_SQL = (
+    f"{_LAST_AND_FOLDS}, (SELECT version FROM views WHERE session_id = s.id AND name = :view) "
     "FROM sessions AS s WHERE s.id = :session"
 )
 KEY_SQL = f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND key = ?"
@@ -356,11 +360,11 @@ class SQLiteStore:
         with self._read() as conn:
             return int(self._row(conn, FOLD_VERSION_SQL, params, session_id)[0] or 0)
 
-    def head(self, session_id: str, view: str) -> tuple[int, int]:
+    def head(self, session_id: str, view: str) -> Head:
         params = {"session": session_id, "view": view}
         with self._read() as conn:
-            last, version = self._row(conn, HEAD_SQL, params, session_id)
-        return int(last or 0), int(version or 0)
+            last, folds, config = self._row(conn, HEAD_SQL, params, session_id)
+        return Head(int(last or 0), int(folds or 0), int(config or 0))
 
     def commit_folds(
         self, session_id: str, view: str, folds: Sequence[Fold], expected_version: int
@@ -368,7 +372,7 @@ class SQLiteStore:
         encoded = [_fold_json(i, fold) for i, fold in enumerate(folds)]
         params = {"session": session_id, "view": view}
         with self._write() as conn:
-            last_row, version_row = self._row(conn, HEAD_SQL, params, session_id)
+            last_row, version_row = self._row(conn, FOLD_HEAD_SQL, params, session_id)
             last, version = int(last_row or 0), int(version_row or 0)
             if version != expected_version:
                 raise FoldConflict(view, expected_version, version)

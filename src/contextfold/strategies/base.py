@@ -18,7 +18,7 @@ from contextfold.core.folds import Fold, Placement
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, text_of
 from contextfold.core.tokens import REPLY_PRIMING, TokenCounter
-from contextfold.core.units import Round, round_spans, unit_spans
+from contextfold.core.units import RoundSpan, round_spans, unit_spans
 from contextfold.llm.base import LLM
 
 HIGH_WATER = 0.9
@@ -73,11 +73,11 @@ class ViewState:
         return unit_spans(self.entries)
 
     @cached_property
-    def rounds(self) -> list[Round]:
+    def rounds(self) -> list[RoundSpan]:
         return round_spans(self.entries)
 
     @cached_property
-    def unfolded_rounds(self) -> list[Round]:
+    def unfolded_rounds(self) -> list[RoundSpan]:
         """Rounds after the last summary fold whose entries are all raw messages or masks."""
         last_summary = max(
             (

@@ -12,8 +12,9 @@ in log order, prefixed with their speaker, under the date of their session, so
 the fold reads as prose and "last week" can be placed in time. Message meta is
 read for session dates and ids only.
 
-Sizing follows the budget: the newest closed rounds stay verbatim while they
-fit ``recent_share`` of it, and the fold text gets what is left.
+Sizing follows the budget's low-water mark, which a cycle folds the view
+down to: the newest closed rounds stay verbatim while they fit
+``recent_share`` of it, and the fold text gets what is left.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class ExtractiveSummary:
         if state.budget is None:
             target = math.ceil(self.ratio * sums[closed[k - 1].last + 1])
         else:
-            room = state.budget - (state.tokens - sums[-1])
+            room = state.low_mark(state.budget) - (state.tokens - sums[-1])
             k = next((n for n in range(1, foldable + 1) if after(n) <= self.recent_share * room), k)
             while room - after(k) < self.min_tokens and k < foldable:
                 k += 1

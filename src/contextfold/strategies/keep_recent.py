@@ -1,7 +1,7 @@
 """Keep-recent: the plain trimming baseline, for comparison.
 
-Drops the oldest whole units until the view fits its budget and leaves one
-marker in their place. It never drops the latest user message or anything
+Once the view passes its high-water mark, drops the oldest whole units down
+to its low-water mark and leaves one marker in their place. It never drops the latest user message or anything
 after it. This is what most chat libraries do; contextfold's presets are
 measured against it.
 """
@@ -28,7 +28,7 @@ class KeepRecent:
             return None
         entries = state.entries
         stop = _latest_user_index(state)
-        over = state.tokens - state.budget + MARKER_TOKENS
+        over = state.tokens - state.low_mark(state.budget) + MARKER_TOKENS
         cut = -1
         saved = 0
         for i, j in state.units:

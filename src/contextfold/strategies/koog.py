@@ -36,7 +36,7 @@ from contextfold.strategies.checked import summarize_checked, with_pins
 from contextfold.strategies.pipeline import Pipeline
 from contextfold.strategies.templates import fill, load_template
 from contextfold.strategies.transcript import material, transcript
-from contextfold.strategies.triggers import Characters, Messages, Predicate, Trigger
+from contextfold.strategies.triggers import Characters, MessageCount, Predicate, Trigger
 
 FactType = Literal["single", "multiple"]
 TLDR_HEADER = "[TL;DR of the earlier conversation]"
@@ -104,7 +104,7 @@ def koog_trigger(
     max_messages: int, max_characters: int, predicate: Callable[[ViewState], bool] | None
 ) -> Trigger:
     """The seed's trigger: more messages, or more characters, than allowed, or the predicate."""
-    trigger: Trigger = Messages(max_messages) | Characters(max_characters)
+    trigger: Trigger = MessageCount(max_messages) | Characters(max_characters)
     return trigger | Predicate(predicate) if predicate is not None else trigger
 
 

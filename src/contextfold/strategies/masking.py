@@ -4,7 +4,8 @@ The cheapest fold there is (the "observation masking" baseline of agent
 context-management studies): the assistant's call stays as it was, each result
 is replaced by a line naming the tool, its arguments (abridged) and the size
 removed. The last ``keep_last`` tool units stay verbatim; when a budget is set
-and still exceeded, older ones are masked down to ``min_keep``.
+and the view is still above its low-water mark, newer ones are masked too,
+down to ``min_keep``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class ObservationMasking:
         eligible = units[: max(len(units) - keep, 0)]
         chosen = [u for u in eligible if self._worth(state, u)]
         if state.budget is not None:
-            over = state.tokens - state.budget
+            over = state.tokens - state.low_mark(state.budget)
             extra = units[len(eligible) : max(len(units) - self.min_keep, len(eligible))]
             saved = sum(self._saving(state, u) for u in chosen)
             for u in extra:

@@ -1,7 +1,9 @@
-"""Named setups, and the registry third parties add theirs to.
+"""Named setups, and the built-ins registered as a third party's would be.
 
 A preset is a function returning a ``Pipeline``; options are passed through, so
-``get_preset("offline", keep_last=3)`` tunes the masking step.
+``get_preset("offline", keep_last=3)`` tunes the masking step. The bottom of
+this module registers every built-in strategy, trigger and preset by name, so
+a view stored with them can be rebuilt in any process.
 """
 
 from __future__ import annotations
@@ -10,16 +12,24 @@ from collections.abc import Callable
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
+from contextfold.strategies import triggers
 from contextfold.strategies.extractive import ExtractiveSummary
 from contextfold.strategies.goal_batch import GoalBatchCompaction
 from contextfold.strategies.keep_recent import KeepRecent
-from contextfold.strategies.koog import CODE_AGENT_CONCEPTS, RetrieveFacts, WholeHistory, code_agent
+from contextfold.strategies.koog import (
+    CODE_AGENT_CONCEPTS,
+    Concept,
+    RetrieveFacts,
+    WholeHistory,
+    code_agent,
+)
 from contextfold.strategies.masking import ObservationMasking
 from contextfold.strategies.pipeline import Pipeline
+from contextfold.strategies.registry import register_strategy, register_type
 from contextfold.strategies.rolling import RollingCompactor
 from contextfold.strategies.round_compressor import RoundCompressor
 from contextfold.strategies.threshold import ThresholdSummarization
-from contextfold.strategies.token_budget import token_budget
+from contextfold.strategies.token_budget import TokenBudget, token_budget
 from contextfold.strategies.tool_calls import ToolCallSummarization
 from contextfold.strategies.triggers import OverBudget
 
@@ -106,6 +116,35 @@ def retrieve_facts(**options: Any) -> Pipeline:
     options.setdefault("concepts", CODE_AGENT_CONCEPTS)
     return Pipeline([RetrieveFacts(**options)], name="retrieve-facts")
 
+
+for _type_name, _cls in {
+    "masking": ObservationMasking,
+    "extractive": ExtractiveSummary,
+    "keep-recent": KeepRecent,
+    "round-compressor": RoundCompressor,
+    "rolling": RollingCompactor,
+    "tool-calls": ToolCallSummarization,
+    "threshold": ThresholdSummarization,
+    "goal-batch": GoalBatchCompaction,
+    "token-budget": TokenBudget,
+    "whole-history": WholeHistory,
+    "retrieve-facts": RetrieveFacts,
+}.items():
+    register_strategy(_type_name, _cls)
+for _tag, _trigger in {
+    "tokens": triggers.Tokens,
+    "messages": triggers.MessageCount,
+    "characters": triggers.Characters,
+    "rounds": triggers.Rounds,
+    "unfolded-rounds": triggers.UnfoldedRounds,
+    "over-budget": triggers.OverBudget,
+    "always": triggers.Always,
+    "never": triggers.Never,
+    "any": triggers.AnyOf,
+    "all": triggers.AllOf,
+}.items():
+    register_type(_tag, _trigger)
+register_type("concept", Concept)
 
 register_preset("offline", offline)
 register_preset("keep-recent", keep_recent)

@@ -1,6 +1,6 @@
 """Composable triggers: small predicates over a view's counts.
 
-``Tokens(3000) | Messages(200)`` fires when either does; ``&`` needs both.
+``Tokens(3000) | MessageCount(200)`` fires when either does; ``&`` needs both.
 ``OverBudget()`` compares with the budget the view is rendered at.
 """
 
@@ -65,7 +65,7 @@ class Tokens(Trigger):
 
 
 @dataclass(frozen=True)
-class Messages(Trigger):
+class MessageCount(Trigger):
     """More than ``limit`` rendered messages."""
 
     limit: int
@@ -106,12 +106,19 @@ class UnfoldedRounds(Trigger):
 
 @dataclass(frozen=True)
 class OverBudget(Trigger):
-    """Prompt tokens above ``ratio`` of the render budget (never without a budget)."""
+    """Prompt tokens above ``ratio`` of the render budget (never without a budget).
 
-    ratio: float = 1.0
+    Without a ``ratio``, the view's high-water mark: early enough that a
+    background fold lands before render has to cut.
+    """
+
+    ratio: float | None = None
 
     def __call__(self, state: ViewState) -> bool:
-        return state.budget is not None and state.tokens > state.budget * self.ratio
+        if state.budget is None:
+            return False
+        ratio = state.high_water if self.ratio is None else self.ratio
+        return state.tokens > state.budget * ratio
 
 
 @dataclass(frozen=True)

@@ -336,18 +336,22 @@ class StoreContract:
         every = store.folds(sid, "default", include_superseded=True)
         assert [(f.id, f.superseded_by) for f in every] == [(outer.id, None), (inner.id, outer.id)]
 
-    def test_head_is_last_seq_and_fold_version(self, store: Store) -> None:
+    def test_head_is_last_seq_fold_version_and_view_version(self, store: Store) -> None:
         sid = _session(store)
-        assert store.head(sid, "default") == (0, 0)
+        assert store.head(sid, "default") == (0, 0, 0)
         store.append(sid, [_new(f"m{i}") for i in range(4)])
-        assert store.head(sid, "default") == (4, 0)
+        assert store.head(sid, "default") == (4, 0, 0)
         store.commit_folds(sid, "default", [_fold(1, 2)], 0)
         store.append(sid, [_new("m5")])
-        assert store.head(sid, "default") == (5, 1)
-        assert store.head(sid, "planner") == (5, 0)
+        assert store.head(sid, "default") == (5, 1, 0)
+        assert store.head(sid, "planner") == (5, 0, 0)
+        store.put_view(sid, "planner", {"budget": 1})
+        store.put_view(sid, "planner", {"budget": 2})
+        assert store.head(sid, "planner") == (5, 0, 2)
         assert store.head(sid, "default") == (
             store.last_seq(sid),
             store.fold_version(sid, "default"),
+            0,
         )
 
     def test_put_view_versions_from_one(self, store: Store) -> None:
@@ -362,7 +366,7 @@ class StoreContract:
         assert (second.version, second.config) == (2, config)
         assert second.updated_at >= first.updated_at > 0
         assert store.get_view(sid, "default") == second
-        assert store.head(sid, "default") == (3, 0)
+        assert store.head(sid, "default") == (3, 0, 2)
 
     def test_views_listed_by_name_per_session(self, store: Store) -> None:
         a, b = _session(store, 0, "a"), _session(store, 0, "b")

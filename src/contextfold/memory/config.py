@@ -1,0 +1,155 @@
+"""A view's configuration as a record: what the store keeps, so any process rebuilds the view.
+
+A ``ViewConfig`` holds a preset name and its options, or a pipeline written as
+data (``contextfold.strategies.registry``), plus the budget, a declarative
+filter, the model as a ``get_model`` string and the water marks. Everything in
+it is JSON; ``from_data`` checks a stored or posted record field by field, so a
+bad record is refused with the field named and nothing stored changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from contextfold.core.errors import InvalidInput
+from contextfold.memory.filters import MessageFilter, check_filter, compile_filter
+from contextfold.strategies.base import HIGH_WATER, LOW_WATER
+from contextfold.strategies.pipeline import Pipeline
+from contextfold.strategies.presets import get_preset, preset_names
+from contextfold.strategies.registry import (
+    from_data,
+    pipeline_from_data,
+    pipeline_to_data,
+    to_data,
+)
+
+_KEYS = (
+    "preset",
+    "options",
+    "pipeline",
+    "budget",
+    "filter",
+    "model",
+    "high_water",
+    "low_water",
+    "local",
+)
+
+
+@dataclass(frozen=True)
+class ViewConfig:
+    """How a view folds and renders; a view with neither preset nor pipeline only renders."""
+
+    preset: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    pipeline: Mapping[str, Any] | None = None
+    budget: int | None = None
+    filter: Mapping[str, Any] | None = None
+    model: str | None = None
+    high_water: float = HIGH_WATER
+    low_water: float = LOW_WATER
+    local: bool = False
+
+    def __post_init__(self) -> None:
+        if self.preset is not None and self.pipeline is not None:
+            raise InvalidInput("give a preset or a pipeline, not both", field="pipeline")
+        if self.local and (self.preset is not None or self.pipeline is not None):
+            raise InvalidInput("a local view's pipeline is not stored", field="local")
+        if self.preset is not None and self.preset not in preset_names():
+            raise InvalidInput(
+                f"unknown preset {self.preset!r} (expected one of {', '.join(preset_names())})",
+                field="preset",
+            )
+        if self.budget is not None and (
+            not isinstance(self.budget, int) or isinstance(self.budget, bool) or self.budget <= 0
+        ):
+            raise InvalidInput(
+                f"budget must be a positive integer, not {self.budget!r}", field="budget"
+            )
+        if self.model is not None and (not isinstance(self.model, str) or not self.model):
+            raise InvalidInput(
+                "model is a get_model string such as 'openai:gpt-4o-mini'", field="model"
+            )
+        if self.filter is not None:
+            check_filter(self.filter)
+        for name in ("high_water", "low_water"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+                raise InvalidInput(f"{name} is a share of the budget in (0, 1]", field=name)
+        if self.low_water >= self.high_water:
+            raise InvalidInput("low_water must be below high_water", field="low_water")
+        self.build_pipeline()  # a record that cannot be built is refused before it is stored
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        preset: str | None = None,
+        pipeline: Pipeline | None = None,
+        options: Mapping[str, Any] | None = None,
+        local: bool = False,
+        **settings: Any,
+    ) -> ViewConfig:
+        """A config from objects: the pipeline and options are written as data here.
+
+        With ``local`` the pipeline is not written at all: it holds Python code
+        (a predicate, an unregistered strategy) and runs only in this process.
+        """
+        if local:
+            return cls(local=True, **settings)
+        return cls(
+            preset=preset,
+            options=to_data(dict(options or {}), "options"),
+            pipeline=None if pipeline is None else pipeline_to_data(pipeline),
+            **settings,
+        )
+
+    def build_pipeline(self) -> Pipeline | None:
+        if self.preset is not None:
+            return get_preset(self.preset, **from_data(dict(self.options)))
+        if self.pipeline is not None:
+            return pipeline_from_data(self.pipeline)
+        return None
+
+    def message_filter(self) -> MessageFilter | None:
+        return None if self.filter is None else compile_filter(self.filter)
+
+    def changed(self, **changes: Any) -> ViewConfig:
+        return replace(self, **changes)
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "preset": self.preset,
+            "options": dict(self.options),
+            "pipeline": None if self.pipeline is None else dict(self.pipeline),
+            "budget": self.budget,
+            "filter": None if self.filter is None else dict(self.filter),
+            "model": self.model,
+            "high_water": self.high_water,
+            "low_water": self.low_water,
+            "local": self.local,
+        }
+
+    @classmethod
+    def from_data(cls, data: Any) -> ViewConfig:
+        if not isinstance(data, Mapping):
+            raise InvalidInput("a view configuration is an object", field="config")
+        unknown = sorted(set(data) - set(_KEYS))
+        if unknown:
+            raise InvalidInput(f"unknown view setting {unknown[0]!r}", field=unknown[0])
+        options = data.get("options") or {}
+        if not isinstance(options, Mapping):
+            raise InvalidInput("options is an object", field="options")
+        return cls(
+            preset=data.get("preset"),
+            options=dict(options),
+            pipeline=data.get("pipeline"),
+            budget=data.get("budget"),
+            filter=data.get("filter"),
+            model=data.get("model"),
+            high_water=data.get("high_water", HIGH_WATER),
+            low_water=data.get("low_water", LOW_WATER),
+            local=data.get("local", False),
+        )

@@ -1,0 +1,208 @@
+"""The one compaction cycle: plan, run, check and commit jobs for one view.
+
+``View.compact``, every runner and a remote worker call ``compact`` and
+nothing else, so each event is emitted here and only here:
+
+- ``planned`` and ``started`` for each job;
+- ``committed`` when its folds are in, ``rejected`` when another commit came
+  first (the cycle plans again from what is committed);
+- ``failed`` then ``degraded`` when its model let it down, its folds do not fit
+  the job, or the store refused them: the view keeps its previous folds.
+
+Two choices are made here, once, outside every strategy. The model: the view's,
+or the offline stand-in when it has none. And the last resort: when the view's
+own strategies leave it above its high-water mark, what render would cut is
+folded instead (``Rescue``, with the view's model, extractively when that
+fails), so the model is told what happened there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from contextfold.core.errors import ContextfoldError, FoldConflict, InvalidInput
+from contextfold.core.events import Event, EventCallback, EventKind, emit
+from contextfold.core.folds import Fold
+from contextfold.core.tokens import TokenCounter
+from contextfold.llm.base import LLM
+from contextfold.llm.offline import OfflineModel
+from contextfold.strategies.base import Job, Strategy, ViewState
+from contextfold.strategies.rescue import Rescue
+
+if TYPE_CHECKING:
+    from contextfold.memory.view import View
+
+MAX_STEPS = 200
+RESCUE = Rescue()
+
+RunJob = Callable[[Strategy, Job, LLM, TokenCounter], Sequence[Fold]]
+"""Where a job's expensive part runs: here by default, a process pool in ``ProcessRunner``."""
+
+
+def run_here(strategy: Strategy, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
+    return list(strategy.run(job, llm, counter))
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    """What one cycle committed."""
+
+    folds: tuple[Fold, ...]
+    conflicts: int
+    tokens_before: int
+    tokens_after: int
+    failed: tuple[str, ...] = ()
+
+
+def compact(
+    view: View,
+    *,
+    budget: int | None = None,
+    run: RunJob = run_here,
+    may_plan: Callable[[], bool] = lambda: True,
+    may_commit: Callable[[], bool] = lambda: True,
+    listeners: Iterable[EventCallback] = (),
+    max_steps: int = MAX_STEPS,
+) -> CompactionReport:
+    """Plan and run jobs until none is planned; a strategy that failed is not asked again.
+
+    A runner that is stopping answers no to ``may_plan`` (no new job starts)
+    and, when it gives up on running jobs, to ``may_commit`` (nothing more is
+    committed).
+    """
+    pipeline = view.require_pipeline()
+    callbacks = [*view.on_event, *listeners]
+    committed: list[Fold] = []
+    conflicts = 0
+    failed: list[str] = []
+    state = view.state(budget)
+    before = state.tokens
+    model = view.model()
+    for _ in range(max_steps):
+        if not (may_plan() and may_commit()):
+            break
+        planned = plan(pipeline.strategies, state, skip=failed)
+        if planned is None:
+            break
+        strategy, job = planned
+        outcome = _step(view, strategy, job, model, run, may_commit, callbacks)
+        if outcome is None:
+            failed.append(job.strategy)
+        elif outcome:
+            committed.extend(outcome)
+        else:
+            conflicts += 1
+        state = view.state(budget)
+    return CompactionReport(tuple(committed), conflicts, before, state.tokens, tuple(failed))
+
+
+def plan(
+    strategies: Sequence[Strategy], state: ViewState, *, skip: Collection[str] = ()
+) -> tuple[Strategy, Job] | None:
+    """The first job a strategy plans; else the rescue of what render would cut.
+
+    A view with no strategies (the ``disabled`` preset) never folds, not even to rescue.
+    """
+    for strategy in strategies:
+        if strategy.name in skip:
+            continue
+        job = strategy.plan(state)
+        if job is not None:
+            return strategy, job
+    if not strategies or RESCUE.name in skip:
+        return None
+    job = RESCUE.plan(state)
+    return None if job is None else (RESCUE, job)
+
+
+def _step(
+    view: View,
+    strategy: Strategy,
+    job: Job,
+    model: LLM | None,
+    run: RunJob,
+    may_commit: Callable[[], bool],
+    callbacks: list[EventCallback],
+) -> list[Fold] | None:
+    """One job; its folds when committed, [] when another commit came first, None when failed."""
+
+    def tell(kind: EventKind, **fields: Any) -> None:
+        event = Event(
+            kind,
+            view.session.id,
+            view.name,
+            job.strategy,
+            job.start,
+            job.end,
+            tokens_before=job.tokens_before,
+            **fields,
+        )
+        emit(event, callbacks)
+
+    counter = view.session.counter
+    llm = model if model is not None else OfflineModel(counter=counter)
+    tell("planned")
+    tell("started")
+    began = time.perf_counter()
+    try:
+        folds = list(run(strategy, job, llm, counter))
+        _check(job, folds, view.name)
+    except Exception as exc:
+        if strategy is RESCUE and not isinstance(llm, OfflineModel):
+            # The last resort must not fail with the model: fold it extractively.
+            llm = OfflineModel(counter=counter)
+            return _step(view, strategy, job, llm, run, may_commit, callbacks)
+        tell("failed", duration_s=time.perf_counter() - began, detail=_reason(exc))
+        tell("degraded", detail="the view keeps its previous folds")
+        return None
+    duration = time.perf_counter() - began
+    if not may_commit():
+        return []
+    try:
+        view.session.store.commit_folds(view.session.id, view.name, folds, job.version)
+    except FoldConflict as exc:
+        tell("rejected", detail=str(exc))
+        return []
+    except ContextfoldError as exc:
+        tell("failed", duration_s=duration, detail=f"commit: {exc}")
+        tell("degraded", detail="the view keeps its previous folds")
+        return None
+    tell(
+        "committed",
+        tokens_after=sum(f.tokens_after for f in folds),
+        usage=combined_usage(folds),
+        duration_s=duration,
+        data={"folds": [f.id for f in folds], "kinds": [f.kind for f in folds]},
+    )
+    return folds
+
+
+def _check(job: Job, folds: Sequence[Fold], view: str) -> None:
+    """A job's folds stay inside its range and its view, or none of them is committed."""
+    if not folds:
+        raise InvalidInput(f"strategy {job.strategy!r} made no fold", field="folds")
+    for fold in folds:
+        if fold.view != view or fold.start < job.start or fold.end > job.end:
+            raise InvalidInput(
+                f"fold {fold.start}..{fold.end} of view {fold.view!r} lies outside the job "
+                f"{job.start}..{job.end} of view {view!r}",
+                field="folds",
+            )
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, ContextfoldError) else f"{type(exc).__name__}: {exc}"
+
+
+def combined_usage(folds: Sequence[Fold]) -> dict[str, Any] | None:
+    """Model usage of a commit: each call's usage sits on the one fold it made."""
+    usages = [f.usage for f in folds if f.usage]
+    if not usages:
+        return None
+    total: dict[str, Any] = {"model": usages[0].get("model")}
+    for key in ("input_tokens", "output_tokens", "latency_s", "calls"):
+        total[key] = sum(u.get(key, 0) for u in usages)
+    return total

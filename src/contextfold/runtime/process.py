@@ -1,0 +1,93 @@
+"""The process runner: the thread runner, with CPU-heavy jobs run in worker processes.
+
+Model-free folding (masking, the offline extractive selection, the offline
+stand-in's answers) is pure Python CPU work. On a worker thread it holds the
+GIL for tens of milliseconds, and every turn that comes meanwhile waits for
+it. Here such a job is sent to a pool of worker processes instead: the
+strategy as stored data (``strategies.registry``), the job, and the session's
+encoding; the worker rebuilds the strategy and the offline model, runs the job,
+and sends the folds back. Planning and committing stay in this process, in the
+one cycle every runner shares.
+
+Jobs for a real model are I/O-bound (the SDKs release the GIL while they wait)
+and run on the worker thread as in ``ThreadRunner``; so do jobs whose strategy
+is not registered, or whose token counter has no name a worker can rebuild.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from contextfold.core.errors import InvalidInput
+from contextfold.core.events import EventCallback
+from contextfold.core.folds import Fold
+from contextfold.core.tokens import ENCODINGS, TokenCounter, get_counter
+from contextfold.llm.base import LLM
+from contextfold.llm.offline import OfflineModel
+from contextfold.memory.cycle import RunJob, run_here
+from contextfold.runtime.thread import ThreadRunner
+from contextfold.strategies.base import Job, Strategy
+from contextfold.strategies.registry import strategy_from_data, strategy_to_data
+
+PORTABLE_ENCODINGS = (*ENCODINGS, "approx")
+"""Counters a worker process can rebuild by name."""
+
+
+class ProcessRunner(ThreadRunner):
+    """``ThreadRunner`` whose model-free jobs run in ``processes`` worker processes."""
+
+    def __init__(
+        self,
+        workers: int = 2,
+        *,
+        processes: int = 1,
+        retry_s: float = 1.0,
+        owner: str | None = None,
+        lease_ttl_s: float = 60.0,
+        on_event: Iterable[EventCallback] = (),
+    ) -> None:
+        if processes < 1:
+            raise InvalidInput("a ProcessRunner needs at least one process", field="processes")
+        # Spawned, not forked: a fork of a process with threads may inherit held locks.
+        self._pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+        for _ in range(processes):
+            self._pool.submit(_warm)
+        super().__init__(
+            workers, retry_s=retry_s, owner=owner, lease_ttl_s=lease_ttl_s, on_event=on_event
+        )
+
+    def _run_job(self) -> RunJob:
+        return self._run
+
+    def _run(self, strategy: Strategy, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
+        if not isinstance(llm, OfflineModel) or counter.name not in PORTABLE_ENCODINGS:
+            return run_here(strategy, job, llm, counter)
+        try:
+            data = strategy_to_data(strategy)
+        except InvalidInput:
+            return run_here(strategy, job, llm, counter)
+        return self._pool.submit(_run_in_worker, data, job, counter.name).result()
+
+    def stop(self, timeout: float = 5.0, *, drain: bool = True) -> bool:
+        done = super().stop(timeout, drain=drain)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        return done
+
+    def __enter__(self) -> ProcessRunner:
+        return self
+
+
+def _warm() -> None:
+    """Import the package in a worker before the first job needs it."""
+    import contextfold.strategies  # noqa: F401
+
+
+def _run_in_worker(data: dict[str, Any], job: Job, encoding: str) -> list[Fold]:
+    import contextfold.strategies  # noqa: F401  (registers the built-ins)
+
+    counter = get_counter(encoding)
+    strategy = strategy_from_data(data)
+    return list(strategy.run(job, OfflineModel(counter=counter), counter))

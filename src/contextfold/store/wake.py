@@ -1,0 +1,142 @@
+"""Wake-ups by name: an append through any handle reaches whoever compacts the session.
+
+A runner listens on a session id, not on a Python object, so appends made
+through another ``Memory``, another handle or another process wake it alike.
+The port is two calls, ``notify(session_id)`` and ``listen(session_id,
+callback)``: PostgreSQL's ``LISTEN/NOTIFY`` or a queue has the same shape.
+
+- ``LocalWake`` fans out inside one process. Every handle on the same store
+  (the same SQLite file, the same store object) shares one, through
+  ``wake_for``.
+- ``PollingWake`` adds what a file shared by processes cannot push: a daemon
+  thread reads the last seq of each listened session every ``interval_s`` and
+  wakes listeners when another process appended.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from contextfold.core.events import log
+
+WakeCallback = Callable[[str], None]
+"""Called with the session id whose log grew."""
+
+POLL_S = 0.05
+
+
+class Wake(Protocol):
+    def notify(self, session_id: str) -> None:
+        """The session's log grew: tell its listeners."""
+        ...
+
+    def listen(self, session_id: str, callback: WakeCallback) -> Callable[[], None]:
+        """Call ``callback`` after each append to the session; returns the way to stop."""
+        ...
+
+
+class LocalWake:
+    """One process's fan-out of appends to listeners, by session id."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._listeners: dict[str, list[WakeCallback]] = {}
+
+    def notify(self, session_id: str) -> None:
+        with self._lock:
+            listeners = list(self._listeners.get(session_id, ()))
+        for callback in listeners:
+            try:
+                callback(session_id)
+            except Exception:
+                log.exception("wake listener failed for session %s", session_id)
+
+    def listen(self, session_id: str, callback: WakeCallback) -> Callable[[], None]:
+        with self._lock:
+            self._listeners.setdefault(session_id, []).append(callback)
+
+        def stop() -> None:
+            with self._lock:
+                listeners = self._listeners.get(session_id, [])
+                if callback in listeners:
+                    listeners.remove(callback)
+                if not listeners:
+                    self._listeners.pop(session_id, None)
+
+        return stop
+
+    def sessions(self) -> list[str]:
+        with self._lock:
+            return list(self._listeners)
+
+
+class PollingWake(LocalWake):
+    """``LocalWake`` plus a poll of the store for appends made by other processes."""
+
+    def __init__(self, last_seq: Callable[[str], int], interval_s: float = POLL_S) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self._last_seq = last_seq
+        self._seen: dict[str, int] = {}
+        self._thread: threading.Thread | None = None
+        self._wakeup = threading.Event()
+
+    def listen(self, session_id: str, callback: WakeCallback) -> Callable[[], None]:
+        stop = super().listen(session_id, callback)
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._poll, name="contextfold-wake-poll", daemon=True
+                )
+                self._thread.start()
+        return stop
+
+    def notify(self, session_id: str) -> None:
+        with self._lock:
+            self._seen.pop(session_id, None)  # the poll re-reads it rather than firing twice
+        super().notify(session_id)
+
+    def _poll(self) -> None:
+        """Runs while anyone listens; a later ``listen`` starts it again."""
+        while True:
+            self._wakeup.wait(self.interval_s)
+            with self._lock:
+                sessions = list(self._listeners)
+                if not sessions:
+                    self._thread = None
+                    return
+            for session_id in sessions:
+                try:
+                    last = self._last_seq(session_id)
+                except Exception as exc:
+                    log.debug("polling session %s for appends failed: %s", session_id, exc)
+                    continue
+                with self._lock:
+                    grew = self._seen.get(session_id, last) < last
+                    self._seen[session_id] = last
+                if grew:
+                    LocalWake.notify(self, session_id)
+
+
+_SHARED: weakref.WeakValueDictionary[str, LocalWake] = weakref.WeakValueDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def wake_for(store: Any) -> LocalWake:
+    """The wake every handle on ``store`` in this process shares (while one holds it).
+
+    A store with a ``path`` (a file other processes may write) is polled; an
+    in-process store only needs the local fan-out.
+    """
+    path = getattr(store, "path", None)
+    key = f"file:{os.path.realpath(path)}" if isinstance(path, str) else f"object:{id(store)}"
+    with _SHARED_LOCK:
+        wake = _SHARED.get(key)
+        if wake is None:
+            wake = PollingWake(store.last_seq) if isinstance(path, str) else LocalWake()
+            _SHARED[key] = wake
+        return wake

@@ -1,0 +1,153 @@
+"""The one compaction cycle: events from one place, the model chosen once, nothing cut untold."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import load_rows
+
+from contextfold import Memory, ModelError
+from contextfold.core.events import Event
+from contextfold.core.units import tool_unit_faults
+from contextfold.memory.cache import PromptCache, StateCache
+from contextfold.memory.cycle import RESCUE, compact
+from contextfold.strategies import Pipeline, RollingCompactor, preset_names
+from contextfold.testing import ScriptedModel
+
+
+def chat(rounds: int, words: int = 80) -> list[dict[str, str]]:
+    text = " ".join(f"w{i}" for i in range(words))
+    out = []
+    for r in range(rounds):
+        out.append({"role": "user", "content": f"question {r}: {text}"})
+        out.append({"role": "assistant", "content": f"answer {r}: {text}."})
+    return out
+
+
+class Failing(ScriptedModel):
+    def complete(self, *args: object, **kwargs: object):  # type: ignore[no-untyped-def,override]
+        raise ModelError("upstream 503")
+
+
+def test_each_event_comes_once_from_the_cycle() -> None:
+    events: list[Event] = []
+    session = Memory().session("s", system="sys")
+    session.extend(chat(8))
+    view = session.view("v", pipeline=Pipeline([RollingCompactor(threshold=3, retain_recent=1)]))
+    view.on_event.append(events.append)
+    report = compact(view)
+    assert [e.kind for e in events] == ["planned", "started", "committed"]
+    assert len(report.folds) == 1 and report.failed == ()
+
+
+def test_a_failing_model_degrades_the_view_and_commits_nothing() -> None:
+    events: list[Event] = []
+    session = Memory().session("s", system="sys")
+    session.extend(chat(8))
+    view = session.view("v", preset="rolling", threshold=3, retain_recent=1, llm=Failing())
+    view.on_event.append(events.append)
+    report = view.compact()
+    assert report.folds == () and report.failed == ("rolling",)
+    assert [e.kind for e in events] == ["planned", "started", "failed", "degraded"]
+    assert view.folds() == []
+
+
+def test_without_a_model_the_offline_stand_in_is_chosen_by_the_engine() -> None:
+    session = Memory().session("s", system="sys")
+    session.extend(chat(8))
+    view = session.view("v", preset="rolling", threshold=3, retain_recent=1)
+    (fold,) = view.compact().folds
+    assert fold.usage is not None and fold.usage["model"] == "offline"
+
+
+def test_over_budget_the_rescue_folds_what_render_would_cut() -> None:
+    session = Memory().session("s", system="sys")
+    session.extend(chat(30))
+    view = session.view("v", preset="rolling", budget=1500)  # rolling alone folds on rounds
+    report = view.compact()
+    assert RESCUE.name in {f.strategy for f in report.folds}
+    rendered = view.render_report()
+    assert rendered.omitted == 0 and rendered.tokens <= 1500
+    assert rendered.messages[-1]["content"].startswith("answer 29")
+    assert any("[Folded to fit the token budget" in str(m["content"]) for m in rendered.messages)
+
+
+def test_when_the_model_fails_the_rescue_folds_extractively() -> None:
+    session = Memory().session("s", system="sys")
+    session.extend(chat(30))
+    view = session.view("v", preset="rolling", budget=1500, llm=Failing())
+    view.compact()
+    rescued = [f for f in view.folds() if f.strategy == RESCUE.name]
+    assert rescued and all(f.usage and f.usage["model"] == "offline" for f in rescued)
+    assert view.render_report().omitted == 0
+
+
+def test_the_disabled_preset_never_folds() -> None:
+    session = Memory().session("s", system="sys")
+    session.extend(chat(30))
+    view = session.view("v", preset="disabled", budget=1500)
+    assert view.compact().folds == ()
+    assert view.render_report().omitted > 0
+
+
+def test_rescue_keeps_the_latest_user_message_verbatim() -> None:
+    session = Memory().session("s", system="sys")
+    session.append({"role": "user", "content": "the task: fix the loader"})
+    for i in range(40):
+        session.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"c{i}",
+                        "type": "function",
+                        "function": {"name": "read", "arguments": "{}"},
+                    }
+                ],
+            }
+        )
+        session.append({"role": "tool", "tool_call_id": f"c{i}", "content": "x " * 200})
+    view = session.view("v", preset="tool-calls", budget=2500)
+    view.compact()
+    prompt = view.render_report()
+    assert prompt.omitted == 0 and tool_unit_faults(prompt.messages) == []
+    assert {"role": "user", "content": "the task: fix the loader"} in prompt.messages
+
+
+@pytest.mark.parametrize("preset", ["offline", "keep-recent", "rolling", "token-budget"])
+def test_cached_prompts_and_states_equal_fresh_ones(preset: str) -> None:
+    """Appending one message at a time, the cached prompt is always the fresh render."""
+    rng = random.Random(7)
+    rows = load_rows("taubench_airline_dev", limit=6)
+    for row in rows:
+        messages = row["messages"]
+        budget = rng.randint(800, 4000)
+        session = Memory().session("s")
+        view = session.view("v", preset=preset, budget=budget)
+        for message in messages:
+            session.append(message)
+            if rng.random() < 0.3:
+                view.compact()
+            cached = view.render_report()
+            state = view.state()
+            view.binding.prompts = PromptCache()
+            view.binding.states = StateCache()
+            assert view.render_report() == cached
+            assert view.state().entries == state.entries
+
+
+def test_every_folding_preset_leaves_nothing_cut_on_agent_runs() -> None:
+    rows = load_rows("openhands_example") + load_rows("taubench_airline_dev", limit=5)
+    for preset in preset_names():
+        if preset == "disabled":
+            continue
+        for row in rows:
+            session = Memory().session("s")
+            session.extend(row["messages"])
+            view = session.view("v", preset=preset, budget=4000)
+            view.compact()
+            rendered = view.render_report()
+            assert rendered.omitted == 0, (preset, row.get("id"))
+            assert rendered.tokens <= 4000

@@ -1,0 +1,210 @@
+"""Views are records: stored with the session, rebuilt by name in any handle or process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from contextfold import InvalidInput, Memory, ViewConfig, ViewConflict
+from contextfold.memory.filters import compile_filter
+from contextfold.strategies import (
+    ExtractiveSummary,
+    MessageCount,
+    ObservationMasking,
+    OverBudget,
+    Pipeline,
+    Predicate,
+    Tokens,
+    WholeHistory,
+    get_preset,
+    preset_names,
+)
+from contextfold.strategies.registry import pipeline_from_data, pipeline_to_data
+from contextfold.testing import ScriptedModel
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def chat(rounds: int, words: int = 60) -> list[dict[str, str]]:
+    text = " ".join(f"word{i}" for i in range(words))
+    out = []
+    for r in range(rounds):
+        out.append({"role": "user", "content": f"question {r}: {text}"})
+        out.append({"role": "assistant", "content": f"answer {r}: {text}. Done."})
+    return out
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_every_preset_survives_a_round_trip_as_data(name: str) -> None:
+    pipeline = get_preset(name)
+    data = pipeline_to_data(pipeline)
+    assert json.loads(json.dumps(data)) == data
+    again = pipeline_from_data(data)
+    assert again.name == pipeline.name
+    assert list(again.strategies) == list(pipeline.strategies)
+
+
+def test_a_view_reopened_by_name_in_a_new_memory_is_the_same_view(tmp_path: Path) -> None:
+    db = tmp_path / "views.db"
+    first = Memory(db).session("s", system="Be brief.")
+    first.extend(chat(12))
+    view = first.view("planner", preset="offline", budget=900, keep_last=2)
+    view.compact()
+    prompt = view.render()
+    again = Memory(db).session("s").view("planner")
+    assert again.budget == 900
+    assert repr(again.pipeline) == repr(view.pipeline)
+    assert again.config == view.config
+    assert again.render() == prompt
+    assert Memory(db).session("s").views() == ["planner"]
+
+
+def test_a_view_reopened_in_another_process_renders_and_compacts_the_same(tmp_path: Path) -> None:
+    db = tmp_path / "views.db"
+    session = Memory(db).session("s", system="Be brief.")
+    session.extend(chat(12))
+    view = session.view("v", preset="offline", budget=900)
+    script = textwrap.dedent(
+        f"""
+        import json
+        from contextfold import Memory
+        view = Memory({str(db)!r}).session("s").view("v")
+        report = view.compact()
+        print(json.dumps({{"folds": len(report.folds), "prompt": view.render()}}))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    child = json.loads(out.stdout)
+    assert child["folds"] > 0
+    assert view.render() == child["prompt"]
+
+
+def test_changing_a_view_is_an_explicit_versioned_update() -> None:
+    session = Memory().session("s")
+    view = session.view("v", preset="offline", budget=1000)
+    assert view.version == 1
+    session.view("v", budget=2000)
+    assert (view.version, view.budget, view.config.preset) == (2, 2000, "offline")
+    session.view("v", budget=2000)
+    assert view.version == 2, "an update that changes nothing stores nothing"
+    with pytest.raises(ViewConflict):
+        view.update(budget=3000, expected_version=1)
+    assert view.budget == 2000
+    view.update(budget=3000, expected_version=2)
+    assert (view.version, view.budget) == (3, 3000)
+
+
+def test_python_code_cannot_be_stored_and_the_error_names_the_field() -> None:
+    session = Memory().session("s")
+    with pytest.raises(InvalidInput) as caught:
+        session.view("v", pipeline=Pipeline([ExtractiveSummary(trigger=Predicate(bool))]))
+    assert caught.value.field == "pipeline.strategies[0].options.trigger"
+    with pytest.raises(InvalidInput) as caught:
+        session.view("v", pipeline=Pipeline([WholeHistory(predicate=lambda s: True)]))
+    assert caught.value.field == "pipeline.strategies[0].options.predicate"
+    assert session.views() == []
+
+
+def test_a_local_pipeline_runs_here_and_is_refused_clearly_elsewhere() -> None:
+    memory = Memory()
+    session = memory.session("s", system="sys")
+    session.extend(chat(6))
+    strategy = ExtractiveSummary(trigger=Predicate(lambda s: len(s.entries) > 4), ratio=0.1)
+    view = session.view("v", pipeline=Pipeline([strategy]), local=True)
+    assert view.compact().folds
+    assert view.config.local and view.config.pipeline is None
+    elsewhere = Memory(memory.store).session("s").view("v")
+    with pytest.raises(InvalidInput, match="process-local pipeline") as caught:
+        elsewhere.compact()
+    assert caught.value.field == "pipeline"
+    assert elsewhere.render() == view.render()
+
+
+def test_triggers_are_stored_as_data_and_rebuilt() -> None:
+    session = Memory().session("s")
+    trigger = Tokens(3000) | MessageCount(40)
+    pipeline = Pipeline(
+        [ObservationMasking(trigger=OverBudget(0.8)), WholeHistory(trigger=trigger)]
+    )
+    view = session.view("v", pipeline=pipeline)
+    assert view.config.pipeline is not None
+    rebuilt = Memory(session.store).session("s").view("v").pipeline
+    assert rebuilt is not None
+    assert rebuilt.strategies[1].trigger == trigger  # type: ignore[attr-defined]
+
+
+def test_bad_records_are_refused_naming_the_field_and_nothing_changes() -> None:
+    session = Memory().session("s")
+    view = session.view("v", preset="offline", budget=500)
+    cases = [
+        ({"budget": -1}, "budget"),
+        ({"budget": "100"}, "budget"),
+        ({"preset": "nope"}, "preset"),
+        ({"low_water": 0.95}, "low_water"),
+        ({"filter": {"colour": "red"}}, "filter.colour"),
+        ({"model": ""}, "model"),
+    ]
+    for changes, field in cases:
+        with pytest.raises(InvalidInput) as caught:
+            view.update(**changes)
+        assert caught.value.field == field
+    with pytest.raises(InvalidInput) as caught:
+        ViewConfig.from_data({"pipeline": {"strategies": [{"type": "mystery"}]}})
+    assert caught.value.field == "pipeline.strategies[0].type"
+    assert (view.version, view.budget) == (1, 500)
+
+
+def test_declarative_filters_are_stored_and_callables_stay_in_this_process() -> None:
+    memory = Memory()
+    session = memory.session("s")
+    session.extend(
+        [
+            {"role": "user", "content": "plan it"},
+            {
+                "role": "assistant",
+                "name": "Planner",
+                "content": "to coder",
+                "meta": {"send_to": "Coder"},
+            },
+            {
+                "role": "assistant",
+                "name": "Coder",
+                "content": "done",
+                "meta": {"send_to": "Planner"},
+            },
+            {"role": "assistant", "name": "Coder", "content": "talking to myself"},
+        ]
+    )
+    spec = {"any": [{"role": "user"}, {"name": "Planner"}, {"meta": {"send_to": "Planner"}}]}
+    view = session.view("planner", filter=spec)
+    assert [m["content"] for m in view.render()] == ["plan it", "to coder", "done"]
+    assert Memory(memory.store).session("s").view("planner").render() == view.render()
+    local = session.view("coder", filter=lambda m: m.get("name") != "Planner")
+    assert len(local.render()) == 3
+    assert local.config.filter is None
+    assert len(Memory(memory.store).session("s").view("coder").render()) == 4
+
+
+def test_filter_language() -> None:
+    keep = compile_filter({"not": {"role": ["tool", "system"]}, "meta": {"lang": ["en", "fr"]}})
+    assert keep({"role": "user", "content": "", "meta": {"lang": "fr"}})
+    assert not keep({"role": "user", "content": "", "meta": {"lang": "de"}})
+    assert not keep({"role": "tool", "content": "", "meta": {"lang": "en"}})
+
+
+def test_a_model_object_is_process_local_and_a_model_string_is_stored() -> None:
+    memory = Memory()
+    session = memory.session("s")
+    scripted = ScriptedModel(default="short")
+    view = session.view("v", preset="rolling", llm=scripted)
+    assert view.model() is scripted and view.config.model is None
+    stored = session.view("w", preset="rolling", model="offline")
+    assert stored.config.model == "offline"
+    assert Memory(memory.store).session("s").view("w").model() is not None
