@@ -28,7 +28,7 @@ from contextfold.core.tokens import ENCODINGS, TokenCounter, get_counter
 from contextfold.llm.base import LLM
 from contextfold.llm.offline import OfflineModel
 from contextfold.memory.cycle import RunJob, run_here
-from contextfold.runtime.thread import ThreadRunner
+from contextfold.runtime.thread import SETTLE_S, ThreadRunner
 from contextfold.strategies.base import Job, Strategy
 from contextfold.strategies.registry import strategy_from_data, strategy_to_data
 
@@ -44,6 +44,7 @@ class ProcessRunner(ThreadRunner):
         workers: int = 2,
         *,
         processes: int = 1,
+        settle_s: float = SETTLE_S,
         retry_s: float = 1.0,
         owner: str | None = None,
         lease_ttl_s: float = 60.0,
@@ -56,7 +57,12 @@ class ProcessRunner(ThreadRunner):
         for _ in range(processes):
             self._pool.submit(_warm)
         super().__init__(
-            workers, retry_s=retry_s, owner=owner, lease_ttl_s=lease_ttl_s, on_event=on_event
+            workers,
+            settle_s=settle_s,
+            retry_s=retry_s,
+            owner=owner,
+            lease_ttl_s=lease_ttl_s,
+            on_event=on_event,
         )
 
     def _run_job(self) -> RunJob:

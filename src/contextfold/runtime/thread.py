@@ -1,10 +1,12 @@
 """The thread runner: cycles run on a few daemon worker threads.
 
 ``notify`` (called by every append) only queues the view, so the next prompt
-renders at once from what is committed. Workers are daemon threads, as is the
-lease keeper: a process whose main thread ends exits even while a model call is
-still out. A view whose lease another process holds is tried again after
-``retry_s``.
+renders at once from what is committed. A woken view is planned ``settle_s``
+later, so a burst of appends costs one plan instead of one each, and the
+worker does not compete with the turns of the burst for the GIL. Workers are
+daemon threads, as is the lease keeper: a process whose main thread ends exits
+even while a model call is still out. A view whose lease another process holds
+is tried again after ``retry_s``.
 """
 
 from __future__ import annotations
@@ -22,11 +24,15 @@ from contextfold.memory.view import View
 from contextfold.runtime.core import Key, Runner, key_of
 
 
+SETTLE_S = 0.005
+
+
 class ThreadRunner(Runner):
     def __init__(
         self,
         workers: int = 2,
         *,
+        settle_s: float = SETTLE_S,
         retry_s: float = 1.0,
         owner: str | None = None,
         lease_ttl_s: float = 60.0,
@@ -36,6 +42,8 @@ class ThreadRunner(Runner):
             raise InvalidInput("a ThreadRunner needs at least one worker", field="workers")
         super().__init__(owner=owner, lease_ttl_s=lease_ttl_s, on_event=on_event)
         self.retry_s = retry_s
+        self.settle_s = settle_s
+        self._settling: set[Key] = set()
         self._cond = threading.Condition()
         self._queue: deque[View] = deque()
         self._queued: set[Key] = set()
@@ -51,11 +59,17 @@ class ThreadRunner(Runner):
             thread.start()
 
     def _schedule(self, view: View) -> None:
+        key = key_of(view)
         with self._cond:
-            if self._stopping or key_of(view) in self._queued:
+            if self._stopping or key in self._queued or key in self._settling:
                 return
-            self._queued.add(key_of(view))
-            self._queue.append(view)
+            if self.settle_s <= 0:
+                self._queued.add(key)
+                self._queue.append(view)
+            else:
+                self._settling.add(key)
+                due = time.monotonic() + self.settle_s
+                heapq.heappush(self._later, (due, next(self._ticket), view))
             self._cond.notify()
 
     def _retry_later(self, view: View) -> None:
@@ -85,6 +99,7 @@ class ThreadRunner(Runner):
             now = time.monotonic()
             while self._later and self._later[0][0] <= now:
                 _, _, due = heapq.heappop(self._later)
+                self._settling.discard(key_of(due))
                 if key_of(due) not in self._queued:
                     self._queued.add(key_of(due))
                     self._queue.append(due)
@@ -96,10 +111,14 @@ class ThreadRunner(Runner):
         return None
 
     def wait_idle(self, timeout: float | None = None) -> bool:
-        """Wait until nothing is queued or running (retries not yet due do not count)."""
+        """Wait until nothing is queued, settling or running (retries not yet due do not count)."""
         with self._cond:
             return self._cond.wait_for(
-                lambda: not self._queue and self._active == 0 and not self.busy(), timeout
+                lambda: not self._queue
+                and not self._settling
+                and self._active == 0
+                and not self.busy(),
+                timeout,
             )
 
     def stop(self, timeout: float = 5.0, *, drain: bool = True) -> bool:
@@ -111,6 +130,7 @@ class ThreadRunner(Runner):
             self._stopping = True
             self._queue.clear()
             self._queued.clear()
+            self._settling.clear()
             self._later.clear()
             self._cond.notify_all()
         deadline = time.monotonic() + (timeout if drain else 0.0)
