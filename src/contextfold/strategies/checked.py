@@ -119,13 +119,19 @@ def summarize_checked(
     raise SummaryRejected(reasons, usage)
 
 
-def newest_within(items: Sequence[str], chars: int) -> tuple[str, ...]:
-    """The latest items (in their order) whose pinned lines fit in ``chars``."""
+def newest_within(
+    items: Sequence[str], limit: int, cost: Callable[[str], int] = lambda item: len(item) + 3
+) -> tuple[str, ...]:
+    """The latest items (in their order) whose pinned lines fit in ``limit``.
+
+    ``cost`` is what one pinned line takes: characters by default, tokens
+    for a strategy that budgets in tokens.
+    """
     kept: list[str] = []
     used = 0
     for item in reversed(items):
-        used += len(item) + 3
-        if used > chars:
+        used += cost(item)
+        if used > limit:
             break
         kept.append(item)
     return tuple(reversed(kept))
