@@ -220,3 +220,26 @@ def test_built_in_templates_fill(kind: str) -> None:
 def test_unknown_kind_is_refused() -> None:
     with pytest.raises(InvalidInput, match="kind"):
         RoundCompressor(kind="writer")  # type: ignore[arg-type]
+
+
+def test_with_a_budget_it_waits_for_the_high_water_then_keeps_only_the_retained_rounds() -> None:
+    model = ScriptedModel(default=answer("Summary so far."))
+    session = Memory().session("s", system="You are a data assistant.")
+    view = session.view("v", pipeline=Pipeline([RoundCompressor()]), budget=2000, llm=model)
+    i = 0
+    while view.state().tokens <= 0.9 * 2000:
+        assert view.compact().folds == ()
+        i += 1
+        session.extend(chat_round(i))
+    assert i > 5 and model.calls == []
+    (fold,) = view.compact().folds
+    assert fold.data["rounds"] == [1, i - 3]
+    assert len(view.state().unfolded_rounds) == 3
+    assert view.state().tokens <= view.state().low_mark(2000)
+    grown = 0
+    while len(model.calls) == 1:
+        i += 1
+        grown += 1
+        session.extend(chat_round(i))
+        view.compact()
+    assert grown > 20

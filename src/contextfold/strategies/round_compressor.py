@@ -1,8 +1,10 @@
 """Round compressor (seed 002, TaskWeaver's prompt compression).
 
 Once ``rounds_to_compress + rounds_to_retain`` closed rounds come after the
-last summary, every one of them but the newest ``rounds_to_retain`` is
-compressed (exactly ``rounds_to_compress`` when compaction keeps up). The new
+last summary, and in a view with a budget once the prompt passes its high
+water too, every one of them but the newest ``rounds_to_retain`` is
+compressed (exactly ``rounds_to_compress`` when compaction keeps up without a
+budget; see ``RoundCompressor`` for why a budget waits). The new
 summary is written from the previous summary plus those rounds, and its fold
 covers the view from its start through them, superseding the previous one.
 
@@ -72,8 +74,17 @@ class RoundCompressor:
     conversation keeps its trust instead of gaining a system prompt's
     authority. ``kind`` picks the planner or code-generator prompt and schema;
     ``prompt`` (a path or the template text, with ``{previous_summary}`` and
-    ``{content}`` fields) overrides the prompt. ``trigger`` replaces "at least
-    ``rounds_to_compress + rounds_to_retain`` closed rounds after the summary".
+    ``{content}`` fields) overrides the prompt.
+
+    When it fires: without a budget, as the seed says, once
+    ``rounds_to_compress + rounds_to_retain`` closed rounds follow the summary
+    (every ``rounds_to_compress`` rounds). A view with a budget also waits for
+    the prompt to pass ``high_water`` of it (hysteresis, as every preset has):
+    each call re-reads the prompt and the previous summary, which short rounds
+    cannot amortize two at a time. Either way a cycle folds every closed round
+    but the newest ``rounds_to_retain``, so ``rounds_to_compress`` is the
+    smallest step and ``rounds_to_retain`` what stays verbatim. ``trigger``
+    replaces both conditions.
     """
 
     rounds_to_compress: int = 2
@@ -93,7 +104,9 @@ class RoundCompressor:
         closed = [r for r in state.unfolded_rounds if r.closed]
         retain = max(self.rounds_to_retain, 0)
         if self.trigger is None:
-            ready = len(closed) >= max(self.rounds_to_compress, 1) + retain
+            ready = len(closed) >= max(self.rounds_to_compress, 1) + retain and (
+                state.budget is None or state.tokens > state.high_water * state.budget
+            )
         else:
             ready = self.trigger(state)
         count = len(closed) - retain
