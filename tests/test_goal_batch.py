@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from test_tool_calls import EPISODIC, tool_unit
+from test_tool_calls import EPISODIC, group_histories, grouped, tool_unit
 
 from contextfold import InvalidInput, Memory, Pipeline, Session, View
 from contextfold.core.artifacts import extract_artifacts
@@ -64,13 +64,19 @@ def history_of(messages: Sequence[Message]) -> str:
 
 def faithful(messages: Sequence[Message]) -> str:
     """A scripted model that keeps every artifact, so nothing is pinned."""
-    items = extract_artifacts(history_of(messages))
     if "[GOAL BATCH]" in str(messages[-1]["content"]):
+        items = extract_artifacts(history_of(messages))
         sections = dict.fromkeys(KEYS, "")
         sections["goal_arc"] = "I fixed the modules one after another."
         sections["key_artifacts"] = "\n".join(items)
         return json.dumps(sections)
-    return "## Strategy\nI read and fixed the module.\n\n## Critical Artifacts\n" + "\n".join(items)
+    return json.dumps(
+        {
+            f"group_{n}": "## Strategy\nI read and fixed the module.\n\n## Critical Artifacts\n"
+            + "\n".join(extract_artifacts(history))
+            for n, history in enumerate(group_histories(messages), start=1)
+        }
+    )
 
 
 def coding_turn(k: int) -> list[Message]:
@@ -92,10 +98,12 @@ def chat_turn(k: int) -> list[Message]:
 def setup(
     turns: int, model: Any, strategy: GoalBatchCompaction | None = None
 ) -> tuple[Session, View, list[Event]]:
-    """``turns`` coding turns; tool units fold as soon as their turn is closed."""
+    """``turns`` coding turns; each tool unit folds as it ages, so a turn completes as it closes."""
     session = Memory().session("s", system="You are a coding agent.")
     session.extend([m for k in range(turns) for m in coding_turn(k)])
-    pipeline = Pipeline([ToolCallSummarization(keep_recent=0), strategy or GoalBatchCompaction()])
+    pipeline = Pipeline(
+        [ToolCallSummarization(keep_recent=0, batch_size=1), strategy or GoalBatchCompaction()]
+    )
     view = session.view("v", pipeline=pipeline, llm=model)
     events: list[Event] = []
     view.on_event.append(events.append)
@@ -268,7 +276,7 @@ def test_the_prompt_is_adr_0041s_with_the_turns_as_history() -> None:
     model = ScriptedModel(default=faithful)
     _, view, _ = setup(10, model)
     view.compact()
-    (call,) = [c for c in model.calls if c.schema is not None]
+    (call,) = [c for c in model.calls if "[GOAL BATCH]" in str(c.messages[-1]["content"])]
     assert call.schema == SCHEMA
     assert set(SCHEMA["properties"]) == set(KEYS)
     assert all(p == {"type": "string"} for p in SCHEMA["properties"].values())
@@ -325,14 +333,14 @@ def test_artifacts_the_goal_batch_drops_are_pinned() -> None:
 def test_the_summaries_pinned_lists_are_shown_but_not_pinned_again() -> None:
     def answer(messages: Sequence[Message]) -> str:
         if "[GOAL BATCH]" not in str(messages[-1]["content"]):
-            return "## Strategy\nI read the module."
+            return grouped("## Strategy\nI read the module.")(messages)
         return json.dumps({"goal_arc": "I fixed src/t0.py, src/t1.py and src/t2.py."})
 
     model = ScriptedModel(default=answer)
     _, view, _ = setup(10, model)
     view.compact()
     (batch,) = goal_batches(view)
-    (call,) = [c for c in model.calls if c.schema is not None]
+    (call,) = [c for c in model.calls if "[GOAL BATCH]" in str(c.messages[-1]["content"])]
     shown = history_of(call.messages)
     assert "Pinned (verbatim from the folded messages):\n- read_file" in shown
     assert "- f_t0" in shown
