@@ -243,3 +243,33 @@ def test_with_a_budget_it_waits_for_the_high_water_then_keeps_only_the_retained_
         session.extend(chat_round(i))
         view.compact()
     assert grown > 20
+
+
+def test_pins_are_carried_over_without_being_read_again() -> None:
+    model = ScriptedModel([answer("Two parts were loaded.", []), answer("Four parts.", [])])
+    session, view = build(5, RoundCompressor(kind="code"), model, code=True)
+    first = view.compact().folds[0]
+    assert "/data/part1.csv" in first.data["pinned"]
+    for i in (6, 7):
+        session.extend(code_round(i))
+    second = view.compact().folds[0]
+    sent = text_of(model.calls[1].messages[-1])
+    assert "Two parts were loaded." in sent
+    assert "/data/part1.csv" not in sent  # the previous summary is sent without its pins
+    assert "/data/part1.csv" in second.data["pinned"]
+    assert second.data["pinned"][-1] == "400 rows"  # the newest come last
+
+
+def test_pins_share_the_answer_token_cap_newest_first() -> None:
+    model = ScriptedModel([answer("Parts were loaded.", [])])
+    _, view = build(5, RoundCompressor(kind="code", max_tokens=40), model, code=True)
+    fold = view.compact().folds[0]
+    counter = Memory().session("c").counter
+    body = fold.text.split("Pinned (verbatim from the folded messages):")[0]
+    assert (
+        counter.text(body) + sum(counter.text(f"- {item}") + 1 for item in fold.data["pinned"])
+        <= 40
+    )
+    assert fold.data["pinned"]
+    assert fold.data["pinned"][-1] == "200 rows"
+    assert "/data/part1.csv" not in fold.data["pinned"]
