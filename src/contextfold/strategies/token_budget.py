@@ -266,7 +266,6 @@ class TokenBudget:
             source=transcript(job.entries),
             max_tokens=TOKENS_PER_WORD * high + self.extraction_max_tokens,
             schema=SCHEMA,
-            pin_chars=4 * TOKENS_PER_WORD * high,
             accept=_answer_problem,
         )
         extracted = {k: v for k, v in answer.data.items() if k != SUMMARY_FIELD}
