@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from test_tool_calls import EPISODIC, tool_unit
+from test_tool_calls import EPISODIC, group_histories, grouped, tool_unit
 
 from contextfold import InvalidInput, Memory, Session, View
 from contextfold.core.artifacts import extract_artifacts
@@ -65,13 +65,19 @@ def history_of(messages: Sequence[Message]) -> str:
 
 def faithful(messages: Sequence[Message]) -> str:
     """A scripted model that keeps every artifact, so nothing is pinned."""
-    items = extract_artifacts(history_of(messages))
     if "[GOAL BATCH]" in str(messages[-1]["content"]):
+        items = extract_artifacts(history_of(messages))
         sections = dict.fromkeys(KEYS, "")
         sections["goal_arc"] = "I fixed the modules one after another."
         sections["key_artifacts"] = "\n".join(items)
         return json.dumps(sections)
-    return "## Strategy\nI read and fixed the module.\n\n## Critical Artifacts\n" + "\n".join(items)
+    return json.dumps(
+        {
+            f"group_{n}": "## Strategy\nI read and fixed the module.\n\n## Critical Artifacts\n"
+            + "\n".join(extract_artifacts(history))
+            for n, history in enumerate(group_histories(messages), start=1)
+        }
+    )
 
 
 def coding_turn(k: int) -> list[Message]:
@@ -93,10 +99,12 @@ def chat_turn(k: int) -> list[Message]:
 def setup(
     turns: int, model: Any, strategy: GoalBatchCompaction | None = None
 ) -> tuple[Session, View, list[Event]]:
-    """``turns`` coding turns; tool units fold as soon as their turn is closed."""
+    """``turns`` coding turns; each tool unit folds as it ages, so a turn completes as it closes."""
     session = Memory().session("s", system="You are a coding agent.")
     session.extend([m for k in range(turns) for m in coding_turn(k)])
-    pipeline = Pipeline([ToolCallSummarization(keep_recent=0), strategy or GoalBatchCompaction()])
+    pipeline = Pipeline(
+        [ToolCallSummarization(keep_recent=0, batch_size=1), strategy or GoalBatchCompaction()]
+    )
     view = session.view("v", pipeline=pipeline, llm=model)
     events: list[Event] = []
     view.on_event.append(events.append)
@@ -116,30 +124,31 @@ def after(prompt: list[Message], content: str) -> int:
     return len(prompt) - 1 - next(i for i, m in enumerate(prompt) if m.get("content") == content)
 
 
-def test_fires_exactly_when_three_complete_turns_are_twenty_messages_old() -> None:
-    session, view, _ = setup(9, ScriptedModel(default=faithful))
+def test_a_growing_run_fires_when_six_complete_turns_are_twenty_messages_old() -> None:
+    """Changed from three: a run the next old turn extends waits to fill its batch."""
+    session, view, _ = setup(12, ScriptedModel(default=faithful))
     view.compact()
     assert goal_batches(view) == []
     prompt = view.render()
     # Each closed turn renders as user, [SUMMARIZED], answer: a fold counts as one message.
-    assert after(prompt, "fixed t1") >= 20 > after(prompt, "fixed t2")
-    session.extend(coding_turn(9))
+    assert after(prompt, "fixed t4") >= 20 > after(prompt, "fixed t5")
+    session.extend(coding_turn(12))
     view.compact()
     (batch,) = goal_batches(view)
-    assert batch.data["turn_count"] == 3
+    assert batch.data["turn_count"] == 6
     assert (batch.start, batch.end) == (
         seq_of(session, "fix the bug in src/t0.py"),
-        seq_of(session, "fixed t2"),
+        seq_of(session, "fixed t5"),
     )
     assert batch.data["user_seqs"] == [
-        seq_of(session, f"fix the bug in src/t{k}.py") for k in range(3)
+        seq_of(session, f"fix the bug in src/t{k}.py") for k in range(6)
     ]
     # The [SUMMARIZED] folds inside are superseded, the ones after stay.
     inside = [f for f in view.folds(include_superseded=True) if batch.start <= f.start <= batch.end]
-    assert [f.superseded_by for f in inside if f is not batch] == [batch.id] * 3
+    assert [f.superseded_by for f in inside if f is not batch] == [batch.id] * 6
     prompt = view.render()
     assert prompt[1] == {"role": "assistant", "content": batch.text}
-    assert prompt[2] == {"role": "user", "content": "fix the bug in src/t3.py"}
+    assert prompt[2] == {"role": "user", "content": "fix the bug in src/t6.py"}
     assert tool_unit_faults(prompt) == []
 
 
@@ -149,14 +158,16 @@ def test_at_most_six_turns_a_batch_and_a_new_run_starts_after_a_goal_batch() -> 
     (first,) = goal_batches(view)
     assert first.data["turn_count"] == 6
     assert first.end == seq_of(session, "fixed t5")
-    view.compact()
-    assert len(goal_batches(view)) == 1  # turns 6 and 7 are old, fewer than three
-    session.extend(coding_turn(15))
+    for k in range(15, 18):
+        session.extend(coding_turn(k))
+        view.compact()
+        assert len(goal_batches(view)) == 1  # turns 6.. are old, the run still grows
+    session.extend(coding_turn(18))
     view.compact()
     first_again, second = goal_batches(view)
     assert first_again.id == first.id
-    assert second.data["turn_count"] == 3
-    assert (second.start, second.end) == (first.end + 1, seq_of(session, "fixed t8"))
+    assert second.data["turn_count"] == 6
+    assert (second.start, second.end) == (first.end + 1, seq_of(session, "fixed t11"))
 
 
 def unanswered_turn(k: int) -> list[Message]:
@@ -217,7 +228,7 @@ def test_six_sections_in_order_empty_ones_omitted_and_metadata_kept() -> None:
             }
         )
 
-    _, view, _ = setup(10, ScriptedModel(default=answer))
+    _, view, _ = setup(13, ScriptedModel(default=answer))
     view.compact()
     (batch,) = goal_batches(view)
     assert batch.data["pinned"] == []
@@ -238,7 +249,7 @@ def test_six_sections_in_order_empty_ones_omitted_and_metadata_kept() -> None:
     assert batch.messages == ({"role": "assistant", "content": batch.text},)
     assert batch.data["summarized"] is True
     assert batch.data["summary_type"] == "goal_batch"
-    assert batch.data["turn_count"] == 3
+    assert batch.data["turn_count"] == 6
     assert batch.data["tokens_saved"] == batch.tokens_before - batch.tokens_after > 0
     assert batch.usage is not None and batch.usage["model"] == "scripted"
 
@@ -246,7 +257,7 @@ def test_six_sections_in_order_empty_ones_omitted_and_metadata_kept() -> None:
 def test_the_committed_event_and_a_log_line_report_turns_and_tokens(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    _, view, events = setup(10, ScriptedModel(default=faithful))
+    _, view, events = setup(13, ScriptedModel(default=faithful))
     with caplog.at_level(logging.INFO, logger="contextfold"):
         view.compact()
     (batch,) = goal_batches(view)
@@ -259,7 +270,7 @@ def test_the_committed_event_and_a_log_line_report_turns_and_tokens(
     assert event.tokens_before - event.tokens_after == batch.data["tokens_saved"]
     assert event.usage == batch.usage
     line = (
-        f"goal batch v: 3 turns compacted (seq {batch.start}..{batch.end}), "
+        f"goal batch v: 6 turns compacted (seq {batch.start}..{batch.end}), "
         f"{batch.tokens_before} -> {batch.tokens_after} tokens, {batch.data['tokens_saved']} saved"
     )
     assert line in caplog.messages
@@ -267,9 +278,9 @@ def test_the_committed_event_and_a_log_line_report_turns_and_tokens(
 
 def test_the_prompt_is_adr_0041s_with_the_turns_as_history() -> None:
     model = ScriptedModel(default=faithful)
-    _, view, _ = setup(10, model)
+    _, view, _ = setup(13, model)
     view.compact()
-    (call,) = [c for c in model.calls if c.schema is not None]
+    (call,) = [c for c in model.calls if "[GOAL BATCH]" in str(c.messages[-1]["content"])]
     assert call.schema == SCHEMA
     assert set(SCHEMA["properties"]) == set(KEYS)
     assert all(p == {"type": "string"} for p in SCHEMA["properties"].values())
@@ -281,8 +292,8 @@ def test_the_prompt_is_adr_0041s_with_the_turns_as_history() -> None:
     turns = history_of(call.messages)
     assert turns.startswith("--- Turn 1 ---\n[user]: fix the bug in src/t0.py\n[SUMMARIZED]: ")
     assert "\n[assistant]: fixed t0\n\n--- Turn 2 ---\n[user]: fix the bug in src/t1.py\n" in turns
-    assert turns.endswith("[assistant]: fixed t2")
-    assert "--- Turn 4 ---" not in turns
+    assert turns.endswith("[assistant]: fixed t5")
+    assert "--- Turn 7 ---" not in turns
 
 
 @pytest.mark.parametrize(
@@ -297,7 +308,7 @@ def test_rejected_answers_fail_the_goal_batch_and_commit_nothing(bad: str) -> No
     def answer(messages: Sequence[Message]) -> str:
         return bad if "[GOAL BATCH]" in str(messages[-1]["content"]) else faithful(messages)
 
-    _, view, events = setup(10, ScriptedModel(default=answer))
+    _, view, events = setup(13, ScriptedModel(default=answer))
     report = view.compact()
     assert report.failed == ("goal_batch",)
     assert goal_batches(view) == []
@@ -314,7 +325,7 @@ def test_artifacts_the_goal_batch_drops_are_pinned() -> None:
             return faithful(messages)
         return json.dumps({"goal_arc": "I fixed src/t0.py and src/t2.py.", "key_artifacts": ""})
 
-    _, view, _ = setup(10, ScriptedModel(default=answer))
+    _, view, _ = setup(13, ScriptedModel(default=answer))
     view.compact()
     (batch,) = goal_batches(view)
     assert "src/t1.py" in batch.data["pinned"] and "src/t0.py" not in batch.data["pinned"]
@@ -326,14 +337,14 @@ def test_artifacts_the_goal_batch_drops_are_pinned() -> None:
 def test_the_summaries_pinned_lists_are_shown_but_not_pinned_again() -> None:
     def answer(messages: Sequence[Message]) -> str:
         if "[GOAL BATCH]" not in str(messages[-1]["content"]):
-            return "## Strategy\nI read the module."
-        return json.dumps({"goal_arc": "I fixed src/t0.py, src/t1.py and src/t2.py."})
+            return grouped("## Strategy\nI read the module.")(messages)
+        return json.dumps({"goal_arc": "I fixed " + ", ".join(f"src/t{k}.py" for k in range(6))})
 
     model = ScriptedModel(default=answer)
-    _, view, _ = setup(10, model)
+    _, view, _ = setup(13, model)
     view.compact()
     (batch,) = goal_batches(view)
-    (call,) = [c for c in model.calls if c.schema is not None]
+    (call,) = [c for c in model.calls if "[GOAL BATCH]" in str(c.messages[-1]["content"])]
     shown = history_of(call.messages)
     assert "Pinned (verbatim from the folded messages):\n- read_file" in shown
     assert "- f_t0" in shown
@@ -342,12 +353,12 @@ def test_the_summaries_pinned_lists_are_shown_but_not_pinned_again() -> None:
 
 
 def test_without_a_model_the_offline_stand_in_fills_the_sections() -> None:
-    _, view, _ = setup(10, None)
+    _, view, _ = setup(13, None)
     view.compact()
     (batch,) = goal_batches(view)
     assert batch.usage is not None and batch.usage["model"] == "offline"
     assert batch.text.startswith("[GOAL BATCH]\n## Goal Arc\n")
-    assert batch.data["turn_count"] == 3 and batch.data["sections"]
+    assert batch.data["turn_count"] == 6 and batch.data["sections"]
 
 
 def test_parameters_change_age_count_and_batch_size() -> None:

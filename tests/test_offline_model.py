@@ -222,3 +222,16 @@ def test_key_sentences_keeps_speakers_and_budget() -> None:
 
 def _string() -> dict[str, str]:
     return {"type": "string"}
+
+
+def test_as_many_string_fields_as_history_blocks_answer_each_from_its_own() -> None:
+    first = "[user]: Load /data/sales.csv now.\n\n[assistant]: Loaded 1200 rows from the file."
+    second = "[user]: Plot the refunds by month.\n\n[assistant]: The refunds peak in March."
+    prompt = f"Two groups.\n=== Group 1 ===\n{material(first)}\n=== Group 2 ===\n{material(second)}"
+    schema = {
+        "type": "object",
+        "properties": {"group_1": {"type": "string"}, "group_2": {"type": "string"}},
+    }
+    answer = OfflineModel().complete([{"role": "user", "content": prompt}], schema=schema).data
+    assert "sales.csv" in answer["group_1"] and "March" not in answer["group_1"]
+    assert "March" in answer["group_2"] and "sales.csv" not in answer["group_2"]

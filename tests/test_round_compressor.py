@@ -221,3 +221,56 @@ def test_built_in_templates_fill(kind: str) -> None:
 def test_unknown_kind_is_refused() -> None:
     with pytest.raises(InvalidInput, match="kind"):
         RoundCompressor(kind="writer")  # type: ignore[arg-type]
+
+
+def test_with_a_budget_it_waits_for_the_high_water_then_keeps_only_the_retained_rounds() -> None:
+    model = ScriptedModel(default=answer("Summary so far."))
+    session = Memory().session("s", system="You are a data assistant.")
+    view = session.view("v", pipeline=Pipeline([RoundCompressor()]), budget=2000, llm=model)
+    i = 0
+    while view.state().tokens <= 0.9 * 2000:
+        assert view.compact().folds == ()
+        i += 1
+        session.extend(chat_round(i))
+    assert i > 5 and model.calls == []
+    (fold,) = view.compact().folds
+    assert fold.data["rounds"] == [1, i - 3]
+    assert len(view.state().unfolded_rounds) == 3
+    assert view.state().tokens <= view.state().low_mark(2000)
+    grown = 0
+    while len(model.calls) == 1:
+        i += 1
+        grown += 1
+        session.extend(chat_round(i))
+        view.compact()
+    assert grown > 20
+
+
+def test_pins_are_carried_over_without_being_read_again() -> None:
+    model = ScriptedModel([answer("Two parts were loaded.", []), answer("Four parts.", [])])
+    session, view = build(5, RoundCompressor(kind="code"), model, code=True)
+    first = view.compact().folds[0]
+    assert "/data/part1.csv" in first.data["pinned"]
+    for i in (6, 7):
+        session.extend(code_round(i))
+    second = view.compact().folds[0]
+    sent = text_of(model.calls[1].messages[-1])
+    assert "Two parts were loaded." in sent
+    assert "/data/part1.csv" not in sent  # the previous summary is sent without its pins
+    assert "/data/part1.csv" in second.data["pinned"]
+    assert second.data["pinned"][-1] == "400 rows"  # the newest come last
+
+
+def test_pins_share_the_answer_token_cap_newest_first() -> None:
+    model = ScriptedModel([answer("Parts were loaded.", [])])
+    _, view = build(5, RoundCompressor(kind="code", max_tokens=40), model, code=True)
+    fold = view.compact().folds[0]
+    counter = Memory().session("c").counter
+    body = fold.text.split("Pinned (verbatim from the folded messages):")[0]
+    assert (
+        counter.text(body) + sum(counter.text(f"- {item}") + 1 for item in fold.data["pinned"])
+        <= 40
+    )
+    assert fold.data["pinned"]
+    assert fold.data["pinned"][-1] == "200 rows"
+    assert "/data/part1.csv" not in fold.data["pinned"]

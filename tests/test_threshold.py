@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from conftest import load_rows
-from test_tool_calls import ANSWER, EPISODIC, assert_whole_units, tool_unit, turn
+from test_tool_calls import ANSWER, EPISODIC, assert_whole_units, grouped, tool_unit, turn
 
 from contextfold import Memory, Session, View
 from contextfold.core.events import Event
@@ -44,28 +44,33 @@ def user_seqs(messages: list[Message]) -> list[int]:
 
 def test_fires_only_above_the_threshold() -> None:
     messages = [m for t in "abcde" for m in chat_turn(t)]
-    session, view, _ = setup(messages, [ThresholdSummarization()], ScriptedModel(default=ANSWER))
+    session, view, _ = setup(
+        messages, [ThresholdSummarization()], ScriptedModel(default=grouped(ANSWER))
+    )
     tokens = view.state().tokens
     assert view.compact(budget=int(tokens / 0.7) + 1).folds == ()
     assert view.compact().folds == ()  # no budget and no absolute threshold: never
     exact = session.view(
         "exact",
         pipeline=Pipeline([ThresholdSummarization(threshold_tokens=tokens)]),
-        llm=ScriptedModel(default=ANSWER),
+        llm=ScriptedModel(default=grouped(ANSWER)),
     )
     assert exact.compact().folds == ()
     lower = session.view(
         "lower",
         pipeline=Pipeline([ThresholdSummarization(threshold_tokens=tokens - 1)]),
-        llm=ScriptedModel(default=ANSWER),
+        llm=ScriptedModel(default=grouped(ANSWER)),
     )
-    assert len(lower.compact().folds) == 1  # one block brings it under the threshold
+    # Down to the low mark, 0.6 of the threshold: all three old blocks, in one call.
+    assert len(lower.compact().folds) == 3
+    assert len(lower.llm.calls) == 1
+    assert lower.state().tokens <= lower.state().low_mark(tokens - 1)
     assert view.compact(budget=int(tokens / 0.7) - 1).folds != ()
 
 
 def test_folds_oldest_blocks_first_until_under_the_threshold_keeping_recent_ones() -> None:
     messages = [m for t in "abcdefg" for m in chat_turn(t)]
-    model = ScriptedModel(default=ANSWER)
+    model = ScriptedModel(default=grouped(ANSWER))
     session, view, _ = setup(messages, [ThresholdSummarization(threshold_tokens=10)], model)
     view.compact()
     folds = sorted(view.folds(), key=lambda f: f.start)
@@ -79,25 +84,29 @@ def test_folds_oldest_blocks_first_until_under_the_threshold_keeping_recent_ones
         assert fold.messages == ({"role": "assistant", "content": fold.text},)
         assert fold.text.startswith("[SUMMARIZED]\n" + ANSWER)
     full = session.view("measure").state().tokens
+    budget_model = ScriptedModel(default=grouped(ANSWER))
     budget_view = session.view(
         "budget",
         pipeline=Pipeline([ThresholdSummarization()]),
-        llm=ScriptedModel(default=ANSWER),
-        budget=full + 100,
+        llm=budget_model,
+        budget=int(full * 1.2),
     )
     budget_view.compact()
     folded = sorted(budget_view.folds(), key=lambda f: f.start)
-    assert budget_view.state().tokens <= 0.7 * (full + 100)
+    level = int(0.7 * int(full * 1.2))
+    assert full > level
+    assert budget_view.state().tokens <= budget_view.state().low_mark(level)
     assert 0 < len(folded) < len(folds)
+    assert len(budget_model.calls) == 1  # every block it takes, in one call
     assert [f.start for f in folded] == answers[: len(folded)]
-    # One block fewer would have stayed above the threshold: it stops as soon as it can.
-    last = folded[-1]
-    assert budget_view.state().tokens + last.tokens_before - last.tokens_after > 0.7 * (full + 100)
+    # It takes the oldest blocks until their tokens bring the view down to the low mark.
+    taken = [f.tokens_before for f in folded]
+    assert sum(taken[:-1]) < full - budget_view.state().low_mark(level) <= sum(taken)
 
 
 def test_skips_user_messages_and_summarized_folds_and_keeps_units_whole() -> None:
     messages = turn("a", 7, text_between=True) + turn("b", 3) + turn("c", 1)
-    model = ScriptedModel(default=ANSWER)
+    model = ScriptedModel(default=grouped(ANSWER))
     tool_calls = ToolCallSummarization(keep_recent=2)
     threshold = ThresholdSummarization(threshold_tokens=50, keep_recent=1)
     session, view, _ = setup(messages, [tool_calls, threshold], model)
@@ -130,7 +139,7 @@ def test_a_block_holds_tool_units_and_text_and_the_prompt_carries_the_request() 
         {"role": "assistant", "content": "The reader closes the file twice."},
         *chat_turn("z"),
     ]
-    model = ScriptedModel(default=ANSWER)
+    model = ScriptedModel(default=grouped(ANSWER))
     strategy = ThresholdSummarization(threshold_tokens=10, keep_recent=1)
     _, view, _ = setup(messages, [strategy], model)
     view.compact()
@@ -140,7 +149,8 @@ def test_a_block_holds_tool_units_and_text_and_the_prompt_carries_the_request() 
     sent = model.calls[0]
     assert sent.messages[0]["content"] == EPISODIC and sent.max_tokens == 1000
     prompt = sent.messages[1]["content"]
-    assert prompt.startswith("## User Request\nwhy does tests/test_io.py fail?\n")
+    assert prompt.startswith("The following messages are 1 earlier block(s) of your own work")
+    assert "=== Group 1 ===\n## User Request\nwhy does tests/test_io.py fail?\n\n" in prompt
     for heading in ("Completed", "Decisions", "Findings", "Dead Ends", "Current State"):
         assert f"\n## {heading}\n" in prompt
     history = prompt.split("<history>\n", 1)[1].split("\n</history>", 1)[0]
@@ -153,7 +163,7 @@ def test_a_block_holds_tool_units_and_text_and_the_prompt_carries_the_request() 
 def test_a_trigger_replaces_the_threshold() -> None:
     messages = [m for t in "abcd" for m in chat_turn(t, words=5)]
     strategy = ThresholdSummarization(trigger=MessageCount(9), keep_recent=1, min_tokens=0)
-    _, view, _ = setup(messages, [strategy], ScriptedModel(default=ANSWER))
+    _, view, _ = setup(messages, [strategy], ScriptedModel(default=grouped(ANSWER)))
     assert view.compact().folds == ()  # 9 rendered messages, not more than 9
     strategy.trigger = MessageCount(8)
     assert len(view.compact().folds) == 3  # every block but the newest
@@ -161,7 +171,7 @@ def test_a_trigger_replaces_the_threshold() -> None:
 
 def test_blocks_under_min_tokens_are_not_worth_a_model_call() -> None:
     messages = [*chat_turn("a", words=3), *chat_turn("b"), *chat_turn("c"), *chat_turn("d")]
-    model = ScriptedModel(default=ANSWER)
+    model = ScriptedModel(default=grouped(ANSWER))
     strategy = ThresholdSummarization(threshold_tokens=10, keep_recent=1)
     _, view, _ = setup(messages, [strategy], model)
     view.compact()
@@ -184,7 +194,7 @@ def test_a_rejected_summary_fails_the_job_and_keeps_the_previous_folds() -> None
 
 def test_pins_what_the_summary_dropped() -> None:
     messages = [*chat_turn("loader_v2"), *chat_turn("b"), *chat_turn("c")]
-    model = ScriptedModel(default="I explained the loader.")
+    model = ScriptedModel(default=grouped("I explained the loader."))
     _, view, _ = setup(messages, [ThresholdSummarization(threshold_tokens=10)], model)
     view.compact()
     first = min(view.folds(), key=lambda f: f.start)
@@ -200,7 +210,7 @@ def test_on_real_agent_runs_a_whole_turn_of_tool_units_becomes_one_block() -> No
         session.extend(row["messages"])
         before = copy.deepcopy(session.history())
         answered = {m["tool_call_id"] for m in before if m["role"] == "tool"}
-        model = ScriptedModel(default=ANSWER)
+        model = ScriptedModel(default=grouped(ANSWER))
         view = session.view(
             "v",
             pipeline=Pipeline([ThresholdSummarization(keep_recent=1)]),
@@ -217,3 +227,24 @@ def test_on_real_agent_runs_a_whole_turn_of_tool_units_becomes_one_block() -> No
         assert [m["role"] for m in prompt[:4]] == ["system", "user", "assistant", "user"]
         assert tool_unit_faults(prompt, answered=answered) == []
         assert session.history() == before
+
+
+def test_above_a_floor_it_cannot_go_under_it_waits_for_the_gap_between_its_marks() -> None:
+    """Blocks age one a turn; each call takes enough of them to amortize its prompt."""
+    big = {"role": "user", "content": "Keep this spec in mind: " + "the loader must stream " * 300}
+    model = ScriptedModel(default=grouped("I answered."))
+    strategy = ThresholdSummarization(threshold_tokens=1000, keep_recent=1)
+    session, view, _ = setup([big, {"role": "assistant", "content": "Noted."}], [strategy], model)
+    for k in range(30):
+        session.extend(chat_turn(f"m{k}", words=40))
+        view.compact()
+        assert view.state().tokens > 1000  # the spec alone keeps it above the threshold
+    low = view.state().low_mark(1000)
+    batches: list[list[Any]] = []
+    for fold in sorted(view.folds(), key=lambda f: f.start):
+        if fold.usage is not None:  # the first fold of a call carries its usage
+            batches.append([])
+        batches[-1].append(fold)
+    assert 1 < len(model.calls) == len(batches) <= 30 // 3
+    for batch in batches:
+        assert sum(f.tokens_before for f in batch) >= 1000 - low

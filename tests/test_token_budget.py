@@ -19,16 +19,17 @@ from contextfold.strategies.token_budget import (
     DATA_HEADER,
     SUMMARY_HEADER,
     TokenBudget,
+    data_text,
     merge_important_data,
     summary_words,
     token_budget,
+    within_tokens,
 )
 from contextfold.strategies.transcript import HISTORY_CLOSE, HISTORY_OPEN
 from contextfold.testing import ScriptedModel
 
 WORDS = NATO[:10]
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-EXTRACTION_MARK = "extracting important structured data"
 
 
 def tag(i: int) -> str:
@@ -45,23 +46,18 @@ def pair(i: int, words: int = 200) -> list[dict[str, Any]]:
 
 
 class Responder:
-    """Answers extraction prompts with ``data`` and summary prompts with ``summary``; keeps prompts."""
+    """Answers each cycle's one prompt with ``data`` and ``summary`` in one JSON object; keeps prompts."""
 
     def __init__(
         self, data: dict[str, Any] | None = None, summary: str = "They talked at length."
     ) -> None:
         self.data = data if data is not None else {"important_facts": ["the sky is blue"]}
         self.summary = summary
-        self.extractions: list[str] = []
-        self.summaries: list[str] = []
+        self.prompts: list[str] = []
 
     def __call__(self, messages: Sequence[Message]) -> str:
-        prompt = text_of(messages[-1])
-        if EXTRACTION_MARK in prompt:
-            self.extractions.append(prompt)
-            return json.dumps(self.data)
-        self.summaries.append(prompt)
-        return self.summary
+        self.prompts.append(text_of(messages[-1]))
+        return json.dumps({**self.data, "conversation_summary": self.summary})
 
 
 def setup(
@@ -104,12 +100,12 @@ def test_fires_above_the_threshold_and_not_at_or_below_it() -> None:
         session.extend(nxt)
         i += 1
     assert view.compact().folds == ()
-    assert responder.extractions == responder.summaries == []
+    assert responder.prompts == []
     session.extend(pair(i))
     assert view.state().tokens > 3000
     kinds = sorted(f.kind for f in view.compact().folds)
     assert kinds == ["important_data", "summary"]
-    assert len(responder.extractions) == len(responder.summaries) == 1
+    assert len(responder.prompts) == 1
 
 
 def test_threshold_and_keep_window_are_options() -> None:
@@ -126,7 +122,9 @@ def test_threshold_and_keep_window_are_options() -> None:
 
 
 def test_keep_window_holds_the_newest_whole_units_within_keep_tokens() -> None:
-    session, view, _ = setup([m for i in range(20) for m in pair(i)])
+    session, view, _ = setup([m for i in range(20) for m in pair(i)], threshold_tokens=6000)
+    state = view.state()
+    assert state.low_mark(6000) - (state.tokens - sum(e.tokens for e in state.entries)) > 2500
     view.compact()
     summary = active(view, "summary")
     history = session.history()
@@ -135,6 +133,19 @@ def test_keep_window_holds_the_newest_whole_units_within_keep_tokens() -> None:
     assert kept_tokens <= 2500
     assert kept_tokens + session.counter.message(history[summary.end - 1]) > 2500
     assert summary.start == 2
+
+
+def test_keep_window_shrinks_to_what_the_low_mark_leaves() -> None:
+    session, view, _ = setup([m for i in range(20) for m in pair(i)])
+    before = view.state()
+    room = before.low_mark(3000) - (before.tokens - sum(e.tokens for e in before.entries))
+    assert room < 2500
+    view.compact()
+    summary = active(view, "summary")
+    history = session.history()
+    kept_tokens = sum(session.counter.message(m) for m in history[summary.end :])
+    assert kept_tokens <= room < kept_tokens + session.counter.message(history[summary.end - 1])
+    assert view.state().tokens <= before.low_mark(3000)
 
 
 def test_keep_window_never_splits_a_tool_unit() -> None:
@@ -151,7 +162,8 @@ def test_keep_window_never_splits_a_tool_unit() -> None:
         {"role": "user", "content": "Thanks."},
         {"role": "assistant", "content": "You are welcome."},
     ]
-    session, view, _ = setup([m for i in range(4) for m in pair(i)] + tail)
+    session, view, _ = setup([m for i in range(4) for m in pair(i)] + tail, threshold_tokens=4500)
+    assert view.state().tokens > 4500
     history = session.history()
     result_and_after = sum(session.counter.message(m) for m in history[-4:])
     assert result_and_after <= 2500 < result_and_after + session.counter.message(history[-5])
@@ -195,12 +207,14 @@ def test_fold_shapes() -> None:
     assert data.data["important_data"] == {"important_facts": ["the sky is blue"]}
     assert data.tokens_before == 0
     assert data.tokens_after == session.counter.message(data.messages[0])
+    assert data.data["items_dropped"] == 0
     assert summary.tokens_before == sum(
         session.counter.message(m) for m in session.history()[summary.start - 1 : summary.end]
     )
     assert summary.tokens_after == session.counter.message(summary.messages[0])
     assert summary.usage is not None and summary.usage["model"] == "scripted"
-    assert data.usage is not None and data.usage["calls"] == 1
+    assert summary.usage["calls"] == 1
+    assert data.usage is None
 
 
 @pytest.mark.parametrize(
@@ -224,12 +238,12 @@ def test_each_cycle_asks_for_its_version_word_target() -> None:
         i = grow_past(view, session, i)
         view.compact()
         low, high = summary_words(cycle)
-        assert f"Word count target: {low}-{high} words." in responder.summaries[-1]
+        assert f"Word count target: {low}-{high} words." in responder.prompts[-1]
         summary = active(view, "summary")
         assert summary.data["summary_version"] == cycle
         assert summary.data["target_words"] == [low, high]
-    assert "Word count target: 500-750 words." in responder.summaries[-2]
-    assert len(responder.summaries) == 6
+    assert "Word count target: 500-750 words." in responder.prompts[-2]
+    assert len(responder.prompts) == 6
 
 
 def test_merge_joins_objects_and_keeps_both_sides() -> None:
@@ -328,15 +342,13 @@ def test_second_cycle_sends_the_previous_summary_and_only_the_new_messages() -> 
     history = session.history()
     new = history[first.end : second.end]
     old = history[first.start - 1 : first.end]
-    prompt, extraction = responder.summaries[-1], responder.extractions[-1]
+    prompt = responder.prompts[-1]
     previous_block = f"{HISTORY_OPEN}\nFirst summary: they compared the alpha and bravo plans.\n"
     assert f"Previous summary (if exists): {previous_block}{HISTORY_CLOSE}" in prompt
     assert prompt.count("First summary") == 1
-    assert "First summary" not in extraction
-    for text in (prompt, extraction):
-        assert all(m["content"] in text for m in new)
-        assert not any(m["content"] in text for m in old)
-    assert "this is the first summary" in responder.summaries[0]
+    assert all(m["content"] in prompt for m in new)
+    assert not any(m["content"] in prompt for m in old)
+    assert "this is the first summary" in responder.prompts[0]
 
 
 def test_rejected_answers_drop_the_job_and_commit_nothing() -> None:
@@ -353,26 +365,27 @@ def test_rejected_answers_drop_the_job_and_commit_nothing() -> None:
     assert len(bad.calls) == 3
 
 
-def test_a_failed_summary_loses_the_extraction_too_and_keeps_earlier_folds() -> None:
+def test_an_answer_without_a_summary_loses_its_data_too_and_keeps_earlier_folds() -> None:
     responder = Responder()
     session, view, _ = setup([m for i in range(20) for m in pair(i)], responder)
     view.compact()
     before = view.folds()
     grow_past(view, session, 20)
-    model = ScriptedModel([json.dumps({"entities": ["Zed"]}), "", "", ""])
+    model = ScriptedModel(
+        [{"entities": ["Zed"]}, {"entities": ["Zed"], "conversation_summary": ""}, ""]
+    )
     view.llm = model
     report = view.compact()
     assert report.failed == ("token-budget",)
-    assert len(model.calls) == 4
+    assert len(model.calls) == 3
     assert view.folds() == before
 
 
 def test_an_extraction_of_the_wrong_shape_is_asked_again() -> None:
     model = ScriptedModel(
         [
-            {"key_decisions": "use Postgres"},
-            {"key_decisions": ["use Postgres"]},
-            "They chose a database.",
+            {"key_decisions": "use Postgres", "conversation_summary": "They chose a database."},
+            {"key_decisions": ["use Postgres"], "conversation_summary": "They chose a database."},
         ]
     )
     session = Memory().session("s")
@@ -381,7 +394,10 @@ def test_an_extraction_of_the_wrong_shape_is_asked_again() -> None:
     view.compact()
     data = active(view, "important_data")
     assert data.data["important_data"] == {"key_decisions": ["use Postgres"]}
-    assert data.usage is not None and data.usage["calls"] == 2
+    summary = active(view, "summary")
+    assert summary.usage is not None and summary.usage["calls"] == 2
+    assert summary.data["conversation_summary"] == "They chose a database."
+    assert len(model.calls) == 2
     assert model.calls[0].schema is not None
     assert set(model.calls[0].schema["properties"]) == {
         "user_preferences",
@@ -391,6 +407,7 @@ def test_an_extraction_of_the_wrong_shape_is_asked_again() -> None:
         "document_structure",
         "entities",
         "custom_fields",
+        "conversation_summary",
     }
 
 
@@ -429,14 +446,15 @@ def test_prompt_overrides_are_used() -> None:
     view = session.view(
         "custom",
         pipeline=token_budget(
-            prompt="Say it in {target_words} words.\n{previous_summary}\n{new_messages}",
-            extraction_prompt=f"Go on, {EXTRACTION_MARK}.\n{{messages}}",
+            prompt="Say it in {target_words} words.\n{previous_summary}\n{new_messages}"
         ),
         llm=ScriptedModel(default=responder),
     )
     view.compact()
-    assert responder.summaries[0].startswith("Say it in 100-150 words.\n")
-    assert responder.extractions[0].startswith(f"Go on, {EXTRACTION_MARK}.\n{HISTORY_OPEN}")
+    (prompt,) = responder.prompts
+    assert prompt.startswith(
+        f"Say it in 100-150 words.\nnone (this is the first summary)\n{HISTORY_OPEN}\n"
+    )
 
 
 def test_runs_with_the_offline_stand_in_when_there_is_no_model() -> None:
@@ -448,7 +466,8 @@ def test_runs_with_the_offline_stand_in_when_there_is_no_model() -> None:
     view = session.view("v", pipeline=token_budget())
     report = view.compact()
     assert sorted(f.kind for f in report.folds) == ["important_data", "summary"]
-    assert all(f.usage is not None and f.usage["model"] == "offline" for f in report.folds)
+    summary = active(view, "summary")
+    assert summary.usage is not None and summary.usage["model"] == "offline"
     rendered = view.render()
     assert rendered[1]["content"].startswith(DATA_HEADER)
     assert rendered[2]["content"].startswith(SUMMARY_HEADER)
@@ -468,10 +487,10 @@ def test_converges_when_the_trigger_still_fires_after_folding() -> None:
     _, view, _ = setup([m for i in range(20) for m in pair(i)], responder, trigger=Always())
     assert len(view.compact().folds) == 2
     assert view.compact().folds == ()
-    assert len(responder.summaries) == 1
+    assert len(responder.prompts) == 1
 
 
-def test_committed_event_sums_the_usage_of_both_calls() -> None:
+def test_committed_event_counts_the_one_call_once() -> None:
     from contextfold import Memory, Pipeline
     from contextfold.llm.offline import OfflineModel
     from contextfold.strategies.token_budget import TokenBudget
@@ -488,4 +507,115 @@ def test_committed_event_sums_the_usage_of_both_calls() -> None:
     assert committed
     folds = view.folds()
     assert committed[-1].usage["calls"] == sum(f.usage["calls"] for f in folds if f.usage)
-    assert committed[-1].usage["calls"] >= 2
+    assert [e.usage["calls"] for e in committed] == [1] * len(committed)
+
+
+def test_after_a_cycle_the_next_waits_for_ten_tau_bench_sized_messages() -> None:
+    session, view, responder = setup([])
+    i = grow_past(view, session, 0)
+    view.compact()
+    state = view.state()
+    assert state.tokens <= state.low_mark(3000)
+    added = 0
+    while len(responder.prompts) == 1:
+        message = pair(i, 64)[i % 2]
+        assert session.counter.message(message) <= 100
+        session.append(message)
+        added += 1
+        i += 1
+        view.compact()
+    assert added >= 10
+    assert view.state().tokens <= state.low_mark(3000)
+
+
+def test_with_a_budget_it_fires_at_its_high_water_and_folds_to_its_low_water() -> None:
+    session = Memory().session("s", system="You are a helpful assistant.")
+    responder = Responder()
+    view = session.view(
+        "v", pipeline=token_budget(), budget=8000, llm=ScriptedModel(default=responder)
+    )
+    i = grow_past(view, session, 0, limit=3000)
+    view.compact()
+    assert responder.prompts == []
+    i = grow_past(view, session, i, limit=int(8000 * 0.9) - 300)
+    view.compact()
+    assert responder.prompts == []
+    grow_past(view, session, i, limit=int(8000 * 0.9))
+    view.compact()
+    assert len(responder.prompts) == 1
+    assert view.state().tokens <= view.state().low_mark(8000)
+
+
+def test_an_explicit_threshold_wins_over_the_budget() -> None:
+    strategy = TokenBudget(threshold_tokens=3000)
+    _, view, _ = setup([m for i in range(20) for m in pair(i)])
+    state = view.state(budget=8000)
+    assert strategy.levels(state) == (3000, state.low_mark(3000))
+    assert TokenBudget().levels(state) == (7200, state.low_mark(8000))
+    assert TokenBudget().levels(view.state()) == (3000, state.low_mark(3000))
+
+
+def test_merged_data_keeps_within_its_tokens_dropping_the_oldest_items_first() -> None:
+    counter = Memory().session("s").counter
+    data = {
+        "user_preferences": {"theme": "dark"},
+        "entities": [f"entity {tag(i)}" for i in range(60)],
+        "source_urls": ["https://a.example", "https://b.example"],
+    }
+    kept, dropped = within_tokens(data, 120, counter)
+    assert counter.text(data_text(kept)) <= 120
+    assert kept["user_preferences"] == {"theme": "dark"}
+    assert kept["source_urls"] == data["source_urls"]
+    assert kept["entities"] == data["entities"][dropped:]
+    assert dropped > 0
+    assert within_tokens(data, 10_000, counter) == (data, 0)
+
+
+def test_the_facts_fold_stays_within_data_tokens_over_cycles() -> None:
+    responder = Responder()
+    session, view, _ = setup([], responder, data_tokens=150)
+    i = 0
+    for cycle in range(6):
+        responder.data = {"entities": [f"person {tag(cycle * 10 + k)}" for k in range(10)]}
+        i = grow_past(view, session, i)
+        view.compact()
+    data = active(view, "important_data")
+    assert session.counter.text(data.text) <= 150
+    assert data.data["items_dropped"] > 0
+    assert data.data["important_data"]["entities"][-1] == f"person {tag(59)}"
+
+
+def test_the_previous_summary_is_read_without_its_pins_which_carry_over() -> None:
+    messages = [m for i in range(20) for m in pair(i)]
+    messages[2] = {"role": "user", "content": "The config lives in src/app/settings.py for now."}
+    responder = Responder(data={})
+    session, view, _ = setup(messages, responder)
+    view.compact()
+    assert active(view, "summary").data["pinned"] == ["src/app/settings.py"]
+    grow_past(view, session, 20)
+    view.compact()
+    assert "src/app/settings.py" not in responder.prompts[-1]
+    summary = active(view, "summary")
+    assert summary.data["pinned"] == ["src/app/settings.py"]
+    assert summary.text.endswith(f"{PINNED_HEADER}\n- src/app/settings.py")
+
+
+def test_pins_share_the_summary_token_cap() -> None:
+    messages = [m for i in range(20) for m in pair(i)]
+    for k in range(0, 40, 2):
+        messages[k] = {"role": "user", "content": f"Keep /srv/data/archive/{tag(k)}/file_{k}.csv"}
+    responder = Responder(data={}, summary="Files were listed. " * 60)
+    session, view, _ = setup(messages, responder)
+    view.compact()
+    summary = active(view, "summary")
+    body = summary.data["conversation_summary"].split(PINNED_HEADER)[0]
+    pins = summary.text.split(PINNED_HEADER)[1]
+    assert session.counter.text(body) + session.counter.text(pins) <= 2 * 150 + 10
+    folded = [
+        text_of(m).removeprefix("Keep ")
+        for m in session.history()[summary.start - 1 : summary.end]
+        if text_of(m).startswith("Keep ")
+    ]
+    pinned = summary.data["pinned"]
+    assert 0 < len(pinned) < len(folded)
+    assert pinned == folded[-len(pinned) :]

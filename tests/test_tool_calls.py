@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,23 @@ EPISODIC = (
     "conversational filler,\nand hedging language."
 )
 ANSWER = "## Strategy\nI read the module and ran its tests.\n\n## Status\nCOMPLETE: tests pass."
+
+
+def groups_in(messages: Sequence[Message]) -> int:
+    return str(messages[-1]["content"]).count("=== Group ")
+
+
+def group_histories(messages: Sequence[Message]) -> list[str]:
+    """Each group's material in a ``[SUMMARIZED]`` prompt, in order."""
+    parts = str(messages[-1]["content"]).split("=== Group ")[1:]
+    return [p.split("<history>\n", 1)[1].split("\n</history>", 1)[0] for p in parts]
+
+
+def grouped(text: str) -> Callable[[Sequence[Message]], str]:
+    """A scripted reply giving every group of a ``[SUMMARIZED]`` prompt the same ``text``."""
+    return lambda messages: json.dumps(
+        {f"group_{n}": text for n in range(1, groups_in(messages) + 1)}
+    )
 
 
 def call(call_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -90,7 +108,7 @@ def assert_whole_units(session: Session, folds: list[Fold]) -> None:
 
 def test_full_batches_fold_and_the_recent_units_stay_verbatim() -> None:
     messages = turn("a", 12, text_between=True)
-    model = ScriptedModel(default=ANSWER)
+    model = ScriptedModel(default=grouped(ANSWER))
     session, view, _ = setup(messages, ToolCallSummarization(), model)
     report = view.compact()
     folds = view.folds()
@@ -121,15 +139,18 @@ def test_full_batches_fold_and_the_recent_units_stay_verbatim() -> None:
     assert len(model.calls) == 1
 
 
-def test_a_batch_never_crosses_a_user_message_and_a_closed_run_folds_partly_full() -> None:
+def test_a_batch_reaches_across_turns_but_no_fold_crosses_a_user_message() -> None:
     messages = turn("a", 3) + turn("b", 3) + turn("c", 2, answer=False)
-    model = ScriptedModel(default=ANSWER)
+    model = ScriptedModel(default=grouped(ANSWER))
     session, view, _ = setup(messages, ToolCallSummarization(keep_recent=1), model)
     view.compact()
     folds = sorted(view.folds(), key=lambda f: f.start)
     users = [i + 2 for i, m in enumerate(messages) if m["role"] == "user"]
-    # Runs of turns a and b are closed by the next user message; c's first unit waits.
-    assert [f.data["tool_units"] for f in folds] == [3, 3]
+    # One call for a full batch of five: turn a's three units and b's first two, a fold
+    # each; b's last unit and c's first wait for the next batch to fill.
+    assert [f.data["tool_units"] for f in folds] == [3, 2]
+    assert len(model.calls) == 1 and groups_in(model.calls[0].messages) == 2
+    assert [f.usage is not None for f in folds] == [True, False]
     for fold in folds:
         assert not any(fold.start <= u <= fold.end for u in users)
     assert_whole_units(session, folds)
@@ -142,14 +163,14 @@ def test_a_batch_never_crosses_a_user_message_and_a_closed_run_folds_partly_full
 
 def test_over_budget_folds_a_partial_run_and_never_splits_a_parallel_unit() -> None:
     messages = turn("a", 4)
-    model = ScriptedModel(default=ANSWER)
+    model = ScriptedModel(default=grouped(ANSWER))
     session, patient, _ = setup(messages, ToolCallSummarization(keep_recent=1), model)
     patient.compact()
     assert patient.folds() == []  # an open run of 3 < batch_size waits
     pressed = session.view(
         "pressed",
         pipeline=Pipeline([ToolCallSummarization(keep_recent=1, batch_size=2)]),
-        llm=ScriptedModel(default=ANSWER),
+        llm=ScriptedModel(default=grouped(ANSWER)),
         budget=300,
     )
     pressed.compact()
@@ -162,16 +183,19 @@ def test_over_budget_folds_a_partial_run_and_never_splits_a_parallel_unit() -> N
 
 def test_the_prompt_is_the_episodic_framing_with_the_goal_and_numbered_operations() -> None:
     messages = turn("a", 6, text_between=True)
-    model = ScriptedModel(default=ANSWER)
+    model = ScriptedModel(default=grouped(ANSWER))
     _, view, _ = setup(messages, ToolCallSummarization(keep_recent=1), model)
     view.compact()
     sent = model.calls[0]
-    assert sent.schema is None and sent.max_tokens == 800
+    assert sent.schema is not None and list(sent.schema["properties"]) == ["group_1"]
+    assert sent.max_tokens == 800
     assert [m["role"] for m in sent.messages] == ["system", "user"]
     assert sent.messages[0]["content"] == EPISODIC
     prompt = sent.messages[1]["content"]
-    assert prompt.startswith("## User Goal\nfix the bug in src/a.py\n")
-    assert "The following 6 tool call(s) are from your own recent past" in prompt
+    assert prompt.startswith(
+        "The following 6 tool call(s) are from your own recent past, in 1 group(s):"
+    )
+    assert "=== Group 1 ===\n## User Goal\nfix the bug in src/a.py\n\n<history>\n" in prompt
     for heading in ("Strategy", "Operations", "Discoveries", "Dead Ends", "What Worked"):
         assert f"\n## {heading}\n" in prompt
     history = prompt.split("<history>\n", 1)[1].split("\n</history>", 1)[0]
@@ -185,19 +209,21 @@ def test_prompt_overrides_take_text_or_a_path_and_a_missing_field_is_refused(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "mine.txt"
-    path.write_text("Summarize {count} calls toward {goal}:\n{operations}", encoding="utf-8")
-    model = ScriptedModel(default=ANSWER)
-    strategy = ToolCallSummarization(keep_recent=0, prompt=path, system_prompt="Be brief.")
+    path.write_text("Summarize {count} calls in {groups} groups:\n{operations}", encoding="utf-8")
+    model = ScriptedModel(default=grouped(ANSWER))
+    strategy = ToolCallSummarization(
+        keep_recent=0, batch_size=3, prompt=path, system_prompt="Be brief."
+    )
     _, view, _ = setup(turn("a", 2) + turn("b", 1), strategy, model)
     view.compact()
     assert model.calls[0].messages[0]["content"] == "Be brief."
     assert (
         model.calls[0]
         .messages[1]["content"]
-        .startswith("Summarize 3 calls toward fix the bug in src/a.py:\n<history>")
+        .startswith("Summarize 4 calls in 2 groups:\n=== Group 1 ===\n## User Goal\nfix the")
     )
     with pytest.raises(InvalidInput, match="operations"):
-        ToolCallSummarization(prompt="Summarize {goal} only.\nNothing else.")
+        ToolCallSummarization(prompt="Summarize {count} only.\nNothing else.")
     with pytest.raises(InvalidInput, match="batch_size"):
         ToolCallSummarization(batch_size=0)
 
@@ -205,7 +231,7 @@ def test_prompt_overrides_take_text_or_a_path_and_a_missing_field_is_refused(
 def test_a_rejected_summary_fails_the_job_and_commits_nothing() -> None:
     model = ScriptedModel(["", "Error: upstream timeout", "I'm sorry, I cannot help with that."])
     session, view, events = setup(
-        turn("a", 2) + turn("b", 1), ToolCallSummarization(keep_recent=0), model
+        turn("a", 2) + turn("b", 1), ToolCallSummarization(keep_recent=0, batch_size=3), model
     )
     before = copy.deepcopy(session.history())
     report = view.compact()
@@ -219,8 +245,9 @@ def test_a_rejected_summary_fails_the_job_and_commits_nothing() -> None:
 
 
 def test_artifacts_the_model_drops_are_pinned_verbatim() -> None:
-    model = ScriptedModel(default="I read src/a_0.py and found the bug.")
-    _, view, _ = setup(turn("a", 2) + turn("b", 1), ToolCallSummarization(keep_recent=0), model)
+    model = ScriptedModel(default=grouped("I read src/a_0.py and found the bug."))
+    strategy = ToolCallSummarization(keep_recent=0, batch_size=3)
+    _, view, _ = setup(turn("a", 2) + turn("b", 1), strategy, model)
     view.compact()
     fold = next(f for f in view.folds() if f.data["tool_units"] == 2)
     # The answer keeps src/a_0.py; every other path, name and identifier is pinned.
@@ -237,12 +264,16 @@ def test_artifacts_the_model_drops_are_pinned_verbatim() -> None:
 
 
 def test_without_a_model_the_offline_stand_in_summarizes_and_says_so() -> None:
-    _, view, _ = setup(turn("a", 3) + turn("b", 1), ToolCallSummarization(keep_recent=0), None)
+    strategy = ToolCallSummarization(keep_recent=0, batch_size=4)
+    _, view, _ = setup(turn("a", 3) + turn("b", 1), strategy, None)
     view.compact()
-    (fold,) = view.folds()
-    assert fold.usage is not None and fold.usage["model"] == "offline"
-    assert fold.text.startswith("[SUMMARIZED]\n") and len(fold.text) > 40
-    assert fold.tokens_after < fold.tokens_before
+    first, second = sorted(view.folds(), key=lambda f: f.start)
+    assert first.usage is not None and first.usage["model"] == "offline"
+    assert (first.data["tool_units"], second.data["tool_units"]) == (3, 1)
+    for fold in (first, second):
+        assert fold.text.startswith("[SUMMARIZED]\n") and len(fold.text) > 40
+        assert fold.tokens_after < fold.tokens_before
+    assert "def f_a_0" not in second.text and "f_b_0" in second.text
 
 
 def test_the_trigger_gates_planning() -> None:
@@ -260,7 +291,9 @@ def test_real_agent_runs_fold_in_whole_batches_and_keep_the_recent_units() -> No
         before = copy.deepcopy(session.history())
         answered = {m["tool_call_id"] for m in before if m["role"] == "tool"}
         view = session.view(
-            "v", pipeline=Pipeline([ToolCallSummarization()]), llm=ScriptedModel(default=ANSWER)
+            "v",
+            pipeline=Pipeline([ToolCallSummarization()]),
+            llm=ScriptedModel(default=grouped(ANSWER)),
         )
         report = view.compact()
         folds = view.folds()
@@ -277,3 +310,26 @@ def test_real_agent_runs_fold_in_whole_batches_and_keep_the_recent_units() -> No
         raw_units = sum(1 for m in prompt if m.get("tool_calls"))
         assert 4 <= raw_units <= 4 + 5 - 1
         assert session.history() == before
+
+
+def test_above_its_budget_a_partial_batch_waits_until_it_is_worth_a_call() -> None:
+    spec = {"role": "user", "content": "The spec: " + "every reader streams its input " * 800}
+    messages = [spec, {"role": "assistant", "content": "Noted."}]
+    model = ScriptedModel(default=grouped(ANSWER))
+    strategy = ToolCallSummarization(keep_recent=0)
+    session, view, _ = setup(messages, strategy, model, budget=4000)
+    for k in range(10):
+        session.extend(turn(f"t{k}", 1))
+        view.compact()
+    # Far above its budget, folding a unit or two would neither bring the view under it
+    # nor hold the gap between its water marks (1,200 tokens, three units here).
+    assert [groups_in(c.messages) for c in model.calls] == [3, 3, 3]
+    pressed = session.view(
+        "pressed",
+        pipeline=Pipeline([ToolCallSummarization(keep_recent=0)]),
+        llm=ScriptedModel(default=grouped(ANSWER)),
+        budget=session.view("measure").state().tokens - 100,
+    )
+    session.extend(turn("last", 1))
+    pressed.compact()
+    assert pressed.state().tokens <= 0.9 * (pressed.budget or 0)

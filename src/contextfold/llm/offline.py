@@ -29,6 +29,10 @@ With a ``schema`` the answer is JSON filled generically, by type:
   "df = pd.read_csv(...)"}``. Any other array of objects is ``[]``;
 * number, integer, boolean, null: ``0``, ``0``, ``false``, ``null``.
 
+A prompt that summarizes several ranges at once gives each its own
+``<history>`` block; an object schema with one string field for each of its
+two or more blocks answers each field from its own block (``block_fields``).
+
 Fields share the token cap equally after the JSON skeleton; text takes at most
 ``ratio`` of the material (see ``OfflineModel``), lists of objects the rest.
 """
@@ -61,6 +65,7 @@ _ASSIGNMENT = re.compile(
     re.M,
 )
 _JSON_STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+_STRING: Mapping[str, Any] = {"type": "string"}
 _SHRINK = 0.8
 _FITS = 4
 
@@ -91,14 +96,26 @@ class OfflineModel:
         schema: Mapping[str, Any] | None = None,
     ) -> Completion:
         started = time.perf_counter()
-        source = history_of(messages)
+        blocks = history_blocks(messages)
+        source = "\n\n".join(blocks)
         cap = max(min(max_tokens or self.max_tokens, self.max_tokens), 1)
-        room = max(math.ceil(self.ratio * self.counter.text(source)), self.min_tokens)
         data: Any = None
+        fields = block_fields(schema, len(blocks)) if schema is not None else None
         if schema is None:
-            text = key_sentences(source, min(cap, room), self.counter, must_share=self.must_share)
+            text = key_sentences(
+                source, min(cap, self._room(source)), self.counter, must_share=self.must_share
+            )
+        elif fields is not None:
+            share = (cap - self.counter.text(json.dumps(dict.fromkeys(fields, "")))) // len(fields)
+            data = {
+                name: fill_schema(
+                    _STRING, block, share, self.counter, text_tokens=self._room(block)
+                )
+                for name, block in zip(fields, blocks, strict=True)
+            }
+            text = json.dumps(data, ensure_ascii=False)
         else:
-            data = fill_schema(schema, source, cap, self.counter, text_tokens=room)
+            data = fill_schema(schema, source, cap, self.counter, text_tokens=self._room(source))
             text = json.dumps(data, ensure_ascii=False)
         usage = Usage(
             OFFLINE,
@@ -118,6 +135,10 @@ class OfflineModel:
     ) -> Completion:
         return self.complete(messages, max_tokens=max_tokens, schema=schema)
 
+    def _room(self, source: str) -> int:
+        """Tokens the text drawn from ``source`` may take: ``ratio`` of it, ``min_tokens`` at least."""
+        return max(math.ceil(self.ratio * self.counter.text(source)), self.min_tokens)
+
 
 def model_or_offline(llm: LLM | None, counter: TokenCounter | None = None) -> LLM:
     """``llm``, or the offline stand-in (counting with ``counter``) when there is none."""
@@ -128,13 +149,30 @@ def model_or_offline(llm: LLM | None, counter: TokenCounter | None = None) -> LL
 
 def history_of(messages: Sequence[Message]) -> str:
     """The material of a prompt: the last user message's ``<history>`` blocks, or all of it."""
+    return "\n\n".join(history_blocks(messages))
+
+
+def history_blocks(messages: Sequence[Message]) -> list[str]:
+    """The last user message's non-empty ``<history>`` blocks, or the whole message as one."""
     users = [m for m in messages if m["role"] == "user"]
     last = users[-1] if users else (messages[-1] if messages else None)
     if last is None:
-        return ""
+        return []
     text = text_of(last)
-    blocks = [_readable(b.strip()) for b in _HISTORY.findall(text)]
-    return "\n\n".join(b for b in blocks if b) if blocks else text
+    found = _HISTORY.findall(text)
+    if not found:
+        return [text] if text else []
+    return [b for b in (_readable(b.strip()) for b in found) if b]
+
+
+def block_fields(schema: Mapping[str, Any], blocks: int) -> list[str] | None:
+    """The string fields of an object schema that has one for each of ``blocks`` (two or more).
+
+    Such a prompt summarizes several ranges at once, one block each, and
+    each field answers for its own block.
+    """
+    fields = _string_fields(_first_option(schema))
+    return fields if fields is not None and len(fields) == blocks > 1 else None
 
 
 def _readable(block: str) -> str:

@@ -23,7 +23,6 @@ from contextfold.core.events import EventCallback
 from contextfold.memory.view import View
 from contextfold.runtime.core import Key, Runner, key_of
 
-
 SETTLE_S = 0.005
 
 
@@ -114,10 +113,9 @@ class ThreadRunner(Runner):
         """Wait until nothing is queued, settling or running (retries not yet due do not count)."""
         with self._cond:
             return self._cond.wait_for(
-                lambda: not self._queue
-                and not self._settling
-                and self._active == 0
-                and not self.busy(),
+                lambda: (
+                    not self._queue and not self._settling and self._active == 0 and not self.busy()
+                ),
                 timeout,
             )
 

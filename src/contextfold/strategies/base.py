@@ -9,7 +9,7 @@ so a job overtaken by another commit is refused instead of applied.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
 
@@ -165,3 +165,13 @@ def job_for(strategy: str, state: ViewState, first: int, last: int, **params: An
     return Job(
         strategy, state.view, state.version, entries[0].start, entries[-1].end, entries, params
     )
+
+
+def sub_job(job: Job, first: int, last: int) -> Job:
+    """The part of ``job`` over its entries ``first..last`` (indices, inclusive).
+
+    A job that folds several ranges in one model call makes each fold over
+    its own part, so the entries between the parts stay as they are.
+    """
+    entries = job.entries[first : last + 1]
+    return replace(job, start=entries[0].start, end=entries[-1].end, entries=entries)

@@ -91,7 +91,7 @@ def summarize_checked(
     """
     reasons: list[str] = []
     usage: Usage | None = None
-    max_chars = max_tokens * 4 + 200
+    max_chars = answer_chars(max_tokens)
     for attempt in range(1, attempts + 1):
         try:
             completion = llm.complete(messages, max_tokens=max_tokens, schema=schema)
@@ -105,27 +105,51 @@ def summarize_checked(
         if reason is not None:
             reasons.append(reason)
             continue
-        items = must_keep(source) if pin else []
-        missing = missing_artifacts(items, completion.text)
-        pinned = newest_within(missing, max_chars if pin_chars is None else pin_chars)
+        pinned, dropped = (
+            pins(source, completion.text, max_chars if pin_chars is None else pin_chars)
+            if pin
+            else ((), 0)
+        )
         return Checked(
             with_pins(completion.text.strip(), pinned),
             completion.data,
             pinned,
             usage,
             attempt,
-            len(missing) - len(pinned),
+            dropped,
         )
     raise SummaryRejected(reasons, usage)
 
 
-def newest_within(items: Sequence[str], chars: int) -> tuple[str, ...]:
-    """The latest items (in their order) whose pinned lines fit in ``chars``."""
+def answer_chars(max_tokens: int) -> int:
+    """The most characters an answer of ``max_tokens`` may have (about four a token)."""
+    return max_tokens * 4 + 200
+
+
+def pins(source: str, answer: str, chars: int) -> tuple[tuple[str, ...], int]:
+    """The must-keep items of ``source`` missing from ``answer``, newest first within ``chars``.
+
+    Also how many missing items did not fit. An answer that summarizes
+    several ranges at once pins each range against its own part.
+    """
+    missing = missing_artifacts(must_keep(source), answer)
+    pinned = newest_within(missing, chars)
+    return pinned, len(missing) - len(pinned)
+
+
+def newest_within(
+    items: Sequence[str], limit: int, cost: Callable[[str], int] = lambda item: len(item) + 3
+) -> tuple[str, ...]:
+    """The latest items (in their order) whose pinned lines fit in ``limit``.
+
+    ``cost`` is what one pinned line takes: characters by default, tokens
+    for a strategy that budgets in tokens.
+    """
     kept: list[str] = []
     used = 0
     for item in reversed(items):
-        used += len(item) + 3
-        if used > chars:
+        used += cost(item)
+        if used > limit:
             break
         kept.append(item)
     return tuple(reversed(kept))

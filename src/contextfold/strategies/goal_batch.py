@@ -18,10 +18,15 @@ and count, not on tokens).
   never split.
 - A fold covers a contiguous range of the log, so a batch is a run of
   consecutive old complete turns; an incomplete turn or an earlier
-  ``[GOAL BATCH]`` ends a run. The strategy fires when the oldest run of at
-  least ``min_turns_to_compact`` turns exists, and folds its first
-  ``max_turns_per_batch`` turns in one model call. Earlier goal batches are
-  never compacted again (ADR-0041 has no further tier).
+  ``[GOAL BATCH]`` ends a run. The strategy folds the first
+  ``max_turns_per_batch`` turns of the oldest run in one model call once
+  the run has that many. A run that something ended (an incomplete turn or
+  a goal batch after it) cannot grow, and is folded once it has
+  ``min_turns_to_compact`` turns. A run that ends only because the next turn
+  is not old yet waits for it: turns grow old one at a time, and folding
+  each run at its minimum would pay the prompt (as long as three short turns
+  are) for every three of them. Earlier goal batches are never compacted
+  again (ADR-0041 has no further tier).
 
 Checked compaction pins what the answer dropped from the turns as the model
 saw them, less the ``Pinned`` lists of the ``[SUMMARIZED]`` folds: those are
@@ -139,16 +144,19 @@ class GoalBatchCompaction:
         entries = state.entries
         boundary = old_boundary(entries, self.min_turns_old_threshold)
         run: list[Turn] = []
+        ended = False
         for turn in turns(entries, plain_turns=self.plain_turns):
             if turn.last >= boundary:
                 break
             if turn.complete and run and turn.first == run[-1].last + 1:
                 run.append(turn)
             elif len(run) >= self.min_turns_to_compact:
+                ended = True
                 break
             else:
                 run = [turn] if turn.complete else []
-        if len(run) < self.min_turns_to_compact:
+        # A run the next turn to grow old may still extend waits until it fills a batch.
+        if len(run) < (self.min_turns_to_compact if ended else self.max_turns_per_batch):
             return None
         batch = run[: self.max_turns_per_batch]
         return job_for(

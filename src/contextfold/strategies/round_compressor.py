@@ -1,8 +1,10 @@
 """Round compressor (seed 002, TaskWeaver's prompt compression).
 
 Once ``rounds_to_compress + rounds_to_retain`` closed rounds come after the
-last summary, every one of them but the newest ``rounds_to_retain`` is
-compressed (exactly ``rounds_to_compress`` when compaction keeps up). The new
+last summary, and in a view with a budget once the prompt passes its high
+water too, every one of them but the newest ``rounds_to_retain`` is
+compressed (exactly ``rounds_to_compress`` when compaction keeps up without a
+budget; see ``RoundCompressor`` for why a budget waits). The new
 summary is written from the previous summary plus those rounds, and its fold
 covers the view from its start through them, superseding the previous one.
 
@@ -28,7 +30,7 @@ from contextfold.core.tokens import TokenCounter
 from contextfold.core.units import round_spans
 from contextfold.llm.base import LLM, Completion
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
-from contextfold.strategies.checked import summarize_checked, with_pins
+from contextfold.strategies.checked import newest_within, summarize_checked, with_pins
 from contextfold.strategies.rolling import rounds_covered
 from contextfold.strategies.templates import fill, load_template
 from contextfold.strategies.transcript import material, transcript
@@ -72,8 +74,17 @@ class RoundCompressor:
     conversation keeps its trust instead of gaining a system prompt's
     authority. ``kind`` picks the planner or code-generator prompt and schema;
     ``prompt`` (a path or the template text, with ``{previous_summary}`` and
-    ``{content}`` fields) overrides the prompt. ``trigger`` replaces "at least
-    ``rounds_to_compress + rounds_to_retain`` closed rounds after the summary".
+    ``{content}`` fields) overrides the prompt.
+
+    When it fires: without a budget, as the seed says, once
+    ``rounds_to_compress + rounds_to_retain`` closed rounds follow the summary
+    (every ``rounds_to_compress`` rounds). A view with a budget also waits for
+    the prompt to pass ``high_water`` of it (hysteresis, as every preset has):
+    each call re-reads the prompt and the previous summary, which short rounds
+    cannot amortize two at a time. Either way a cycle folds every closed round
+    but the newest ``rounds_to_retain``, so ``rounds_to_compress`` is the
+    smallest step and ``rounds_to_retain`` what stays verbatim. ``trigger``
+    replaces both conditions.
     """
 
     rounds_to_compress: int = 2
@@ -93,7 +104,9 @@ class RoundCompressor:
         closed = [r for r in state.unfolded_rounds if r.closed]
         retain = max(self.rounds_to_retain, 0)
         if self.trigger is None:
-            ready = len(closed) >= max(self.rounds_to_compress, 1) + retain
+            ready = len(closed) >= max(self.rounds_to_compress, 1) + retain and (
+                state.budget is None or state.tokens > state.high_water * state.budget
+            )
         else:
             ready = self.trigger(state)
         count = len(closed) - retain
@@ -114,17 +127,26 @@ class RoundCompressor:
         )
         messages: list[Message] = [{"role": "user", "content": prompt}]
         raw = [e for e in rounds if e.fold is None or e.fold.kind == "masked"]
+        # The previous pins come first: the newest items win when pins run out of room.
+        carried = self._pinned(previous) if previous is not None else []
         checked = summarize_checked(
             llm,
             messages,
-            source=transcript(raw),
+            source="\n".join([*carried, transcript(raw)]),
             max_tokens=self.max_tokens,
             schema=SCHEMAS[self.kind],
             attempts=self.attempts,
             accept=self._accept,
         )
         summary, variables = _parsed(checked.data)
-        text = with_pins(self._body(end, summary, variables), checked.pinned)
+        body = self._body(end, summary, variables)
+        # The pins share the answer's token cap with the summary, as they share its fold.
+        pinned = newest_within(
+            checked.pinned,
+            self.max_tokens - counter.text(body),
+            cost=lambda item: counter.text(f"- {item}") + 1,
+        )
+        text = with_pins(body, pinned)
         message: Message = {"role": "user", "content": text}
         data: dict[str, Any] = {SUMMARY: summary}
         if self.kind == "code":
@@ -133,7 +155,7 @@ class RoundCompressor:
             kind=self.kind,
             rounds=[1, end],
             compressed_rounds=[done + 1, end],
-            pinned=list(checked.pinned),
+            pinned=list(pinned),
             attempts=checked.attempts,
         )
         return [
@@ -149,17 +171,26 @@ class RoundCompressor:
         ]
 
     def _previous(self, fold: Fold) -> str:
-        """The previous summary as TaskWeaver keeps it (the JSON answer), pins included."""
+        """The previous summary as TaskWeaver keeps it (the JSON answer), without its pins.
+
+        The pins are carried over instead of re-read (``_pinned``): checked
+        compaction pins each one again when the new answer leaves it out, so
+        the model need not read them every cycle to keep them.
+        """
         summary = fold.data.get(SUMMARY)
         if fold.strategy != self.name or not isinstance(summary, str):
             return fold.text
-        pinned = fold.data.get("pinned")
-        previous: dict[str, Any] = {
-            SUMMARY: with_pins(summary, pinned if isinstance(pinned, list) else [])
-        }
+        previous: dict[str, Any] = {SUMMARY: summary}
         if self.kind == "code":
             previous[VARIABLES] = fold.data.get(VARIABLES) or []
         return json.dumps(previous, ensure_ascii=False, indent=2)
+
+    def _pinned(self, fold: Fold) -> list[str]:
+        """The pins of our previous summary (another fold's text is re-read whole)."""
+        pinned = fold.data.get("pinned")
+        if fold.strategy != self.name or not isinstance(pinned, list):
+            return []
+        return [str(item) for item in pinned]
 
     def _accept(self, completion: Completion) -> str | None:
         data = completion.data

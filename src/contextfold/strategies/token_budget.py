@@ -1,14 +1,17 @@
 """Token budget (seed 003, a chat backend's memory plan): important data plus a growing summary.
 
-When the view passes ``threshold_tokens``, the newest messages that fit
-``keep_tokens`` stay verbatim (never splitting a tool unit, always keeping the
-latest user message) and everything before them is folded. One job makes two
-folds, committed together:
+When the view passes its threshold, the newest messages that fit the keep
+window stay verbatim (never splitting a tool unit, always keeping the latest
+user message) and everything before them is folded, down to the low-water
+mark of the threshold (see ``TokenBudget``). One model call answers one JSON
+object: the seed's important-data fields and ``conversation_summary``. Both
+of the seed's steps read the same new messages, so asking once halves what a
+cycle reads. One job makes two folds, committed together:
 
 - a facts fold (kind ``important_data``) rendered right after the system
-  prompt: the JSON the model extracts (preferences, decisions, facts, URLs,
+  prompt: the answer's important data (preferences, decisions, facts, URLs,
   document structure, entities, custom fields), merged into the previous
-  cycle's with ``merge_important_data``;
+  cycle's with ``merge_important_data`` and kept within ``data_tokens``;
 - an in-place summary fold over the folded range, superseding the previous
   one. It is incremental as in the seed's orchestration: the model gets the
   previous summary and only the messages folded since, with a word target that
@@ -38,11 +41,11 @@ from contextfold.core.messages import Message
 from contextfold.core.tokens import TokenCounter
 from contextfold.llm.base import LLM, Completion
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
-from contextfold.strategies.checked import summarize_checked, with_pins
+from contextfold.strategies.checked import newest_within, summarize_checked, with_pins
 from contextfold.strategies.pipeline import Pipeline
 from contextfold.strategies.templates import fill, load_template
 from contextfold.strategies.transcript import material, transcript
-from contextfold.strategies.triggers import Tokens, Trigger
+from contextfold.strategies.triggers import Trigger
 
 DATA_HEADER = "[IMPORTANT DATA FROM PREVIOUS CONVERSATIONS]"
 SUMMARY_HEADER = "[CONVERSATION SUMMARY]"
@@ -58,16 +61,22 @@ FIELDS = (
     "entities",
     "custom_fields",
 )
-IMPORTANT_DATA_SCHEMA: Mapping[str, Any] = {
+SUMMARY_FIELD = "conversation_summary"
+SCHEMA: Mapping[str, Any] = {
     "type": "object",
     "properties": {
-        name: {"type": "object"}
-        if name in OBJECT_FIELDS
-        else {"type": "array", "items": {"type": "string"}}
-        for name in FIELDS
+        **{
+            name: {"type": "object"}
+            if name in OBJECT_FIELDS
+            else {"type": "array", "items": {"type": "string"}}
+            for name in FIELDS
+        },
+        SUMMARY_FIELD: {"type": "string"},
     },
+    "required": [SUMMARY_FIELD],
     "additionalProperties": False,
 }
+SEED_THRESHOLD = 3000
 # Words to tokens, with room to spare: an answer is capped at about four
 # characters a token, and English prose runs about six characters a word.
 TOKENS_PER_WORD = 2
@@ -137,9 +146,33 @@ def data_text(data: Mapping[str, Any]) -> str:
     return f"{DATA_HEADER}\n{json.dumps(shown, indent=2, ensure_ascii=False)}"
 
 
-def _extraction_problem(completion: Completion) -> str | None:
-    """Why an extraction has the wrong shape (a list where an object belongs, ...), if it does."""
+def within_tokens(
+    data: Mapping[str, Any], tokens: int, counter: TokenCounter
+) -> tuple[dict[str, Any], int]:
+    """``data`` whose rendered text fits ``tokens``, and how many list items it lost.
+
+    Merged data only grows, and it renders in every prompt, so it gets a
+    budget as pins do: the longest list loses its oldest item first (lists
+    are in first-seen order), until the text fits or no list is left. Objects
+    are kept whole. The dropped items stay in the log and in earlier folds.
+    """
+    out = {k: list(v) if isinstance(v, list) else v for k, v in data.items()}
+    dropped = 0
+    while counter.text(data_text(out)) > tokens:
+        lists = [v for v in out.values() if isinstance(v, list) and v]
+        if not lists:
+            break
+        max(lists, key=len).pop(0)
+        dropped += 1
+    return out, dropped
+
+
+def _answer_problem(completion: Completion) -> str | None:
+    """Why an answer has the wrong shape (no summary, a list where an object belongs, ...)."""
     data = completion.data
+    summary = data.get(SUMMARY_FIELD)
+    if not isinstance(summary, str) or not summary.strip():
+        return f"answer has no {SUMMARY_FIELD} text"
     for name in OBJECT_FIELDS:
         if data.get(name) is not None and not isinstance(data[name], Mapping):
             return f"{name} must be a JSON object"
@@ -153,26 +186,48 @@ def _extraction_problem(completion: Completion) -> str | None:
 class TokenBudget:
     """Fold all but a keep window of newest messages into important data and a summary.
 
-    ``prompt`` overrides the summary template (fields ``target_words``,
-    ``previous_summary``, ``new_messages``) and ``extraction_prompt`` the
-    extraction template (field ``messages``); each is a path or the text.
+    It fires when the view passes ``threshold_tokens``; without one, when it
+    passes ``high_water`` of the view's budget (the budget is what the seed's
+    3000 stood for), or the seed's 3000 when the view has no budget. A
+    ``trigger`` replaces the test. A cycle folds the view down to the low mark
+    of that level (``ViewState.low_mark``, of the budget when budget-driven):
+    the keep window holds the newest units that fit both ``keep_tokens`` and
+    what the low mark leaves beside the system prompt, the important data and
+    the summary. The next cycle comes only once the view has grown back by the
+    difference, so each call reads many new messages for its one prompt and
+    one previous summary.
+
+    ``prompt`` overrides the template (fields ``target_words``,
+    ``previous_summary``, ``new_messages``), a path or the text.
+    ``extraction_max_tokens`` is what the answer may spend on important data
+    beside the summary's words; ``data_tokens`` caps the merged important data
+    as rendered (the oldest list items go first, see ``within_tokens``).
     """
 
-    threshold_tokens: int = 3000
+    threshold_tokens: int | None = None
     keep_tokens: int = 2500
+    data_tokens: int = 500
     prompt: str | Path | None = None
-    extraction_prompt: str | Path | None = None
     extraction_max_tokens: int = 1024
     trigger: Trigger | None = None
     name: str = "token-budget"
 
+    def levels(self, state: ViewState) -> tuple[int, int]:
+        """The token count the view fires above, and the low mark a cycle folds it down to."""
+        if self.threshold_tokens is None and state.budget is not None:
+            return int(state.budget * state.high_water), state.low_mark(state.budget)
+        threshold = SEED_THRESHOLD if self.threshold_tokens is None else self.threshold_tokens
+        return threshold, state.low_mark(threshold)
+
     def plan(self, state: ViewState) -> Job | None:
-        trigger = self.trigger if self.trigger is not None else Tokens(self.threshold_tokens)
-        if not state.entries or not trigger(state):
+        fire, low = self.levels(state)
+        fired = self.trigger(state) if self.trigger is not None else state.tokens > fire
+        if not state.entries or not fired:
             return None
-        keep = self._keep_start(state)
         previous = self._previous_summary(state.entries[0])
         fresh = 1 if previous is not None else 0
+        fixed = state.tokens - sum(e.tokens for e in state.entries[fresh:])
+        keep = self._keep_start(state, min(self.keep_tokens, low - fixed))
         if keep <= fresh:
             return None
         facts = state.facts
@@ -186,7 +241,7 @@ class TokenBudget:
             0,
             keep - 1,
             version=int(previous.data["summary_version"]) + 1 if previous else 1,
-            previous_summary=str(previous.data["conversation_summary"]) if previous else None,
+            previous_summary=_unpinned(previous) if previous else None,
             previous_data=dict(facts.data["important_data"]) if facts and own_facts else {},
             previous_data_tokens=facts.tokens_after if facts and own_facts else 0,
             fresh=fresh,
@@ -195,45 +250,41 @@ class TokenBudget:
         )
 
     def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
-        model = llm
         version: int = job.params["version"]
         previous: str | None = job.params["previous_summary"]
-        new_text = transcript(job.entries[job.params["fresh"] :])
-        extraction = summarize_checked(
-            model,
-            _ask(
-                fill(
-                    load_template("token_budget_extract", self.extraction_prompt),
-                    messages=material(new_text),
-                )
-            ),
-            source=new_text,
-            max_tokens=self.extraction_max_tokens,
-            schema=IMPORTANT_DATA_SCHEMA,
-            pin=False,
-            accept=_extraction_problem,
-        )
-        merged = merge_important_data(job.params["previous_data"], important_data(extraction.data))
         low, high = summary_words(version)
-        summary = summarize_checked(
-            model,
+        answer = summarize_checked(
+            llm,
             _ask(
                 fill(
-                    load_template("token_budget_summary", self.prompt),
+                    load_template("token_budget", self.prompt),
                     target_words=f"{low}-{high}",
                     previous_summary=material(previous) if previous else NO_PREVIOUS_SUMMARY,
-                    new_messages=material(new_text),
+                    new_messages=material(transcript(job.entries[job.params["fresh"] :])),
                 )
             ),
             source=transcript(job.entries),
-            max_tokens=TOKENS_PER_WORD * high,
+            max_tokens=TOKENS_PER_WORD * high + self.extraction_max_tokens,
+            schema=SCHEMA,
+            accept=_answer_problem,
         )
+        extracted = {k: v for k, v in answer.data.items() if k != SUMMARY_FIELD}
+        merged = merge_important_data(job.params["previous_data"], important_data(extracted))
+        merged, dropped = within_tokens(merged, self.data_tokens, counter)
         facts_text = data_text(merged)
         has_data = facts_text != data_text({})
         # A must-keep item already in the important data need not be pinned again.
-        answer = summary.text.removesuffix(with_pins("", summary.pinned))
-        pinned = missing_artifacts(summary.pinned, facts_text) if has_data else list(summary.pinned)
-        conversation_summary = with_pins(answer, pinned)
+        missing = missing_artifacts(answer.pinned, facts_text) if has_data else answer.pinned
+        body = str(answer.data[SUMMARY_FIELD]).strip()
+        # The pins share the summary's token cap with the text, as they share its fold.
+        pinned = list(
+            newest_within(
+                missing,
+                TOKENS_PER_WORD * high - counter.text(body),
+                cost=lambda item: counter.text(f"- {item}") + 1,
+            )
+        )
+        conversation_summary = with_pins(body, pinned)
         record = {
             "summary_version": version,
             "last_summarized_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -244,6 +295,7 @@ class TokenBudget:
             "role": "user",
             "content": f"{SUMMARY_HEADER}\n{conversation_summary}",
         }
+        # One call made both folds: its usage sits on the summary, so a commit counts it once.
         folds = [
             one_message_fold(
                 job,
@@ -252,12 +304,12 @@ class TokenBudget:
                 counter,
                 kind="summary",
                 data={
-                    "conversation_summary": conversation_summary,
+                    SUMMARY_FIELD: conversation_summary,
                     **record,
                     "target_words": [low, high],
                     "pinned": pinned,
                 },
-                usage=summary.usage.to_dict(),
+                usage=answer.usage.to_dict(),
             )
         ]
         if has_data:
@@ -271,25 +323,24 @@ class TokenBudget:
                     kind="important_data",
                     tokens_before=job.params["previous_data_tokens"],
                     placement="facts",
-                    data={"important_data": merged, **record},
-                    usage=extraction.usage.to_dict(),
+                    data={"important_data": merged, **record, "items_dropped": dropped},
                 )
             )
         return folds
 
-    def _keep_start(self, state: ViewState) -> int:
-        """Index of the first entry kept verbatim: newest whole units within ``keep_tokens``.
+    def _keep_start(self, state: ViewState, room: int) -> int:
+        """Index of the first entry kept verbatim: the newest whole units within ``room`` tokens.
 
-        The last unit and the latest user message are kept even past the limit:
-        the first may be a call still waiting for its results, the second is
-        the request the next answer is for.
+        The last unit and the latest user message are kept even past it: the
+        first may be a call still waiting for its results, the second is the
+        request the next answer is for.
         """
         units = state.units
         keep = units[-1][0]
         used = 0
         for first, last in reversed(units):
             used += sum(e.tokens for e in state.entries[first : last + 1])
-            if used > self.keep_tokens:
+            if used > room:
                 break
             keep = first
         user = _latest_user(state.entries)
@@ -310,6 +361,16 @@ class TokenBudget:
         if self._previous_summary(entry) is not None:
             return int(entry.fold.data["messages_summarized_count"])
         return entry.end - entry.start + 1
+
+
+def _unpinned(summary: Fold) -> str:
+    """A summary as the model reads it again: its pins are carried over without being re-read.
+
+    They are part of the folded range, so checked compaction pins each one
+    again when the new answer leaves it out (newest first within the budget).
+    """
+    pinned = summary.data.get("pinned") or []
+    return str(summary.data[SUMMARY_FIELD]).removesuffix(with_pins("", pinned))
 
 
 def _latest_user(entries: Sequence[Entry]) -> int | None:

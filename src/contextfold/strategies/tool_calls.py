@@ -1,23 +1,31 @@
 """Tool-call summarization (seed 001, ADR-0018/0040): old tool units become ``[SUMMARIZED]``.
 
 The last ``keep_recent`` raw tool units stay verbatim. Older ones are folded
-in batches: a batch is a contiguous run of up to ``batch_size`` tool units and
-the assistant text between them. It never crosses a user message, a fold or a
-recent unit, and never splits a unit, so a prompt never holds an orphan result.
-Assistant text before the first unit or after the last one stays raw (a
+in batches of ``batch_size`` units, oldest first, one model call a batch. A
+batch may reach across turns, but no fold does: the batch's units are grouped
+into runs, each a contiguous run of tool units and the assistant text between
+them that never crosses a user message, a fold or a recent unit, and each run
+becomes its own ``[SUMMARIZED]`` fold. So a prompt never holds an orphan
+result, user messages stay where they were (goal batches need them), and
+assistant text before a run's first unit or after its last one stays raw (a
 turn's final answer stays readable; goal batches take it in later).
 
-A batch is folded when it is full, when nothing can join it any more (a user
-message or a fold ends it), or when the view is over budget; a run that the
-agent may still extend waits, so a busy turn costs one model call per
-``batch_size`` units instead of one per unit. At most ``keep_recent +
-batch_size - 1`` raw tool units stay verbatim, fewer when over budget.
+A batch is folded when it is full. Below ``high_water`` of the budget a
+partial batch waits, and above it a partial batch is folded only when it
+holds enough to matter: the tokens that bring the view back under the high
+water, or the gap between the two water marks. Either way each call's fixed cost
+(the episodic framing and the prompt) is spread over many units, where
+folding each turn's one or two units as they closed cost a call apiece. At
+most ``keep_recent + batch_size - 1`` raw tool units stay verbatim below the
+high water.
 
-The fold is one ``assistant`` message, ``[SUMMARIZED]`` and the model's
-sections: it is the agent's own recalled experience, written in the
-first-person episodic framing of ADR-0040 (``episodic_system.txt``). Its data
-says ``summarized: true`` and ``summary_type: "tool_calls"``, which is how the
-threshold and goal-batch strategies recognise it.
+The model answers one JSON object, ``group_1``, ``group_2``, ... holding each
+run's sections (``summarize_groups``). Each fold is one ``assistant``
+message, ``[SUMMARIZED]`` and its run's sections: it is the agent's own
+recalled experience, written in the first-person episodic framing of ADR-0040
+(``episodic_system.txt``). Its data says ``summarized: true`` and
+``summary_type: "tool_calls"``, which is how the threshold and goal-batch
+strategies recognise it.
 
 The ``[SUMMARIZED]`` helpers shared by the three ADR-0041 strategies live here,
 where the tag is first made.
@@ -36,9 +44,9 @@ from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message, text_of
 from contextfold.core.tokens import TokenCounter
-from contextfold.llm.base import LLM
-from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
-from contextfold.strategies.checked import Checked, summarize_checked
+from contextfold.llm.base import LLM, Completion
+from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold, sub_job
+from contextfold.strategies.checked import answer_chars, pins, summarize_checked, with_pins
 from contextfold.strategies.templates import fill, load_template
 from contextfold.strategies.transcript import material, message_block, transcript
 from contextfold.strategies.triggers import Always, Trigger
@@ -77,69 +85,109 @@ class ToolCallSummarization:
         entries, units = state.entries, state.units
         tools = [k for k, (i, j) in enumerate(units) if is_raw_tool_unit(entries[i : j + 1])]
         eligible = tools[: max(len(tools) - max(self.keep_recent, 0), 0)]
-        if not eligible:
+        batch = eligible[: self.batch_size]
+        if not batch:
             return None
-        is_tool, is_eligible = set(tools), set(eligible)
-
-        def text_at(k: int) -> bool:
-            return is_plain_text(entries[units[k][0] : units[k][1] + 1])
-
-        first = eligible[0]
-        last, count, k = first, 1, first + 1
-        while k < len(units) and count < self.batch_size:
-            if k in is_eligible:
-                last, count = k, count + 1
-            elif not text_at(k):
-                break
-            k += 1
-        after = last + 1
-        while after < len(units) and text_at(after):
-            after += 1
-        # Only a recent tool unit or the end of the view can still extend the run.
-        closed = after < len(units) and after not in is_tool
-        if count < self.batch_size and not closed and not state.over_budget:
+        tokens = sum(e.tokens for k in batch for e in entries[units[k][0] : units[k][1] + 1])
+        if len(batch) < self.batch_size and not worth_folding(state, tokens):
             return None
+        runs: list[list[int]] = []
+        for k in batch:
+            joins = runs and all(
+                is_plain_text(entries[units[m][0] : units[m][1] + 1])
+                for m in range(runs[-1][-1] + 1, k)
+            )
+            if joins:
+                runs[-1].append(k)
+            else:
+                runs.append([k])
+        first = units[runs[0][0]][0]
         return job_for(
             self.name,
             state,
-            units[first][0],
-            units[last][1],
-            goal=user_goal(entries, units[first][0]),
-            tool_units=count,
+            first,
+            units[runs[-1][-1]][1],
+            groups=[
+                (
+                    units[run[0]][0] - first,
+                    units[run[-1]][1] - first,
+                    user_goal(entries, units[run[0]][0]),
+                    len(run),
+                )
+                for run in runs
+            ],
         )
 
     def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
         system, template = self._prompts()
-        calls = [
-            call
-            for e in job.entries
-            for call in (e.messages[0].get("tool_calls") or ())
-            if e.messages[0]["role"] == "assistant"
-        ]
+        groups: list[tuple[int, int, str, int]] = job.params["groups"]
+        calls = [_calls(job.entries[first : last + 1]) for first, last, _, _ in groups]
         prompt = fill(
             template,
-            goal=job.params.get("goal") or "(not in view)",
-            count=len(calls),
-            operations=material(operations(job.entries)),
+            count=sum(len(c) for c in calls),
+            groups=len(groups),
+            operations=group_material(
+                "User Goal",
+                [
+                    (goal, operations(job.entries[first : last + 1]))
+                    for first, last, goal, _ in groups
+                ],
+            ),
         )
-        checked = summarize_checked(
+        return summarize_groups(
+            job,
+            self.name,
             llm,
-            episodic_prompt(system, prompt),
-            source=transcript(job.entries),
+            counter,
+            system=system,
+            prompt=prompt,
+            groups=[(first, last) for first, last, _, _ in groups],
+            data=[
+                {
+                    "summary_type": "tool_calls",
+                    "tool_units": units,
+                    "tool_calls": len(c),
+                    "tools": sorted({str(call["function"]["name"]) for call in c}),
+                }
+                for (_, _, _, units), c in zip(groups, calls, strict=True)
+            ],
             max_tokens=self.max_tokens,
         )
-        data = {
-            "summary_type": "tool_calls",
-            "tool_units": job.params.get("tool_units", 0),
-            "tool_calls": len(calls),
-            "tools": sorted({str(c["function"]["name"]) for c in calls}),
-        }
-        return [summarized_fold(job, self.name, checked, data, counter)]
 
     def _prompts(self) -> tuple[str, str]:
         return episodic_prompts(
-            "tool_calls", self.prompt, self.system_prompt, "operations", goal="", count=0
+            "tool_calls", self.prompt, self.system_prompt, "operations", count=0, groups=0
         )
+
+
+def _calls(entries: Sequence[Entry]) -> list[Mapping[str, Any]]:
+    return [
+        call
+        for e in entries
+        for call in (e.messages[0].get("tool_calls") or ())
+        if e.messages[0]["role"] == "assistant"
+    ]
+
+
+def worth_folding(state: ViewState, tokens: int) -> bool:
+    """Whether folding ``tokens`` of raw messages now is worth a model call of its own.
+
+    Only above ``high_water`` of the budget, and only when they bring the
+    view back under it or hold the gap between the water marks, so a view
+    that cannot get under its budget is not folded a turn at a time.
+    """
+    if state.budget is None or state.tokens <= state.high_water * state.budget:
+        return False
+    high = int(state.high_water * state.budget)
+    return relieves(state, tokens) or tokens >= high - state.low_mark(state.budget)
+
+
+def relieves(state: ViewState, tokens: int) -> bool:
+    """Whether folding ``tokens`` brings a view above ``high_water`` of its budget under it."""
+    if state.budget is None:
+        return False
+    high = state.high_water * state.budget
+    return state.tokens > high and state.tokens - tokens <= high
 
 
 def is_raw_tool_unit(unit: Sequence[Entry]) -> bool:
@@ -221,18 +269,98 @@ def episodic_prompt(system: str, prompt: str) -> list[Message]:
     return [{"role": "system", "content": system}, {"role": "user", "content": prompt.strip()}]
 
 
+def group_material(goal_title: str, groups: Sequence[tuple[str, str]]) -> str:
+    """Groups for one prompt: ``=== Group n ===``, the goal under ``goal_title``, the material."""
+    return "\n\n".join(
+        f"=== Group {n} ===\n## {goal_title}\n{goal or '(not in view)'}\n\n{material(text)}"
+        for n, (goal, text) in enumerate(groups, start=1)
+    )
+
+
+def group_keys(count: int) -> list[str]:
+    return [f"group_{n}" for n in range(1, count + 1)]
+
+
+def summarize_groups(
+    job: Job,
+    strategy: str,
+    llm: LLM,
+    counter: TokenCounter,
+    *,
+    system: str,
+    prompt: str,
+    groups: Sequence[tuple[int, int]],
+    data: Sequence[Mapping[str, Any]],
+    max_tokens: int,
+) -> list[Fold]:
+    """One model call for every group of ``job``, one ``[SUMMARIZED]`` fold each.
+
+    ``groups`` are entry ranges of the job (inclusive). The answer is one JSON
+    object, ``group_1`` ... holding each group's summary of up to
+    ``max_tokens``; each is checked and pinned against its own messages, and
+    the call's usage sits on the first fold, so a commit counts it once.
+    """
+    keys = group_keys(len(groups))
+    checked = summarize_checked(
+        llm,
+        episodic_prompt(system, prompt),
+        source="",
+        max_tokens=max_tokens * len(groups),
+        schema={
+            "type": "object",
+            "properties": {key: {"type": "string"} for key in keys},
+            "required": keys,
+            "additionalProperties": False,
+        },
+        pin=False,
+        accept=lambda completion: _groups_problem(completion, keys),
+    )
+    folds: list[Fold] = []
+    for n, ((first, last), key, extra) in enumerate(zip(groups, keys, data, strict=True)):
+        part = sub_job(job, first, last)
+        text = str(checked.data[key]).strip()
+        pinned, _ = pins(transcript(part.entries), text, answer_chars(max_tokens))
+        folds.append(
+            summarized_fold(
+                part,
+                strategy,
+                with_pins(text, pinned),
+                pinned,
+                extra,
+                counter,
+                usage=checked.usage.to_dict() if n == 0 else None,
+            )
+        )
+    return folds
+
+
+def _groups_problem(completion: Completion, keys: Sequence[str]) -> str | None:
+    """Why a grouped answer is unusable: a group without summary text."""
+    for key in keys:
+        value = completion.data.get(key)
+        if not isinstance(value, str) or not value.strip():
+            return f"answer has no summary text for {key}"
+    return None
+
+
 def summarized_fold(
-    job: Job, strategy: str, checked: Checked, data: Mapping[str, Any], counter: TokenCounter
+    job: Job,
+    strategy: str,
+    text: str,
+    pinned: Sequence[str],
+    data: Mapping[str, Any],
+    counter: TokenCounter,
+    *,
+    usage: Mapping[str, Any] | None,
 ) -> Fold:
     """One ``[SUMMARIZED]`` assistant message over the job's range."""
-    text = f"{SUMMARIZED}\n{checked.text}"
-    message: Message = {"role": "assistant", "content": text}
+    message: Message = {"role": "assistant", "content": f"{SUMMARIZED}\n{text}"}
     return one_message_fold(
         job,
         strategy,
         message,
         counter,
         kind="summary",
-        data={"summarized": True, **data, "pinned": list(checked.pinned)},
-        usage=checked.usage.to_dict(),
+        data={"summarized": True, **data, "pinned": list(pinned)},
+        usage=usage,
     )
