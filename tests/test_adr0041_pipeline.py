@@ -165,12 +165,15 @@ def floor_only() -> Run:
     return run_session([ToolCallSummarization(), ThresholdSummarization()])
 
 
-def test_the_floor_grows_with_turns_without_goal_batches(floor_only: Run) -> None:
-    threshold = 0.7 * BUDGET
-    # Tool-call and threshold summarization alone end above their own threshold...
-    assert floor_only.turn_end_tokens[-1] > threshold
-    # ...and keep growing by every turn's user message and [SUMMARIZED] folds.
-    assert floor_only.turn_end_tokens[-1] > 1.5 * floor_only.turn_end_tokens[19]
+def rescued(run: Run) -> int:
+    return sum(1 for e in run.events if e.kind == "committed" and e.strategy == "rescue")
+
+
+def test_without_goal_batches_the_floor_needs_the_engines_rescue(floor_only: Run) -> None:
+    # Tool-call and threshold summarization alone leave every turn's user message and
+    # [SUMMARIZED] folds: the view grows until the engine's rescue folds it.
+    assert rescued(floor_only) > 0
+    assert max(floor_only.tokens) <= BUDGET
     assert floor_only.faults == 0
 
 
@@ -182,10 +185,8 @@ def test_goal_batches_keep_the_view_bounded_as_turns_grow(
     assert max(run.tokens) <= BUDGET
     # Each tier folds in steps, so a turn may end above the threshold, not above the high water.
     assert max(run.turn_end_tokens) < 0.9 * BUDGET
-    # Past the warm-up, twenty more turns cost less than a fifth of the floor's growth.
-    growth = run.turn_end_tokens[-1] - run.turn_end_tokens[19]
-    floor_growth = floor_only.turn_end_tokens[-1] - floor_only.turn_end_tokens[19]
-    assert growth < floor_growth / 5
+    # Goal batches bound the view by themselves: the engine's rescue is never needed.
+    assert rescued(run) == 0 < rescued(floor_only)
     batches = [f for f in run.view.folds() if f.kind == "goal_batch"]
     turns_in_batches = sum(f.data["turn_count"] for f in batches)
     assert all(3 <= f.data["turn_count"] <= 6 for f in batches)

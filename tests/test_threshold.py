@@ -56,14 +56,15 @@ def test_fires_only_above_the_threshold() -> None:
         llm=ScriptedModel(default=grouped(ANSWER)),
     )
     assert exact.compact().folds == ()
+    lower_model = ScriptedModel(default=grouped(ANSWER))
     lower = session.view(
         "lower",
         pipeline=Pipeline([ThresholdSummarization(threshold_tokens=tokens - 1)]),
-        llm=ScriptedModel(default=grouped(ANSWER)),
+        llm=lower_model,
     )
     # Down to the low mark, 0.6 of the threshold: all three old blocks, in one call.
     assert len(lower.compact().folds) == 3
-    assert len(lower.llm.calls) == 1
+    assert len(lower_model.calls) == 1
     assert lower.state().tokens <= lower.state().low_mark(tokens - 1)
     assert view.compact(budget=int(tokens / 0.7) - 1).folds != ()
 

@@ -374,7 +374,7 @@ def test_an_answer_without_a_summary_loses_its_data_too_and_keeps_earlier_folds(
     model = ScriptedModel(
         [{"entities": ["Zed"]}, {"entities": ["Zed"], "conversation_summary": ""}, ""]
     )
-    view.llm = model
+    session.view(view.name, llm=model)
     report = view.compact()
     assert report.failed == ("token-budget",)
     assert len(model.calls) == 3
@@ -491,8 +491,9 @@ def test_converges_when_the_trigger_still_fires_after_folding() -> None:
 
 
 def test_committed_event_counts_the_one_call_once() -> None:
-    from contextfold import Memory, Pipeline
+    from contextfold import Memory
     from contextfold.llm.offline import OfflineModel
+    from contextfold.strategies import Pipeline
     from contextfold.strategies.token_budget import TokenBudget
 
     session = Memory().session("s", system="You help plan trips.")

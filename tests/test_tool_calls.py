@@ -175,7 +175,8 @@ def test_over_budget_folds_a_partial_run_and_never_splits_a_parallel_unit() -> N
     )
     pressed.compact()
     folds = pressed.folds()
-    own = [f for f in folds if f.strategy == "tool_calls"]  # the rescue may fold the rest
+    # The rescue may fold on (over these folds too) to bring the view under its budget.
+    own = [f for f in pressed.folds(include_superseded=True) if f.strategy == "tool_calls"]
     assert [f.data["tool_units"] for f in sorted(own, key=lambda f: f.start)] == [2, 1]
     assert_whole_units(session, folds)
     assert tool_unit_faults(pressed.render()) == []
@@ -323,7 +324,9 @@ def test_above_its_budget_a_partial_batch_waits_until_it_is_worth_a_call() -> No
         view.compact()
     # Far above its budget, folding a unit or two would neither bring the view under it
     # nor hold the gap between its water marks (1,200 tokens, three units here).
-    assert [groups_in(c.messages) for c in model.calls] == [3, 3, 3]
+    # (A rescue call, with no groups, may fold what no batch can yet.)
+    batches = [groups_in(c.messages) for c in model.calls if groups_in(c.messages)]
+    assert batches and min(batches) >= 3
     pressed = session.view(
         "pressed",
         pipeline=Pipeline([ToolCallSummarization(keep_recent=0)]),

@@ -71,9 +71,11 @@ def test_a_second_process_appending_1000_messages_advances_the_folds(tmp_path: P
     view = session.view("v", preset="offline", budget=1500)
     script = textwrap.dedent(
         f"""
+        import time
         from contextfold import Memory
         session = Memory({str(db)!r}).session("s")
         for i in range(500):
+            time.sleep(0.002)  # a conversation, turn by turn
             text = " ".join(f"w{{i}}x{{k}}" for k in range(40))
             session.append({{"role": "user", "content": f"question {{i}}: {{text}}"}})
             session.append({{"role": "assistant", "content": f"answer {{i}}: {{text}}."}})
