@@ -224,7 +224,7 @@ def test_demo_folds_the_shipped_session(capsys: pytest.CaptureFixture[str]) -> N
     code, out, err = run(capsys, "demo")
     assert code == 0, err
     assert "Rendered prompt (abridged)" in out
-    assert "masked" in out
+    assert "[Conversation History Summary" in out and "left out by the cut" in out
     assert f"{DEMO_BUDGET:,}" in out
 
 

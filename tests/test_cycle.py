@@ -63,8 +63,9 @@ def test_without_a_model_the_offline_stand_in_is_chosen_by_the_engine() -> None:
 
 def test_over_budget_the_rescue_folds_what_render_would_cut() -> None:
     session = Memory().session("s", system="sys")
-    session.extend(chat(30))
-    view = session.view("v", preset="rolling", budget=1500)  # rolling alone folds on rounds
+    session.extend(chat(30, words=300))
+    # Rolling folds all but the 3 newest rounds: those alone are over the budget.
+    view = session.view("v", preset="rolling", budget=1500)
     report = view.compact()
     assert RESCUE.name in {f.strategy for f in report.folds}
     rendered = view.render_report()
@@ -151,3 +152,15 @@ def test_every_folding_preset_leaves_nothing_cut_on_agent_runs() -> None:
             rendered = view.render_report()
             assert rendered.omitted == 0, (preset, row.get("id"))
             assert rendered.tokens <= 4000
+
+
+def test_with_no_usable_summary_the_rescue_leaves_each_messages_opening() -> None:
+    session = Memory().session("s", system="sys")
+    session.extend(chat(30))
+    state = session.view("v", preset="rolling", budget=1500).state()
+    job = RESCUE.plan(state)
+    assert job is not None
+    (fold,) = RESCUE.digest(job, session.counter)
+    assert fold.data["digest"] and fold.strategy == "rescue"
+    assert fold.text.startswith(f"[Folded to fit the token budget: a summary of seq {job.start}-")
+    assert "user: question 0: w0 w1" in fold.text

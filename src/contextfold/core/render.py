@@ -40,6 +40,9 @@ class Rendered:
     omitted: int
     clipped: tuple[int, ...]
     folds: tuple[str, ...]
+    whole: bool = True
+    """Nothing left out and nothing shortened, folds and facts included (``clipped``
+    names raw messages only): the prompt is the view as it is."""
 
 
 def render(
@@ -75,12 +78,14 @@ def render(
     facts_msgs = [for_model(m) for m in facts.messages] if facts else []
     facts_tokens = facts.tokens_after if facts else 0
     left: int | None = None
+    shortened = False
     if budget is not None:
         if head_tokens + user_tokens > budget:
             raise BudgetError(budget, head_tokens + user_tokens)
         room = budget - head_tokens - user_tokens
         if facts is not None and facts.tokens_after > room - 2 * marker_tokens:
             facts_msgs = _clip_messages(facts_msgs, room - 2 * marker_tokens, counter) or []
+            shortened = True
             facts_tokens = sum(counter.message(m) for m in facts_msgs)
         left = room - facts_tokens
 
@@ -100,11 +105,12 @@ def render(
         return sum(e.tokens for e in unit) - (user_tokens if holds_user(unit) else 0)
 
     def take(unit: Sequence[Entry], messages: list[Message] | None = None) -> None:
-        nonlocal edge, user_seen, taken_tokens
+        nonlocal edge, user_seen, taken_tokens, shortened
         if messages is None:
             taken.append([for_model(m) for e in unit for m in e.messages])
             taken_tokens += sum(e.tokens for e in unit)
         else:
+            shortened = True
             taken.append(messages)
             taken_tokens += sum(counter.message(m) for m in messages)
         fold_ids.extend(e.fold.id for e in unit if e.fold is not None)
@@ -124,12 +130,25 @@ def render(
             take(unit)
             left -= cost
             continue
+        # Everything older, if it fits in what is left at all (read once, bounded by it).
+        rest = _rest_within(units, left, cost_of)
+        rest_cost = None if rest is None else sum(cost_of(u) for u in rest)
         # It fits only in that room: take it if everything older fits as well.
-        rest = _rest_within(units, left - cost, cost_of) if cost <= left else None
-        if rest is not None:
+        if rest is not None and rest_cost is not None and cost + rest_cost <= left:
             for older in (unit, *rest):
                 take(older)
             break
+        # Too big beside what is older: clip it rather than cut the older entries,
+        # which are mostly folds saying what happened before.
+        if rest and rest_cost is not None and not holds_user(unit):
+            room_left = left - rest_cost
+            fitted = _clip_unit(unit, room_left, counter) if room_left >= MIN_CLIP_TOKENS else None
+            if fitted is not None:
+                take(unit, fitted)
+                clipped.extend(_changed(unit, fitted))
+                for older in rest:
+                    take(older)
+                break
         cut = True
         if edge is None:
             edge = unit[-1].end + 1
@@ -159,7 +178,8 @@ def render(
         # Only when the budget left no room for markers at all: the prompt goes without them.
         out = head + facts_msgs + pinned + tail
         total = body_tokens
-    return Rendered(out, total, before + after, tuple(sorted(clipped)), tuple(fold_ids))
+    whole = not shortened and before + after == 0
+    return Rendered(out, total, before + after, tuple(sorted(clipped)), tuple(fold_ids), whole)
 
 
 @functools.lru_cache(maxsize=16)

@@ -39,7 +39,7 @@ class PromptCache:
 
     def put(self, head: Head, budget: int | None, rendered: Rendered) -> None:
         with self._lock:
-            if rendered.omitted or rendered.clipped:
+            if not rendered.whole:
                 self._rendered = None
                 return
             self._key = (head.fold_version, head.view_version, budget)
@@ -68,7 +68,7 @@ class PromptCache:
         tokens = base.tokens + sum(m.tokens for m in new)
         if budget is not None and tokens > budget:
             return None
-        grown = Rendered(messages, tokens, 0, (), base.folds)
+        grown = Rendered(messages, tokens, 0, (), base.folds, True)
         with self._lock:
             if self._key == key and self._last == last:
                 self._last = head.last_seq
@@ -140,4 +140,5 @@ def _copy(rendered: Rendered) -> Rendered:
         rendered.omitted,
         rendered.clipped,
         rendered.folds,
+        rendered.whole,
     )

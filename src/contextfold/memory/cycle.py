@@ -11,9 +11,10 @@ nothing else, so each event is emitted here and only here:
 
 Two choices are made here, once, outside every strategy. The model: the view's,
 or the offline stand-in when it has none. And the last resort: when the view's
-own strategies leave it above its high-water mark, what render would cut is
-folded instead (``Rescue``, with the view's model, extractively when that
-fails), so the model is told what happened there.
+own strategies leave it over its budget, what render would cut is
+folded instead (``Rescue``: with the view's model; extractively when that
+fails; as each message's opening words when nothing else gives an answer), so
+the model is told what happened there.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from contextfold.core.errors import ContextfoldError, FoldConflict, InvalidInput
-from contextfold.core.events import Event, EventCallback, EventKind, emit
+from contextfold.core.events import Event, EventCallback, EventKind, emit, log
 from contextfold.core.folds import Fold
 from contextfold.core.tokens import TokenCounter
 from contextfold.llm.base import LLM
@@ -95,7 +96,7 @@ def compact(
             committed.extend(outcome)
         else:
             conflicts += 1
-        state = view.state(budget)
+        state = view.state(budget, folding=bool(committed))
     return CompactionReport(tuple(committed), conflicts, before, state.tokens, tuple(failed))
 
 
@@ -148,16 +149,13 @@ def _step(
     tell("started")
     began = time.perf_counter()
     try:
-        folds = list(run(strategy, job, llm, counter))
-        _check(job, folds, view.name)
+        folds = _run_checked(run, strategy, job, llm, counter, view.name)
     except Exception as exc:
-        if strategy is RESCUE and not isinstance(llm, OfflineModel):
-            # The last resort must not fail with the model: fold it extractively.
-            llm = OfflineModel(counter=counter)
-            return _step(view, strategy, job, llm, run, may_commit, callbacks)
-        tell("failed", duration_s=time.perf_counter() - began, detail=_reason(exc))
-        tell("degraded", detail="the view keeps its previous folds")
-        return None
+        if strategy is not RESCUE:
+            tell("failed", duration_s=time.perf_counter() - began, detail=_reason(exc))
+            tell("degraded", detail="the view keeps its previous folds")
+            return None
+        folds = _rescue_without(llm, job, run, counter, view.name)
     duration = time.perf_counter() - began
     if not may_commit():
         return []
@@ -178,6 +176,26 @@ def _step(
         data={"folds": [f.id for f in folds], "kinds": [f.kind for f in folds]},
     )
     return folds
+
+
+def _run_checked(
+    run: RunJob, strategy: Strategy, job: Job, llm: LLM, counter: TokenCounter, view: str
+) -> list[Fold]:
+    folds = list(run(strategy, job, llm, counter))
+    _check(job, folds, view)
+    return folds
+
+
+def _rescue_without(
+    llm: LLM, job: Job, run: RunJob, counter: TokenCounter, view: str
+) -> list[Fold]:
+    """The last resort must not fail: the extractive stand-in, else each message's opening."""
+    if not isinstance(llm, OfflineModel):
+        try:
+            return _run_checked(run, RESCUE, job, OfflineModel(counter=counter), counter, view)
+        except Exception as exc:
+            log.info("rescue fell back to a digest of %s..%s: %s", job.start, job.end, exc)
+    return list(RESCUE.digest(job, counter))
 
 
 def _check(job: Job, folds: Sequence[Fold], view: str) -> None:

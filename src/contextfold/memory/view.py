@@ -184,11 +184,13 @@ class View:
             if len(page) < _SYSTEM_PAGE:
                 return out
 
-    def state(self, budget: int | None = None) -> ViewState:
+    def state(self, budget: int | None = None, *, folding: bool = False) -> ViewState:
         """The view as strategies see it (live messages, not the folded past).
 
         After appends alone, the last state is extended with the new messages
         instead of read again, so planning on every append stays cheap.
+        ``folding`` says a cycle already committed a fold: budget-driven
+        strategies go on down to the low-water mark.
         """
         head = self._head()
         config, _, keep = self._built(head.view_version)
@@ -210,6 +212,7 @@ class View:
             budget=wanted,
             high_water=config.high_water,
             low_water=config.low_water,
+            folding=folding,
         )
 
     def _read_state(self, head: Head, keep: MessageFilter | None) -> ViewState:

@@ -21,8 +21,8 @@ from contextfold.core.tokens import REPLY_PRIMING, TokenCounter
 from contextfold.core.units import RoundSpan, round_spans, unit_spans
 from contextfold.llm.base import LLM
 
-HIGH_WATER = 0.9
-LOW_WATER = 0.6
+HIGH_WATER = 0.95
+LOW_WATER = 0.7
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,9 @@ class ViewState:
     a token threshold, a count) folds the view down to ``low_water`` of that
     level, so the next cycle comes only after the view has grown back by the
     difference. Budget-driven strategies fire at ``high_water`` of the budget,
-    early enough that a background fold lands before the prompt is cut.
+    early enough that a background fold lands before the prompt is cut. Both
+    marks are shares of the room beside the system prompt (``high_mark``,
+    ``low_mark``).
     """
 
     session_id: str
@@ -46,6 +48,7 @@ class ViewState:
     budget: int | None = None
     high_water: float = HIGH_WATER
     low_water: float = LOW_WATER
+    folding: bool = False
 
     @cached_property
     def tokens(self) -> int:
@@ -93,9 +96,37 @@ class ViewState:
     def over_budget(self) -> bool:
         return self.budget is not None and self.tokens > self.budget
 
+    @cached_property
+    def fixed(self) -> int:
+        """Tokens no fold can take away: the system prompt and the reply priming."""
+        return REPLY_PRIMING + sum(m.tokens for m in self.system)
+
+    def _mark(self, level: int, share: float) -> int:
+        if level <= self.fixed:
+            return level
+        return self.fixed + int((level - self.fixed) * share)
+
+    def high_mark(self, level: int) -> int:
+        """Where a cycle fires for ``level``: ``high_water`` of the room beside the system prompt."""
+        return self._mark(level, self.high_water)
+
     def low_mark(self, level: int) -> int:
-        """Tokens a cycle that fired at ``level`` folds the view down to."""
-        return int(level * self.low_water)
+        """Tokens a cycle that fired at ``level`` folds the view down to.
+
+        The marks are shares of the room the conversation has beside the system
+        prompt, not of the whole level: with a long system prompt, a share of
+        the budget could lie below the prompt itself and never be reached.
+        """
+        return self._mark(level, self.low_water)
+
+    @property
+    def above_high_water(self) -> bool:
+        """Whether budget-driven strategies fire: above the high mark, or, once a cycle
+        has committed a fold (``folding``), above the low mark it folds down to."""
+        if self.budget is None:
+            return False
+        mark = self.low_mark(self.budget) if self.folding else self.high_mark(self.budget)
+        return self.tokens > mark
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ class ExtractiveSummary:
     take system text only at the top (Anthropic, Gemini) accept it in place.
     """
 
-    recent_share: float = 0.3
+    recent_share: float = 0.1
     keep_rounds: int = 1
     ratio: float = 0.25
     min_tokens: int = 64

@@ -1,7 +1,9 @@
 """Keep-recent: the plain trimming baseline, for comparison.
 
-Once the view passes its high-water mark, drops the oldest whole units down
-to its low-water mark and leaves one marker in their place. It never drops the latest user message or anything
+Once the view is over its budget, drops the oldest whole units until it fits
+and leaves one marker in their place: plain trimming, with none of the
+engine's hysteresis, because it is the baseline the other presets are
+measured against, the way most chat libraries trim. It never drops the latest user message or anything
 after it. This is what most chat libraries do; contextfold's presets are
 measured against it.
 """
@@ -20,7 +22,7 @@ from contextfold.strategies.triggers import OverBudget, Trigger
 
 @dataclass
 class KeepRecent:
-    trigger: Trigger = field(default_factory=OverBudget)
+    trigger: Trigger = field(default_factory=lambda: OverBudget(1.0))
     name: str = "keep-recent"
 
     def plan(self, state: ViewState) -> Job | None:
@@ -28,7 +30,7 @@ class KeepRecent:
             return None
         entries = state.entries
         stop = _latest_user_index(state)
-        over = state.tokens - state.low_mark(state.budget) + MARKER_TOKENS
+        over = state.tokens - state.budget + MARKER_TOKENS
         cut = -1
         saved = 0
         for i, j in state.units:

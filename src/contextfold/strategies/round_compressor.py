@@ -105,7 +105,7 @@ class RoundCompressor:
         retain = max(self.rounds_to_retain, 0)
         if self.trigger is None:
             ready = len(closed) >= max(self.rounds_to_compress, 1) + retain and (
-                state.budget is None or state.tokens > state.high_water * state.budget
+                state.budget is None or state.above_high_water
             )
         else:
             ready = self.trigger(state)

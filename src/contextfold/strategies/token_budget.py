@@ -215,7 +215,7 @@ class TokenBudget:
     def levels(self, state: ViewState) -> tuple[int, int]:
         """The token count the view fires above, and the low mark a cycle folds it down to."""
         if self.threshold_tokens is None and state.budget is not None:
-            return int(state.budget * state.high_water), state.low_mark(state.budget)
+            return state.high_mark(state.budget), state.low_mark(state.budget)
         threshold = SEED_THRESHOLD if self.threshold_tokens is None else self.threshold_tokens
         return threshold, state.low_mark(threshold)
 

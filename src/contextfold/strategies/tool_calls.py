@@ -176,9 +176,9 @@ def worth_folding(state: ViewState, tokens: int) -> bool:
     view back under it or hold the gap between the water marks, so a view
     that cannot get under its budget is not folded a turn at a time.
     """
-    if state.budget is None or state.tokens <= state.high_water * state.budget:
+    if state.budget is None or not state.above_high_water:
         return False
-    high = int(state.high_water * state.budget)
+    high = state.high_mark(state.budget)
     return relieves(state, tokens) or tokens >= high - state.low_mark(state.budget)
 
 
@@ -186,7 +186,7 @@ def relieves(state: ViewState, tokens: int) -> bool:
     """Whether folding ``tokens`` brings a view above ``high_water`` of its budget under it."""
     if state.budget is None:
         return False
-    high = state.high_water * state.budget
+    high = state.high_mark(state.budget)
     return state.tokens > high and state.tokens - tokens <= high
 
 

@@ -117,8 +117,9 @@ class OverBudget(Trigger):
     def __call__(self, state: ViewState) -> bool:
         if state.budget is None:
             return False
-        ratio = state.high_water if self.ratio is None else self.ratio
-        return state.tokens > state.budget * ratio
+        if self.ratio is None:
+            return state.above_high_water
+        return state.tokens > state.budget * self.ratio
 
 
 @dataclass(frozen=True)
