@@ -7,10 +7,13 @@ to back; each turn is ``append`` + ``render``. Rows, all in one run on the same
 turn stream:
 
 - ``on``: a ``ThreadRunner`` watches the view, turns go back to back;
-- ``idle``: the same, but each turn waits until the runner is idle first, so
+- ``process``: the same with a ``ProcessRunner`` (model-free folding in a
+  worker process, off this process's GIL);
+- ``idle``: a ``ThreadRunner``, but each turn waits until it is idle first, so
   no fold overlaps a turn (what a turn costs by itself);
 
-in RAM and on SQLite. ``background_ratio`` is median(on) / median(idle).
+in RAM and on SQLite. ``background_ratio`` is median(on) / median(idle), ``process_ratio`` the same for
+the process runner.
 ``folds_per_append`` counts background commits over the turns, and
 ``prompts_over_budget`` checks every prompt against the budget.
 """
@@ -25,7 +28,7 @@ from typing import Any
 
 from _common import conversations, parse_args, report
 
-from contextfold import Event, Memory, ThreadRunner
+from contextfold import Event, Memory, ProcessRunner, ThreadRunner
 
 BUDGET = 8000
 LOGGED = 10_000
@@ -50,7 +53,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run(messages: list[dict[str, Any]], store: str | None, *, wait: bool) -> dict[str, float]:
+def run(messages: list[dict[str, Any]], store: str | None, mode: str) -> dict[str, float]:
     memory = Memory(store)
     session = memory.session("bench")
     head, tail = messages[: len(messages) - TURNS], messages[len(messages) - TURNS :]
@@ -62,12 +65,13 @@ def run(messages: list[dict[str, Any]], store: str | None, *, wait: bool) -> dic
     commits: list[Event] = []
     times: list[float] = []
     over = 0
-    with ThreadRunner(workers=1, on_event=[lambda e: commits.append(e)]) as runner:
+    runner_type = ProcessRunner if mode == "process" else ThreadRunner
+    with runner_type(workers=1, on_event=[commits.append]) as runner:
         runner.watch(view)
         runner.wait_idle(60)
         commits.clear()
         for message in tail:
-            if wait:
+            if mode == "idle":
                 runner.wait_idle(60)
             began = time.perf_counter()
             session.append(message)
@@ -92,13 +96,15 @@ def main() -> None:
     figures: dict[str, Any] = {"logged": len(messages), "turns": TURNS, "budget": BUDGET}
     with tempfile.TemporaryDirectory() as tmp:
         for where in ("ram", "sqlite"):
-            for mode in ("idle", "on"):
+            for mode in ("idle", "on", "process"):
                 store = None if where == "ram" else str(Path(tmp) / f"{mode}.db")
-                result = run(messages, store, wait=mode == "idle")
+                result = run(messages, store, mode)
                 for key, value in result.items():
                     figures[f"{where}_{mode}_{key}"] = round(value, 4)
-            figures[f"{where}_background_ratio"] = round(
-                figures[f"{where}_on_median_ms"] / figures[f"{where}_idle_median_ms"], 3
+            idle = figures[f"{where}_idle_median_ms"]
+            figures[f"{where}_background_ratio"] = round(figures[f"{where}_on_median_ms"] / idle, 3)
+            figures[f"{where}_process_ratio"] = round(
+                figures[f"{where}_process_median_ms"] / idle, 3
             )
     report(figures, args.json)
 

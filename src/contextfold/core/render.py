@@ -238,18 +238,33 @@ def _changed(unit: Sequence[Entry], fitted: Sequence[Message]) -> list[int]:
 
 def _clip_unit(unit: Sequence[Entry], room: int, counter: TokenCounter) -> list[Message] | None:
     msgs = [for_model(m) for e in unit for m in e.messages]
-    return _clip_messages(msgs, room, counter)
+    # A raw message's count is stored: a huge tool output is not tokenized again here.
+    known = [e.tokens if e.fold is None else None for e in unit for _ in e.messages]
+    return _clip_messages(msgs, room, counter, known)
 
 
-def _clip_messages(msgs: list[Message], room: int, counter: TokenCounter) -> list[Message] | None:
-    """Shorten the longest string contents until ``msgs`` cost at most ``room``; None if impossible."""
+def _clip_messages(
+    msgs: list[Message],
+    room: int,
+    counter: TokenCounter,
+    known: Sequence[int | None] | None = None,
+) -> list[Message] | None:
+    """Shorten the longest string contents until ``msgs`` cost at most ``room``; None if impossible.
+
+    ``known`` holds counts already known per message (None where not); a
+    shortened message is counted afresh, so the cost follows what is kept.
+    """
     msgs = [dict(m) for m in msgs]
+    costs = [
+        counter.message(m) if known is None or known[i] is None else int(known[i] or 0)
+        for i, m in enumerate(msgs)
+    ]
     for _ in range(8):
-        over = sum(counter.message(m) for m in msgs) - room
+        over = sum(costs) - room
         if over <= 0:
             return msgs
         sized = [
-            (counter.text(m["content"]), i)
+            (costs[i] - counter.message({**m, "content": ""}), i)
             for i, m in enumerate(msgs)
             if isinstance(m.get("content"), str)
         ]
@@ -262,15 +277,31 @@ def _clip_messages(msgs: list[Message], room: int, counter: TokenCounter) -> lis
             if size == 0:
                 return None
             keep = 0
-        msgs[i]["content"] = clip_text(msgs[i]["content"], keep, size, counter)
-    return msgs if sum(counter.message(m) for m in msgs) <= room else None
+        overhead = costs[i] - size
+        msgs[i]["content"], kept = _clipped(msgs[i]["content"], keep, size, counter)
+        costs[i] = overhead + kept
+    return msgs if sum(costs) <= room else None
 
 
 def clip_text(text: str, keep_tokens: int, total_tokens: int, counter: TokenCounter) -> str:
     """The head of ``text`` worth about ``keep_tokens``, then a marker saying what was cut."""
+    return _clipped(text, keep_tokens, total_tokens, counter)[0]
+
+
+def _clipped(
+    text: str, keep_tokens: int, total_tokens: int, counter: TokenCounter
+) -> tuple[str, int]:
+    """``clip_text`` and the exact tokens of what it returns, counted once in the usual case."""
     cut = max(0, int(len(text) * keep_tokens / max(total_tokens, 1)))
-    head = text[:cut]
-    while head and counter.text(head) > keep_tokens:
-        head = head[: int(len(head) * 0.9)]
-    left_out = total_tokens - counter.text(head)
-    return f"{head}\n[contextfold: clipped, {left_out} tokens of this message left out; the log keeps it whole]"
+    while True:
+        head = text[:cut]
+        marker = _clip_marker(total_tokens - keep_tokens)
+        clipped = head + marker
+        tokens = counter.text(clipped)
+        if not head or tokens - counter.text(marker) <= keep_tokens:
+            return clipped, tokens
+        cut = int(cut * 0.9)
+
+
+def _clip_marker(left_out: int) -> str:
+    return f"\n[contextfold: clipped, {left_out} tokens of this message left out; the log keeps it whole]"

@@ -10,8 +10,10 @@ and sends the folds back. Planning and committing stay in this process, in the
 one cycle every runner shares.
 
 Jobs for a real model are I/O-bound (the SDKs release the GIL while they wait)
-and run on the worker thread as in ``ThreadRunner``; so do jobs whose strategy
-is not registered, or whose token counter has no name a worker can rebuild.
+and run on the worker thread as in ``ThreadRunner``; so do jobs of strategies
+that say they are ``light`` (masking, trimming: cheaper here than the trip),
+jobs whose strategy is not registered, and jobs whose token counter has no
+name a worker can rebuild.
 """
 
 from __future__ import annotations
@@ -54,8 +56,9 @@ class ProcessRunner(ThreadRunner):
             raise InvalidInput("a ProcessRunner needs at least one process", field="processes")
         # Spawned, not forked: a fork of a process with threads may inherit held locks.
         self._pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
-        for _ in range(processes):
-            self._pool.submit(_warm)
+        # Started and importing before this returns, so no job pays for a worker's start.
+        for future in [self._pool.submit(_warm) for _ in range(processes)]:
+            future.result()
         super().__init__(
             workers,
             settle_s=settle_s,
@@ -69,7 +72,8 @@ class ProcessRunner(ThreadRunner):
         return self._run
 
     def _run(self, strategy: Strategy, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
-        if not isinstance(llm, OfflineModel) or counter.name not in PORTABLE_ENCODINGS:
+        light = getattr(strategy, "light", False)
+        if light or not isinstance(llm, OfflineModel) or counter.name not in PORTABLE_ENCODINGS:
             return run_here(strategy, job, llm, counter)
         try:
             data = strategy_to_data(strategy)

@@ -21,7 +21,7 @@ from contextfold.core.tokens import REPLY_PRIMING, TokenCounter
 from contextfold.core.units import RoundSpan, round_spans, unit_spans
 from contextfold.llm.base import LLM
 
-HIGH_WATER = 0.95
+HIGH_WATER = 0.9
 LOW_WATER = 0.7
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from contextfold.core.folds import Fold
 from contextfold.core.tokens import TokenCounter
@@ -22,6 +23,7 @@ from contextfold.strategies.triggers import OverBudget, Trigger
 
 @dataclass
 class KeepRecent:
+    light: ClassVar[bool] = True  # cheap: never worth a trip to another process
     trigger: Trigger = field(default_factory=lambda: OverBudget(1.0))
     name: str = "keep-recent"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from contextfold.core.entries import Entry
 from contextfold.core.folds import Fold
@@ -27,6 +27,7 @@ ARGS_CHARS = 80
 
 @dataclass
 class ObservationMasking:
+    light: ClassVar[bool] = True  # cheap: never worth a trip to another process
     keep_last: int = 5
     min_keep: int = 1
     exclude_tools: Sequence[str] = ()
