@@ -274,3 +274,10 @@ def test_pins_share_the_answer_token_cap_newest_first() -> None:
     assert fold.data["pinned"]
     assert fold.data["pinned"][-1] == "200 rows"
     assert "/data/part1.csv" not in fold.data["pinned"]
+
+
+def test_the_round_compressor_is_deprecated_for_the_rolling_compactor() -> None:
+    with pytest.warns(DeprecationWarning, match="RollingCompactor"):
+        RoundCompressor()
+    with pytest.warns(DeprecationWarning, match="migrating-from-round-compressor"):
+        Memory().session("s").view("v", preset="round-compressor")

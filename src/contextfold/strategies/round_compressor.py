@@ -17,6 +17,8 @@ the round in progress, and rounds never split a tool unit.
 
 from __future__ import annotations
 
+import warnings
+
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -85,6 +87,12 @@ class RoundCompressor:
     but the newest ``rounds_to_retain``, so ``rounds_to_compress`` is the
     smallest step and ``rounds_to_retain`` what stays verbatim. ``trigger``
     replaces both conditions.
+
+    Deprecated: TaskWeaver's compaction redesign (seed 000, phase 3) replaces
+    the round compressor with the rolling compactor, which folds in the
+    background and keeps one summary per agent. It still works and warns
+    (``DeprecationWarning``); ``docs/migrating-from-round-compressor.md`` says
+    how to move.
     """
 
     rounds_to_compress: int = 2
@@ -97,6 +105,12 @@ class RoundCompressor:
     name: str = "round_compressor"
 
     def __post_init__(self) -> None:
+        warnings.warn(
+            "RoundCompressor is deprecated in favour of RollingCompactor (seed 000, phase 3): "
+            "see docs/migrating-from-round-compressor.md",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         if self.kind not in SCHEMAS:
             raise InvalidInput(f"kind must be planner or code, not {self.kind!r}", field="kind")
 
