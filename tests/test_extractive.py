@@ -96,7 +96,10 @@ def test_keeps_artifacts_and_constraints_in_the_fold() -> None:
     messages[21] = {"role": "assistant", "content": "The app settings are in src/app/settings.py."}
     messages[40:40] = tool_round(1, "collected 12 items\nValueError: bad settings\nFAILED 1")
     session = new_session(messages)
-    budget = full_tokens(session) // 5
+    # Must-keep items go first, up to must_share of the fold; prose gets the rest. At this
+    # budget that share holds all five here (the constraint, the path, three tool lines),
+    # which the rare-word rounds would crowd out on information alone.
+    budget = full_tokens(session) * 2 // 5
     view = session.view("v", preset="offline", budget=budget)
     view.compact()
     (fold,) = summaries(view)
@@ -108,6 +111,7 @@ def test_keeps_artifacts_and_constraints_in_the_fold() -> None:
     ):
         assert item in fold.text
     assert "src/app/settings.py" in fold.data["artifacts"]
+    assert fold.data["artifacts_dropped"] == 0
     assert view.render_report().tokens <= budget
 
 

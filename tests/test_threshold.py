@@ -62,8 +62,12 @@ def test_fires_only_above_the_threshold() -> None:
         pipeline=Pipeline([ThresholdSummarization(threshold_tokens=tokens - 1)]),
         llm=lower_model,
     )
-    # Down to the low mark, 0.6 of the threshold: all three old blocks, in one call.
-    assert len(lower.compact().folds) == 3
+    # Down to the low mark: as many of the three old blocks as that takes, in one call.
+    old = [e.tokens for e in lower.state().entries if e.role == "assistant"][:-2]
+    need = tokens - lower.state().low_mark(tokens - 1)
+    taken = next(k for k in range(1, len(old) + 1) if sum(old[:k]) >= need)
+    assert taken > 1
+    assert len(lower.compact().folds) == taken
     assert len(lower_model.calls) == 1
     assert lower.state().tokens <= lower.state().low_mark(tokens - 1)
     assert view.compact(budget=int(tokens / 0.7) - 1).folds != ()
@@ -96,13 +100,16 @@ def test_folds_oldest_blocks_first_until_under_the_threshold_keeping_recent_ones
     folded = sorted(budget_view.folds(), key=lambda f: f.start)
     level = int(0.7 * int(full * 1.2))
     assert full > level
-    assert budget_view.state().tokens <= budget_view.state().low_mark(level)
+    after = budget_view.state()
     assert 0 < len(folded) < len(folds)
     assert len(budget_model.calls) == 1  # every block it takes, in one call
     assert [f.start for f in folded] == answers[: len(folded)]
-    # It takes the oldest blocks until their tokens bring the view down to the low mark.
+    # It takes the oldest blocks until their tokens bring the view down to the low mark:
+    # only their summaries, whose size no plan can know, may stay above it.
     taken = [f.tokens_before for f in folded]
-    assert sum(taken[:-1]) < full - budget_view.state().low_mark(level) <= sum(taken)
+    assert sum(taken[:-1]) < full - after.low_mark(level) <= sum(taken)
+    # Under its threshold again, it waits for the view to grow back.
+    assert after.tokens <= level and budget_view.compact().folds == ()
 
 
 def test_skips_user_messages_and_summarized_folds_and_keeps_units_whole() -> None:

@@ -535,13 +535,14 @@ def test_with_a_budget_it_fires_at_its_high_water_and_folds_to_its_low_water() -
     view = session.view(
         "v", pipeline=token_budget(), budget=8000, llm=ScriptedModel(default=responder)
     )
+    high = view.state().high_mark(8000)
     i = grow_past(view, session, 0, limit=3000)
     view.compact()
     assert responder.prompts == []
-    i = grow_past(view, session, i, limit=int(8000 * 0.9) - 300)
+    i = grow_past(view, session, i, limit=high - 300)
     view.compact()
     assert responder.prompts == []
-    grow_past(view, session, i, limit=int(8000 * 0.9))
+    grow_past(view, session, i, limit=high)
     view.compact()
     assert len(responder.prompts) == 1
     assert view.state().tokens <= view.state().low_mark(8000)
@@ -552,7 +553,7 @@ def test_an_explicit_threshold_wins_over_the_budget() -> None:
     _, view, _ = setup([m for i in range(20) for m in pair(i)])
     state = view.state(budget=8000)
     assert strategy.levels(state) == (3000, state.low_mark(3000))
-    assert TokenBudget().levels(state) == (7200, state.low_mark(8000))
+    assert TokenBudget().levels(state) == (state.high_mark(8000), state.low_mark(8000))
     assert TokenBudget().levels(view.state()) == (3000, state.low_mark(3000))
 
 
