@@ -3,7 +3,7 @@
 When a view's own strategies leave it over its budget (seed presets fold on
 rounds and thresholds, not on the view's budget), render would drop whole
 units behind a bare "N messages left out" marker. ``Rescue`` folds the oldest
-units instead, down to the low-water mark, into a TL;DR where they
+units instead, in a deep step (``depth`` of the room is left), into a TL;DR where they
 were, made by the view's model (the engine falls back to the extractive
 stand-in if that fails). The latest user message and the newest unit stay
 verbatim; the fold is split around the first when it lies inside the range.
@@ -39,10 +39,14 @@ DIGEST_CHARS = 80
 class Rescue:
     """Fold the oldest units of a view over its budget down to its low-water mark.
 
-    ``share`` is the part of the room beside the system prompt one rescue fold may take.
+    ``share`` is the part of the room beside the system prompt one rescue fold
+    may take, and ``depth`` the part of that room a rescue leaves: each call
+    re-reads the previous rescue summary and the prompt, so it folds in deep,
+    rare steps (below the view's low-water mark) to spread that over much new.
     """
 
-    share: float = 0.15
+    share: float = 0.1
+    depth: float = 0.4
     prompt: str | Path | None = None
     name: str = "rescue"
 
@@ -50,7 +54,7 @@ class Rescue:
         if state.budget is None or state.tokens <= state.budget:
             return None  # only what render would cut
         fold_tokens = max(int((state.budget - state.fixed) * self.share), MIN_FOLD_TOKENS)
-        target = state.low_mark(state.budget)
+        target = state.fixed + int((state.budget - state.fixed) * min(self.depth, state.low_water))
         units = state.units[:-1]  # the newest unit may still be waiting for results
         user = next(
             (i for i in range(len(state.entries) - 1, -1, -1) if state.entries[i].role == "user"),

@@ -17,9 +17,8 @@ the round in progress, and rounds never split a tool unit.
 
 from __future__ import annotations
 
-import warnings
-
 import json
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
