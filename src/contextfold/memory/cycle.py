@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from contextfold.core.errors import ContextfoldError, FoldConflict, InvalidInput
 from contextfold.core.events import Event, EventCallback, EventKind, emit, log
@@ -30,11 +30,37 @@ from contextfold.core.folds import Fold
 from contextfold.core.tokens import TokenCounter
 from contextfold.llm.base import LLM
 from contextfold.llm.offline import OfflineModel
+from contextfold.store.base import Store
 from contextfold.strategies.base import Job, Strategy, ViewState
+from contextfold.strategies.pipeline import Pipeline
 from contextfold.strategies.rescue import Rescue
 
-if TYPE_CHECKING:
-    from contextfold.memory.view import View
+
+class CompactedView(Protocol):
+    """What the cycle needs of a view: a ``View``, or a worker's handle on one."""
+
+    name: str
+
+    @property
+    def session(self) -> SessionSide: ...
+
+    @property
+    def on_event(self) -> list[EventCallback]: ...
+
+    def require_pipeline(self) -> Pipeline: ...
+
+    def state(self, budget: int | None = None, *, folding: bool = False) -> ViewState: ...
+
+    def model(self) -> LLM | None: ...
+
+
+class SessionSide(Protocol):
+    """The session's side of a compacted view: its id, its store, its token counter."""
+
+    id: str
+    store: Store
+    counter: TokenCounter
+
 
 MAX_STEPS = 200
 RESCUE = Rescue()
@@ -59,7 +85,7 @@ class CompactionReport:
 
 
 def compact(
-    view: View,
+    view: CompactedView,
     *,
     budget: int | None = None,
     run: RunJob = run_here,
@@ -120,7 +146,7 @@ def plan(
 
 
 def _step(
-    view: View,
+    view: CompactedView,
     strategy: Strategy,
     job: Job,
     model: LLM | None,

@@ -90,6 +90,11 @@ class Session:
         self.id = session_id
         self.counter = counter
 
+    @property
+    def wake(self) -> LocalWake:
+        """Where appends to this session are announced (``contextfold.store.wake``)."""
+        return self.memory.wake
+
     def append(self, message: Mapping[str, Any], *, key: str | None = None) -> LoggedMessage:
         """Validate, count and log one message; ``key`` makes a retried append a no-op."""
         return self.extend([message], keys=[key])[0]
@@ -119,7 +124,7 @@ class Session:
             for i, m in enumerate(valid)
         ]
         logged = self.store.append(self.id, new)
-        self.memory.wake.notify(self.id)
+        self.wake.notify(self.id)
         return logged
 
     def history(self) -> list[Message]:

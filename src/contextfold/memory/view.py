@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from contextfold.core.entries import Entry, entries_of
 from contextfold.core.errors import InvalidInput
@@ -30,14 +30,20 @@ from contextfold.core.units import whole_units
 from contextfold.llm.base import LLM
 from contextfold.memory.cache import PromptCache, StateCache
 from contextfold.memory.config import ViewConfig
+from contextfold.memory.cycle import CompactionReport, SessionSide, compact
 from contextfold.memory.filters import MessageFilter
 from contextfold.store.base import Head, Store
+from contextfold.store.wake import LocalWake
 from contextfold.strategies.base import ViewState
 from contextfold.strategies.pipeline import Pipeline
 
-if TYPE_CHECKING:
-    from contextfold.memory.cycle import CompactionReport
-    from contextfold.memory.session import Session
+
+class SessionHandle(SessionSide, Protocol):
+    """What a view needs of its session, beside what the cycle does: the wake-up port."""
+
+    @property
+    def wake(self) -> LocalWake: ...
+
 
 _PAGE = 256
 _SYSTEM_PAGE = 8
@@ -70,7 +76,7 @@ class View:
     without the results the log holds.
     """
 
-    def __init__(self, session: Session, name: str, binding: Binding) -> None:
+    def __init__(self, session: SessionHandle, name: str, binding: Binding) -> None:
         if not name or not isinstance(name, str):
             raise InvalidInput("view name must be a non-empty string", field="view")
         self.session = session
@@ -317,6 +323,4 @@ class View:
 
     def compact(self, budget: int | None = None) -> CompactionReport:
         """Run the compaction cycle inline until no strategy plans a job."""
-        from contextfold.memory.cycle import compact
-
         return compact(self, budget=budget)

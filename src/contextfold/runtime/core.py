@@ -91,7 +91,7 @@ class Runner(ABC):
             self._views[key_of(view)] = view
             listening = sid in self._unlisten
         if not listening:
-            stop = view.session.memory.wake.listen(sid, self._on_wake)
+            stop = view.session.wake.listen(sid, self._on_wake)
             with self._lock:
                 self._unlisten[sid] = stop
         self.notify(view)
