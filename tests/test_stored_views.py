@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_cycle import chat
 
 from contextfold import InvalidInput, Memory, ViewConfig, ViewConflict
 from contextfold.memory.filters import compile_filter
@@ -28,15 +29,6 @@ from contextfold.strategies.registry import pipeline_from_data, pipeline_to_data
 from contextfold.testing import ScriptedModel
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def chat(rounds: int, words: int = 60) -> list[dict[str, str]]:
-    text = " ".join(f"word{i}" for i in range(words))
-    out = []
-    for r in range(rounds):
-        out.append({"role": "user", "content": f"question {r}: {text}"})
-        out.append({"role": "assistant", "content": f"answer {r}: {text}. Done."})
-    return out
 
 
 @pytest.mark.parametrize("name", preset_names())

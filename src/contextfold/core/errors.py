@@ -7,8 +7,9 @@ Every error derives from one root, so callers can catch ``ContextfoldError``::
     ├── BudgetError           budget cannot hold the system prompt + latest user message
     ├── StoreError            a backend failed
     │   ├── NotFound          unknown session
-    │   ├── FoldConflict      the view's fold set moved since the job was planned
-    │   └── ViewConflict      the view's configuration moved since it was read
+    │   └── VersionConflict   a versioned record moved since it was read
+    │       ├── FoldConflict  the view's fold set moved since the job was planned
+    │       └── ViewConflict  the view's configuration moved since it was read
     └── ModelError            a model call failed (status and body when known)
 
 Errors from drivers and SDKs are translated where they are raised, with
@@ -65,28 +66,33 @@ class NotFound(StoreError, KeyError):
         return str(self.args[0]) if self.args else "not found"
 
 
-class FoldConflict(StoreError):
+class VersionConflict(StoreError):
+    """A versioned record moved since it was read; read it again and retry."""
+
+    what = "record"
+    by = "the caller expected"
+
+    def __init__(self, view: str, expected: int, actual: int) -> None:
+        self.view = view
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"{self.what} of view {view!r} is at version {actual}, {self.by} {expected}"
+        )
+
+
+class FoldConflict(VersionConflict):
     """The view's folds changed since the job was planned; re-plan and retry."""
 
-    def __init__(self, view: str, expected: int, actual: int) -> None:
-        self.view = view
-        self.expected = expected
-        self.actual = actual
-        super().__init__(
-            f"fold set of view {view!r} is at version {actual}, the job was planned at {expected}"
-        )
+    what = "fold set"
+    by = "the job was planned at"
 
 
-class ViewConflict(StoreError):
+class ViewConflict(VersionConflict):
     """The view's stored configuration changed since the caller read it."""
 
-    def __init__(self, view: str, expected: int, actual: int) -> None:
-        self.view = view
-        self.expected = expected
-        self.actual = actual
-        super().__init__(
-            f"configuration of view {view!r} is at version {actual}, the update expected {expected}"
-        )
+    what = "configuration"
+    by = "the update expected"
 
 
 class ModelError(ContextfoldError):
