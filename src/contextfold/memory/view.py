@@ -28,6 +28,7 @@ from contextfold.core.messages import Message
 from contextfold.core.render import Rendered, render
 from contextfold.core.units import whole_units
 from contextfold.llm.base import LLM
+from contextfold.llm.registry import get_model
 from contextfold.memory.cache import PromptCache, StateCache
 from contextfold.memory.config import ViewConfig
 from contextfold.memory.cycle import CompactionReport, SessionSide, compact
@@ -153,11 +154,7 @@ class View:
         if self.binding.llm is not None:
             return self.binding.llm
         spec = self.config.model
-        if spec is None:
-            return None
-        from contextfold.llm.registry import get_model
-
-        return get_model(spec)
+        return None if spec is None else get_model(spec)
 
     def update(self, *, expected_version: int | None = None, **changes: Any) -> ViewConfig:
         """Change stored settings explicitly; the record's version goes up by one.

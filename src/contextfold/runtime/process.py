@@ -91,13 +91,13 @@ class ProcessRunner(ThreadRunner):
 
 
 def _warm() -> None:
-    """Import the package in a worker before the first job needs it."""
+    """Import the package in a worker (registering the built-ins) before a job needs it."""
     import contextfold.strategies  # noqa: F401
 
 
 def _run_in_worker(data: dict[str, Any], job: Job, encoding: str) -> list[Fold]:
-    import contextfold.strategies  # noqa: F401  (registers the built-ins)
-
+    """In the worker: rebuild the strategy from its data (``_warm`` registered the built-ins)."""
+    _warm()
     counter = get_counter(encoding)
     strategy = strategy_from_data(data)
     return list(strategy.run(job, OfflineModel(counter=counter), counter))
