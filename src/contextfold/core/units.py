@@ -192,3 +192,24 @@ def tool_unit_faults(
 
 def _missing(open_ids: set[str], known: set[str] | None) -> bool:
     return bool(open_ids if known is None else open_ids & known)
+
+
+def call_for(result: Message, before: Iterable[Message]) -> Mapping[str, Any] | None:
+    """The call ``result`` answers: the nearest one with its id among ``before`` (oldest first)."""
+    found = None
+    for message in before:
+        for call in message.get("tool_calls") or ():
+            if call.get("id") == result.get("tool_call_id"):
+                found = call
+    return found
+
+
+def answers_tail(messages: Sequence[Message], result: Message) -> bool:
+    """Whether ``result`` answers a call of the tool unit ``messages`` end with."""
+    for message in reversed(messages):
+        if message["role"] == "tool":
+            continue
+        if message["role"] != "assistant":
+            return False
+        return call_for(result, [message]) is not None
+    return False

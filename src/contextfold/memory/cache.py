@@ -14,12 +14,13 @@ prefix caches warm.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from contextfold.core.entries import Entry
 from contextfold.core.log import LoggedMessage
-from contextfold.core.messages import Message, for_model
+from contextfold.core.messages import for_model
 from contextfold.core.render import Rendered
+from contextfold.core.units import answers_tail
 from contextfold.memory.filters import MessageFilter
 from contextfold.store.base import Head
 from contextfold.strategies.base import ViewState
@@ -62,7 +63,7 @@ class PromptCache:
             return None
         messages = list(base.messages)
         for logged in new:
-            if logged.role == "tool" and not _answers_tail(messages, logged.message):
+            if logged.role == "tool" and not answers_tail(messages, logged.message):
                 return None
             messages.append(for_model(logged.message))
         tokens = base.tokens + sum(m.tokens for m in new)
@@ -120,16 +121,6 @@ class StateCache:
                 self._last = head.last_seq
                 self._state = state
         return state
-
-
-def _answers_tail(messages: Sequence[Message], result: Message) -> bool:
-    """True when ``result`` answers a call of the tool unit the prompt ends with."""
-    for message in reversed(messages):
-        if message["role"] == "tool":
-            continue
-        calls = message.get("tool_calls") or () if message["role"] == "assistant" else ()
-        return any(call.get("id") == result.get("tool_call_id") for call in calls)
-    return False
 
 
 def _copy(rendered: Rendered) -> Rendered:

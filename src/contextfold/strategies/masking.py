@@ -10,7 +10,7 @@ down to ``min_keep``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -18,6 +18,7 @@ from contextfold.core.entries import Entry
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message
 from contextfold.core.tokens import TokenCounter
+from contextfold.core.units import call_for
 from contextfold.llm.base import LLM
 from contextfold.strategies.base import Job, ViewState, job_for
 from contextfold.strategies.triggers import Always, Trigger
@@ -117,17 +118,15 @@ def _is_raw_tool_unit(unit: Sequence[Entry]) -> bool:
     )
 
 
-def _call_for(message: Message, unit: Sequence[Entry]) -> dict[str, Any] | None:
-    """The nearest call before ``message`` in its unit with the id it answers."""
-    found = None
+def _call_for(message: Message, unit: Sequence[Entry]) -> Mapping[str, Any] | None:
+    """The call ``message`` answers, among the messages before it in its unit."""
+    before = []
     for e in unit:
-        msg = e.message
-        if msg is message:
+        if e.message is message:
             break
-        for call in (msg or {}).get("tool_calls") or ():
-            if call["id"] == message.get("tool_call_id"):
-                found = call
-    return found
+        if e.message is not None:
+            before.append(e.message)
+    return call_for(message, before)
 
 
 def _tool_name(entry: Entry, unit: Sequence[Entry]) -> str:
