@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from contextfold.core.entries import Entry
 from contextfold.core.log import LoggedMessage
@@ -28,99 +29,109 @@ from contextfold.strategies.base import ViewState
 ReadAfter = Callable[[int], list[LoggedMessage]]
 """Read the logged messages after a seq, oldest first."""
 
+T = TypeVar("T")
 
-class PromptCache:
-    """The last uncut prompt of one view, keyed by fold version, config version and budget."""
+
+class _Grown(Generic[T]):
+    """One value built at a key (the versions it depends on) and a last seq.
+
+    ``grow`` hands the value and the messages logged since to ``extend``, and
+    keeps what it returns unless another thread moved the value meanwhile.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._key: tuple[int, int, int | None] | None = None
+        self._key: tuple[int | None, ...] | None = None
         self._last = 0
-        self._rendered: Rendered | None = None
+        self._value: T | None = None
+
+    def put(self, key: tuple[int | None, ...], last: int, value: T | None) -> None:
+        with self._lock:
+            self._key, self._last, self._value = key, last, value
+
+    def grow(
+        self,
+        key: tuple[int | None, ...],
+        last_seq: int,
+        read_after: ReadAfter,
+        extend: Callable[[T, list[LoggedMessage]], T | None],
+    ) -> T | None:
+        with self._lock:
+            if self._value is None or self._key != key or last_seq < self._last:
+                return None
+            last, base = self._last, self._value
+        if last_seq == last:
+            return base
+        grown = extend(base, [m for m in read_after(last) if m.seq <= last_seq])
+        if grown is not None:
+            with self._lock:
+                if self._key == key and self._last == last:
+                    self._last, self._value = last_seq, grown
+        return grown
+
+
+class PromptCache:
+    """The last whole prompt of one view, keyed by fold version, config version and budget."""
+
+    def __init__(self) -> None:
+        self._grown: _Grown[Rendered] = _Grown()
 
     def put(self, head: Head, budget: int | None, rendered: Rendered) -> None:
-        with self._lock:
-            if not rendered.whole:
-                self._rendered = None
-                return
-            self._key = (head.fold_version, head.view_version, budget)
-            self._last = head.last_seq
-            self._rendered = rendered
+        key = (head.fold_version, head.view_version, budget)
+        self._grown.put(key, head.last_seq, rendered if rendered.whole else None)
 
     def extend(
         self, head: Head, budget: int | None, keep: MessageFilter | None, read_after: ReadAfter
     ) -> Rendered | None:
         """The prompt at ``head`` from the cached one, or None when it must be rendered afresh."""
+
+        def extend(base: Rendered, new: list[LoggedMessage]) -> Rendered | None:
+            if keep is not None and not all(keep(m.message) for m in new):
+                return None
+            messages = list(base.messages)
+            for logged in new:
+                if logged.role == "tool" and not answers_tail(messages, logged.message):
+                    return None
+                messages.append(for_model(logged.message))
+            tokens = base.tokens + sum(m.tokens for m in new)
+            if budget is not None and tokens > budget:
+                return None
+            return Rendered(messages, tokens, 0, (), base.folds, True)
+
         key = (head.fold_version, head.view_version, budget)
-        with self._lock:
-            if self._rendered is None or self._key != key or head.last_seq < self._last:
-                return None
-            last, base = self._last, self._rendered
-        if head.last_seq == last:
-            return _copy(base)
-        new = [m for m in read_after(last) if m.seq <= head.last_seq]
-        if keep is not None and not all(keep(m.message) for m in new):
-            return None
-        messages = list(base.messages)
-        for logged in new:
-            if logged.role == "tool" and not answers_tail(messages, logged.message):
-                return None
-            messages.append(for_model(logged.message))
-        tokens = base.tokens + sum(m.tokens for m in new)
-        if budget is not None and tokens > budget:
-            return None
-        grown = Rendered(messages, tokens, 0, (), base.folds, True)
-        with self._lock:
-            if self._key == key and self._last == last:
-                self._last = head.last_seq
-                self._rendered = grown
-        return _copy(grown)
+        grown = self._grown.grow(key, head.last_seq, read_after, extend)
+        return None if grown is None else _copy(grown)
 
 
 class StateCache:
     """The last view state of one view, keyed by fold version and config version."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._key: tuple[int, int] | None = None
-        self._last = 0
-        self._state: ViewState | None = None
+        self._grown: _Grown[ViewState] = _Grown()
 
     def put(self, head: Head, state: ViewState) -> None:
-        with self._lock:
-            self._key = (head.fold_version, head.view_version)
-            self._last = head.last_seq
-            self._state = state
+        self._grown.put((head.fold_version, head.view_version), head.last_seq, state)
 
     def extend(
         self, head: Head, keep: MessageFilter | None, read_after: ReadAfter
     ) -> ViewState | None:
+        def extend(base: ViewState, new: list[LoggedMessage]) -> ViewState | None:
+            if not base.entries and any(m.role in ("system", "developer") for m in new):
+                return None  # may still be part of the leading system prompt
+            if keep is not None and any(m.role == "tool" or not keep(m.message) for m in new):
+                return None  # the filter judges tool units whole: read the view afresh
+            return ViewState(
+                session_id=base.session_id,
+                view=base.view,
+                version=base.version,
+                system=base.system,
+                entries=base.entries + tuple(Entry.of_message(m) for m in new),
+                facts=base.facts,
+                counter=base.counter,
+            )
+
         key = (head.fold_version, head.view_version)
-        with self._lock:
-            if self._state is None or self._key != key or head.last_seq < self._last:
-                return None
-            last, base = self._last, self._state
-        if head.last_seq == last:
-            return base
-        new = [m for m in read_after(last) if m.seq <= head.last_seq]
-        if not base.entries and any(m.role in ("system", "developer") for m in new):
-            return None  # may still be part of the leading system prompt
-        if keep is not None and any(m.role == "tool" or not keep(m.message) for m in new):
-            return None  # the filter judges tool units whole: read the view afresh
-        state = ViewState(
-            session_id=base.session_id,
-            view=base.view,
-            version=base.version,
-            system=base.system,
-            entries=base.entries + tuple(Entry.of_message(m) for m in new),
-            facts=base.facts,
-            counter=base.counter,
-        )
-        with self._lock:
-            if self._key == key and self._last == last:
-                self._last = head.last_seq
-                self._state = state
-        return state
+        return self._grown.grow(key, head.last_seq, read_after, extend)
 
 
 def _copy(rendered: Rendered) -> Rendered:
