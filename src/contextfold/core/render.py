@@ -84,9 +84,10 @@ def render(
             raise BudgetError(budget, head_tokens + user_tokens)
         room = budget - head_tokens - user_tokens
         if facts is not None and facts.tokens_after > room - 2 * marker_tokens:
-            facts_msgs = _clip_messages(facts_msgs, room - 2 * marker_tokens, counter) or []
+            facts_msgs, facts_tokens = _clip_messages(
+                facts_msgs, room - 2 * marker_tokens, counter
+            ) or ([], 0)
             shortened = True
-            facts_tokens = sum(counter.message(m) for m in facts_msgs)
         left = room - facts_tokens
 
     taken: list[list[Message]] = []
@@ -104,15 +105,16 @@ def render(
     def cost_of(unit: Sequence[Entry]) -> int:
         return sum(e.tokens for e in unit) - (user_tokens if holds_user(unit) else 0)
 
-    def take(unit: Sequence[Entry], messages: list[Message] | None = None) -> None:
+    def take(unit: Sequence[Entry], fitted: tuple[list[Message], int] | None = None) -> None:
+        """Take a unit whole, or as ``fitted`` (clipped messages and their exact cost)."""
         nonlocal edge, user_seen, taken_tokens, shortened
-        if messages is None:
+        if fitted is None:
             taken.append([for_model(m) for e in unit for m in e.messages])
             taken_tokens += sum(e.tokens for e in unit)
         else:
             shortened = True
-            taken.append(messages)
-            taken_tokens += sum(counter.message(m) for m in messages)
+            taken.append(fitted[0])
+            taken_tokens += fitted[1]
         fold_ids.extend(e.fold.id for e in unit if e.fold is not None)
         edge = unit[0].start
         user_seen = user_seen or holds_user(unit)
@@ -145,7 +147,7 @@ def render(
             fitted = _clip_unit(unit, room_left, counter) if room_left >= MIN_CLIP_TOKENS else None
             if fitted is not None:
                 take(unit, fitted)
-                clipped.extend(_changed(unit, fitted))
+                clipped.extend(_changed(unit, fitted[0]))
                 for older in rest:
                     take(older)
                 break
@@ -157,7 +159,7 @@ def render(
             fitted = _clip_unit(unit, room_left, counter)
             if fitted is not None:
                 take(unit, fitted)
-                clipped.extend(_changed(unit, fitted))
+                clipped.extend(_changed(unit, fitted[0]))
         break
 
     before = after = 0
@@ -236,7 +238,9 @@ def _changed(unit: Sequence[Entry], fitted: Sequence[Message]) -> list[int]:
     return seqs
 
 
-def _clip_unit(unit: Sequence[Entry], room: int, counter: TokenCounter) -> list[Message] | None:
+def _clip_unit(
+    unit: Sequence[Entry], room: int, counter: TokenCounter
+) -> tuple[list[Message], int] | None:
     msgs = [for_model(m) for e in unit for m in e.messages]
     # A raw message's count is stored: a huge tool output is not tokenized again here.
     known = [e.tokens if e.fold is None else None for e in unit for _ in e.messages]
@@ -248,8 +252,9 @@ def _clip_messages(
     room: int,
     counter: TokenCounter,
     known: Sequence[int | None] | None = None,
-) -> list[Message] | None:
-    """Shorten the longest string contents until ``msgs`` cost at most ``room``; None if impossible.
+) -> tuple[list[Message], int] | None:
+    """Shorten the longest string contents until ``msgs`` cost at most ``room``: the
+    messages and their exact cost, or None if impossible.
 
     ``known`` holds counts already known per message (None where not); a
     shortened message is counted afresh, so the cost follows what is kept.
@@ -262,7 +267,7 @@ def _clip_messages(
     for _ in range(8):
         over = sum(costs) - room
         if over <= 0:
-            return msgs
+            return msgs, sum(costs)
         sized = [
             (costs[i] - counter.message({**m, "content": ""}), i)
             for i, m in enumerate(msgs)
@@ -280,7 +285,7 @@ def _clip_messages(
         overhead = costs[i] - size
         msgs[i]["content"], kept = _clipped(msgs[i]["content"], keep, size, counter)
         costs[i] = overhead + kept
-    return msgs if sum(costs) <= room else None
+    return (msgs, sum(costs)) if sum(costs) <= room else None
 
 
 def clip_text(text: str, keep_tokens: int, total_tokens: int, counter: TokenCounter) -> str:
