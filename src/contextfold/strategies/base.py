@@ -97,6 +97,12 @@ class ViewState:
         return self.budget is not None and self.tokens > self.budget
 
     @cached_property
+    def latest_user(self) -> int | None:
+        """Index of the latest raw user message among the entries: the request being answered."""
+        entries = self.entries
+        return next((i for i in range(len(entries) - 1, -1, -1) if entries[i].role == "user"), None)
+
+    @cached_property
     def fixed(self) -> int:
         """Tokens no fold can take away: the system prompt and the reply priming."""
         return REPLY_PRIMING + sum(m.tokens for m in self.system)

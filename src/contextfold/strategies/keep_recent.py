@@ -31,7 +31,7 @@ class KeepRecent:
         if state.budget is None or not self.trigger(state):
             return None
         entries = state.entries
-        stop = _latest_user_index(state)
+        stop = len(state.entries) if state.latest_user is None else state.latest_user
         over = state.tokens - state.budget + MARKER_TOKENS
         cut = -1
         saved = 0
@@ -63,10 +63,3 @@ class KeepRecent:
 
 
 MARKER_TOKENS = 16
-
-
-def _latest_user_index(state: ViewState) -> int:
-    for i in range(len(state.entries) - 1, -1, -1):
-        if state.entries[i].role == "user":
-            return i
-    return len(state.entries)

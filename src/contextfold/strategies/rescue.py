@@ -37,7 +37,7 @@ DIGEST_CHARS = 80
 
 @dataclass
 class Rescue:
-    """Fold the oldest units of a view over its budget down to its low-water mark.
+    """Fold the oldest units of a view over its budget, in one deep step.
 
     ``share`` is the part of the room beside the system prompt one rescue fold
     may take, and ``depth`` the part of that room a rescue leaves: each call
@@ -56,10 +56,7 @@ class Rescue:
         fold_tokens = max(int((state.budget - state.fixed) * self.share), MIN_FOLD_TOKENS)
         target = state.fixed + int((state.budget - state.fixed) * min(self.depth, state.low_water))
         units = state.units[:-1]  # the newest unit may still be waiting for results
-        user = next(
-            (i for i in range(len(state.entries) - 1, -1, -1) if state.entries[i].role == "user"),
-            None,
-        )
+        user = state.latest_user
         rest = state.tokens
         last = None
         for first, end in units:

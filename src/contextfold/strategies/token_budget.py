@@ -343,7 +343,7 @@ class TokenBudget:
             if used > room:
                 break
             keep = first
-        user = _latest_user(state.entries)
+        user = state.latest_user
         if user is not None and user < keep:
             keep = next(first for first, last in units if first <= user <= last)
         return keep
@@ -371,10 +371,6 @@ def _unpinned(summary: Fold) -> str:
     """
     pinned = summary.data.get("pinned") or []
     return str(summary.data[SUMMARY_FIELD]).removesuffix(with_pins("", pinned))
-
-
-def _latest_user(entries: Sequence[Entry]) -> int | None:
-    return next((i for i in range(len(entries) - 1, -1, -1) if entries[i].role == "user"), None)
 
 
 def _ask(prompt: str) -> list[Message]:
