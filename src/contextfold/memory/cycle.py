@@ -63,6 +63,7 @@ class SessionSide(Protocol):
 
 
 MAX_STEPS = 200
+"""Jobs one cycle may run: a strategy that keeps planning cannot spin it forever."""
 RESCUE = Rescue()
 
 RunJob = Callable[[Strategy, Job, LLM, TokenCounter], Sequence[Fold]]
@@ -92,7 +93,6 @@ def compact(
     may_plan: Callable[[], bool] = lambda: True,
     may_commit: Callable[[], bool] = lambda: True,
     listeners: Iterable[EventCallback] = (),
-    max_steps: int = MAX_STEPS,
 ) -> CompactionReport:
     """Plan and run jobs until none is planned; a strategy that failed is not asked again.
 
@@ -108,7 +108,7 @@ def compact(
     state = view.state(budget)
     before = state.tokens
     model = view.model()
-    for _ in range(max_steps):
+    for _ in range(MAX_STEPS):
         if not (may_plan() and may_commit()):
             break
         planned = plan(pipeline.strategies, state, skip=failed)

@@ -162,9 +162,10 @@ class View:
         ``expected_version`` makes the update conditional (``ViewConflict`` when
         another update came first).
         """
-        current = self.config
+        at = self._head().view_version
+        current = self._built(at)[0]
         config = current.changed(**changes)
-        if config != current or self.version == 0:
+        if config != current or at == 0:
             self._store.put_view(
                 self.session.id, self.name, config.to_data(), expected_version=expected_version
             )

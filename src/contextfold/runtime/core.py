@@ -185,8 +185,8 @@ class Runner(ABC):
     def _cycle(self, flight: Flight) -> bool:
         """Compact the flight's view if a job is planned; False when its lease is held elsewhere."""
         view = flight.view
-        strategies = view.pipeline.strategies if view.pipeline is not None else ()
-        planned = plan(strategies, view.state(), skip=flight.failed)
+        pipeline = view.pipeline
+        planned = plan(pipeline.strategies if pipeline else (), view.state(), skip=flight.failed)
         if planned is None:
             return True
         if not flight.held:
