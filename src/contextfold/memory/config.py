@@ -10,7 +10,7 @@ bad record is refused with the field named and nothing stored changes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
@@ -23,18 +23,6 @@ from contextfold.strategies.registry import (
     pipeline_from_data,
     pipeline_to_data,
     to_data,
-)
-
-_KEYS = (
-    "preset",
-    "options",
-    "pipeline",
-    "budget",
-    "filter",
-    "model",
-    "high_water",
-    "low_water",
-    "local",
 )
 
 
@@ -121,35 +109,20 @@ class ViewConfig:
 
     def to_data(self) -> dict[str, Any]:
         return {
-            "preset": self.preset,
-            "options": dict(self.options),
-            "pipeline": None if self.pipeline is None else dict(self.pipeline),
-            "budget": self.budget,
-            "filter": None if self.filter is None else dict(self.filter),
-            "model": self.model,
-            "high_water": self.high_water,
-            "low_water": self.low_water,
-            "local": self.local,
+            f.name: dict(value) if isinstance(value, Mapping) else value
+            for f in fields(self)
+            for value in [getattr(self, f.name)]
         }
 
     @classmethod
     def from_data(cls, data: Any) -> ViewConfig:
+        """A stored or posted record; settings it leaves out take their defaults."""
         if not isinstance(data, Mapping):
             raise InvalidInput("a view configuration is an object", field="config")
-        unknown = sorted(set(data) - set(_KEYS))
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
         if unknown:
             raise InvalidInput(f"unknown view setting {unknown[0]!r}", field=unknown[0])
         options = data.get("options") or {}
         if not isinstance(options, Mapping):
             raise InvalidInput("options is an object", field="options")
-        return cls(
-            preset=data.get("preset"),
-            options=dict(options),
-            pipeline=data.get("pipeline"),
-            budget=data.get("budget"),
-            filter=data.get("filter"),
-            model=data.get("model"),
-            high_water=data.get("high_water", HIGH_WATER),
-            low_water=data.get("low_water", LOW_WATER),
-            local=data.get("local", False),
-        )
+        return cls(**{**data, "options": dict(options)})
