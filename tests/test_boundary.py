@@ -142,6 +142,7 @@ BAD_ARGUMENTS: list[tuple[str, Bad, str]] = [
     ("llm not a model", lambda s: s.view("v", llm=5), "llm"),  # type: ignore[arg-type]
     ("local not a bool", lambda s: s.view("v", local="yes"), "local"),  # type: ignore[arg-type]
     ("unknown view setting", lambda s: s.view("v").update(colour=1), "colour"),
+    ("expected_version a string", lambda s: s.view("v").update(budget=9, expected_version="1"), "expected_version"),  # type: ignore[arg-type]
     ("prompt with a stray brace", lambda s: s.view("v", preset="rolling", prompt="Sum { up"), "pipeline.options.prompt"),
     ("prompt with a positional field", lambda s: s.view("v", preset="rolling", prompt="Sum {0}"), "pipeline.options.prompt"),
     ("session id empty", lambda s: s.memory.session(""), "session_id"),
@@ -309,13 +310,13 @@ def test_threads_opening_one_new_session_log_its_system_prompt_once(
         shared = Memory() if kind == "ram" else Memory(path)
         barrier = threading.Barrier(8)
 
-        def open_it(memory: Memory = shared) -> None:
+        def open_it(memory: Memory, path: Path, barrier: threading.Barrier) -> None:
             if kind == "sqlite, a Memory each":
                 memory = Memory(path)
             barrier.wait()
             memory.session("shared", system="You are the system prompt.")
 
-        threads = [threading.Thread(target=open_it) for _ in range(8)]
+        threads = [threading.Thread(target=open_it, args=(shared, path, barrier)) for _ in range(8)]
         for t in threads:
             t.start()
         for t in threads:

@@ -82,7 +82,13 @@ def test_parallel_tool_calls_make_one_unit() -> None:
 def test_a_unit_reaches_its_last_result() -> None:
     # Logs written before results had to follow their call may hold these.
     es = entries(
-        user(), calls("c1", "c2"), result("c1"), calls("c3"), result("c3"), result("c2"), check=False
+        user(),
+        calls("c1", "c2"),
+        result("c1"),
+        calls("c3"),
+        result("c3"),
+        result("c2"),
+        check=False,
     )
     assert unit_spans(es) == [(0, 0), (1, 5)]
 

@@ -40,6 +40,7 @@ _PART_BODIES: dict[str, dict[str, type]] = {
     "input_audio": {"data": str, "format": str},
 }
 _MAX_DEPTH = 64
+_BIG = 10**18  # integers within this print without reaching Python's digit limit
 
 
 def validate_messages(
@@ -147,7 +148,8 @@ def validate_message(raw: Mapping[str, Any], *, index: int = 0) -> Message:
             )
         msg["refusal"] = refusal
     for field, value in msg.items():
-        check_json(value, field, index=index)
+        if field != "role":
+            check_json(value, field, index=index)
     meta = raw.get("meta")
     if meta is not None:
         if not isinstance(meta, Mapping):
@@ -163,29 +165,26 @@ def check_json(value: Any, field: str, *, index: int | None = None, depth: int =
     strings, NaN and infinities, integers too long to print, nesting deeper
     than 64 and any other type. Tuples become lists, as JSON would make them.
     """
-    if isinstance(value, str):
+    kind = type(value)
+    if kind is str:
         if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise InvalidInput(
-                    f"not UTF-8 text: lone surrogate {value[exc.start]!r} at character {exc.start}",
-                    index=index,
-                    field=field,
-                ) from None
+            _check_utf8(value, field, index)
         return value
-    if value is None or isinstance(value, bool):
+    if value is None or kind is bool or (kind is int and -_BIG < value < _BIG):
         return value
+    if isinstance(value, str):
+        _check_utf8(value, field, index)
+        return str(value)
     if isinstance(value, int):
         try:
             str(value)
         except ValueError:
             raise InvalidInput("integer too long", index=index, field=field) from None
-        return value
+        return int(value)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise InvalidInput(f"{value} is not JSON", index=index, field=field)
-        return value
+        return float(value)
     if depth >= _MAX_DEPTH:
         raise InvalidInput(f"nested deeper than {_MAX_DEPTH} levels", index=index, field=field)
     if isinstance(value, Mapping):
@@ -204,6 +203,17 @@ def check_json(value: Any, field: str, *, index: int | None = None, depth: int =
             for j, item in enumerate(value)
         ]
     raise InvalidInput(f"{type(value).__name__} is not JSON", index=index, field=field)
+
+
+def _check_utf8(text: str, field: str, index: int | None) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(
+            f"not UTF-8 text: lone surrogate {text[exc.start]!r} at character {exc.start}",
+            index=index,
+            field=field,
+        ) from None
 
 
 def _check_content(

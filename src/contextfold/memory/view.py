@@ -163,6 +163,10 @@ class View:
         ``expected_version`` makes the update conditional (``ViewConflict`` when
         another update came first).
         """
+        if expected_version is not None and (
+            isinstance(expected_version, bool) or not isinstance(expected_version, int)
+        ):
+            raise InvalidInput("expected_version must be an integer", field="expected_version")
         at = self._head().view_version
         current = self._built(at)[0]
         config = current.changed(**changes)
