@@ -158,61 +158,82 @@ def validate_message(raw: Mapping[str, Any], *, index: int = 0) -> Message:
     return msg
 
 
-def check_json(value: Any, field: str, *, index: int | None = None, depth: int = 0) -> Any:
+def check_json(value: Any, field: str, *, index: int | None = None) -> Any:
     """``value`` as plain JSON data (a fresh copy), or ``InvalidInput`` naming the field.
 
     Refused: strings that are not UTF-8 (lone surrogates), keys that are not
     strings, NaN and infinities, integers too long to print, nesting deeper
     than 64 and any other type. Tuples become lists, as JSON would make them.
     """
+    try:
+        return _plain(value, 0)
+    except _NotJSON as exc:
+        where = field + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.path[::-1])
+        raise InvalidInput(exc.reason, index=index, field=where) from None
+
+
+class _NotJSON(Exception):
+    """Raised deep in ``_plain``; each level adds its key on the way out."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        self.path: list[str | int] = []
+
+
+def _plain(value: Any, depth: int) -> Any:
     kind = type(value)
     if kind is str:
         if not value.isascii():
-            _check_utf8(value, field, index)
+            _check_utf8(value)
         return value
     if value is None or kind is bool or (kind is int and -_BIG < value < _BIG):
         return value
+    if kind is float and math.isfinite(value):
+        return value
+    if depth >= _MAX_DEPTH:
+        raise _NotJSON(f"nested deeper than {_MAX_DEPTH} levels")
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _NotJSON(f"key {key!r} is not a string")
+            try:
+                out[_plain(key, depth)] = _plain(item, depth + 1)
+            except _NotJSON as exc:
+                exc.path.append(key)
+                raise
+        return out
+    if isinstance(value, list | tuple):
+        items = []
+        for j, item in enumerate(value):
+            try:
+                items.append(_plain(item, depth + 1))
+            except _NotJSON as exc:
+                exc.path.append(j)
+                raise
+        return items
     if isinstance(value, str):
-        _check_utf8(value, field, index)
+        _check_utf8(value)
         return str(value)
     if isinstance(value, int):
         try:
             str(value)
         except ValueError:
-            raise InvalidInput("integer too long", index=index, field=field) from None
+            raise _NotJSON("integer too long") from None
         return int(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise InvalidInput(f"{value} is not JSON", index=index, field=field)
+            raise _NotJSON(f"{value} is not JSON")
         return float(value)
-    if depth >= _MAX_DEPTH:
-        raise InvalidInput(f"nested deeper than {_MAX_DEPTH} levels", index=index, field=field)
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise InvalidInput(f"key {key!r} is not a string", index=index, field=field)
-            where = f"{field}.{key}"
-            out[check_json(key, where, index=index)] = check_json(
-                item, where, index=index, depth=depth + 1
-            )
-        return out
-    if isinstance(value, list | tuple):
-        return [
-            check_json(item, f"{field}[{j}]", index=index, depth=depth + 1)
-            for j, item in enumerate(value)
-        ]
-    raise InvalidInput(f"{type(value).__name__} is not JSON", index=index, field=field)
+    raise _NotJSON(f"{type(value).__name__} is not JSON")
 
 
-def _check_utf8(text: str, field: str, index: int | None) -> None:
+def _check_utf8(text: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise InvalidInput(
-            f"not UTF-8 text: lone surrogate {text[exc.start]!r} at character {exc.start}",
-            index=index,
-            field=field,
+        raise _NotJSON(
+            f"not UTF-8 text: lone surrogate {text[exc.start]!r} at character {exc.start}"
         ) from None
 
 
