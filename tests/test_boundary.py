@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from contextfold import InvalidInput, Memory, Session
+from contextfold import InvalidInput, Memory, Session, compact_messages
 from contextfold.cli import main
 from contextfold.core.units import NO_RESULT, tool_unit_faults
+from contextfold.memory.compact import load_conversation
 from contextfold.strategies import ObservationMasking, Pipeline
 from contextfold.strategies.templates import fill
 
@@ -159,6 +160,21 @@ BAD_ARGUMENTS: list[tuple[str, Bad, str]] = [
 ]  # fmt: skip
 
 
+# (case, keyword arguments of compact_messages, field named): the library call behind the CLI.
+BAD_COMPACT_CALLS: list[tuple[str, dict[str, Any], str]] = [
+    ("messages a string", {"messages": "hi"}, "messages"),
+    ("messages None", {"messages": None}, "messages"),
+    ("no budget", {"budget": None}, "budget"),
+    ("budget a string", {"budget": "100"}, "budget"),
+    ("budget negative", {"budget": -1}, "budget"),
+    ("unknown preset", {"preset": "bogus"}, "preset"),
+    ("unknown encoding", {"encoding": "bogus"}, "encoding"),
+    ("model not a string", {"model": 5}, "model"),
+    ("progress not a function", {"progress": 5}, "progress"),
+    ("a bad message", {"messages": [user(), {"role": "robot", "content": "x"}]}, "role"),
+]
+
+
 @pytest.fixture(params=["ram", "sqlite"])
 def session(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Session]:
     memory = Memory() if request.param == "ram" else Memory(tmp_path / "log.db")
@@ -207,6 +223,22 @@ def test_a_bad_argument_is_refused_naming_the_field(
 ) -> None:
     exc = refusal(session, lambda: fn(session))
     assert exc.field == field, (case, str(exc))
+
+
+@pytest.mark.parametrize(
+    ("case", "kwargs", "field"), BAD_COMPACT_CALLS, ids=[r[0] for r in BAD_COMPACT_CALLS]
+)
+def test_compact_messages_refuses_by_field(case: str, kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        compact_messages(**{"messages": [user()], "budget": 100, **kwargs})
+    assert info.value.field == field, (case, str(info.value))
+    assert compact_messages((m for m in [user(), say()]), budget=100).messages_before == 2
+
+
+def test_load_conversation_refuses_a_path_that_is_not_one() -> None:
+    with pytest.raises(InvalidInput) as info:
+        load_conversation(5)  # type: ignore[arg-type]
+    assert info.value.field == "path"
 
 
 def test_extend_takes_any_iterable(session: Session) -> None:

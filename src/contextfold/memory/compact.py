@@ -133,6 +133,10 @@ def load_conversation(path: str | Path, *, index: int | None = None) -> Conversa
     """Read one conversation; ``index`` picks a line of a JSONL file (default the first)."""
     if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
         raise InvalidInput(f"--index must be a whole number, not {index!r}", field="index")
+    if not isinstance(path, str | os.PathLike):
+        raise InvalidInput(
+            f"path must be a string or a path, not {type(path).__name__}", field="path"
+        )
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -235,6 +239,8 @@ def compact_messages(
     started = time.perf_counter()
     if check_budget(budget) is None:
         raise InvalidInput("a budget is required", field="budget")
+    if progress is not None and not callable(progress):
+        raise InvalidInput("progress must be a function (stage, done, total)", field="progress")
     messages = batch_of(messages, "messages")
     memory = Memory(encoding=encoding)
     session = memory.session("compact")
