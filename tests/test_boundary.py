@@ -257,6 +257,16 @@ def test_results_may_come_in_later_batches(session: Session) -> None:
         session.append(result("c2"))
 
 
+def test_another_handle_between_a_call_and_its_result_is_seen(session: Session) -> None:
+    other = session.memory.session(session.id)
+    session.append(call("c2"))
+    other.append(user("meanwhile"))
+    exc = refusal(session, lambda: session.append(result("c2")))
+    assert (exc.index, exc.field) == (FIRST + 2, "tool_call_id")
+    other.append(call("c3"))
+    session.append(result("c3"))  # read from the log: this handle did not append the call
+
+
 @pytest.mark.parametrize(
     ("case", "batch", "missing"),
     [

@@ -110,6 +110,16 @@ class Memory:
         self.close()
 
 
+def _open_after(messages: list[Message], pending: set[str]) -> set[str]:
+    """The call ids left open once ``messages`` follow a tail with ``pending`` open."""
+    for message in messages:
+        if message["role"] == "tool":
+            pending = pending - {message["tool_call_id"]}
+        else:
+            pending = {c["id"] for c in message.get("tool_calls") or ()}
+    return pending
+
+
 class Session:
     """One conversation: an append-only log and the views over it."""
 
@@ -118,6 +128,9 @@ class Session:
         self.store = memory.store
         self.id = session_id
         self.counter = counter
+        # The last seq this handle appended and the call ids still open there, so
+        # the next batch of results needs no read of the log's tail.
+        self._tail: tuple[int, frozenset[str]] | None = None
 
     @property
     def wake(self) -> LocalWake:
@@ -152,14 +165,21 @@ class Session:
         offset = self.store.last_seq(self.id)
         called = self.store.called_ids(self.id, answered) if answered else set()
         first = batch[0] if batch else None
-        starts_with_result = isinstance(first, Mapping) and first.get("role") == "tool"
-        pending = self._unanswered(offset) if starts_with_result else set()
+        pending: set[str] = set()
+        if isinstance(first, Mapping) and first.get("role") == "tool":
+            tail = self._tail
+            pending = (
+                set(tail[1]) if tail is not None and tail[0] == offset else self._unanswered(offset)
+            )
         valid = validate_messages(batch, open_calls=pending, called=called, offset=offset)
         new = [
             NewMessage(m, self.counter.message(m), key_list[i] if key_list else None)
             for i, m in enumerate(valid)
         ]
         logged = self.store.append(self.id, new)
+        self._tail = None
+        if [m.seq for m in logged] == list(range(offset + 1, offset + 1 + len(valid))):
+            self._tail = (offset + len(valid), frozenset(_open_after(valid, pending)))
         self.wake.notify(self.id)
         return logged
 
