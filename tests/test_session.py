@@ -70,8 +70,10 @@ def test_tool_result_may_answer_a_call_appended_in_an_earlier_extend() -> None:
     session = Memory().session("s")
     session.extend([{"role": "user", "content": "find it"}, call("c1")])
     session.extend([result("c1", "found")])
-    session.append(result("c1", "found again"))
-    assert [m["role"] for m in session.history()] == ["user", "assistant", "tool", "tool"]
+    with pytest.raises(InvalidInput) as info:  # answered already: a result answers its call once
+        session.append(result("c1", "found again"))
+    assert (info.value.index, info.value.field) == (3, "tool_call_id")
+    assert [m["role"] for m in session.history()] == ["user", "assistant", "tool"]
 
 
 @pytest.mark.parametrize(
