@@ -33,6 +33,7 @@ A JSON answer is read as prose by its string values, so a
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -48,7 +49,7 @@ MIN_CONTENT_WORDS = 4
 EDGE_CHARS = 200
 """How much of an answer's opening and closing sentence is read for wording."""
 
-_APOSTROPHES = str.maketrans({c: "'" for c in "\u2019\u2018\u02bc\u2032`\u00b4"})
+_APOSTROPHES = re.compile("[\u2019\u2018\u02bc\u2032`\u00b4]")
 _NULLS = frozenset(
     {"null", "none", "nil", "undefined", "nan", "n/a", "na", "{}", "[]", '""', "''", "empty"}
     | {"(empty)", "<empty>", "no summary", "no response", "no answer", "no content"}
@@ -67,6 +68,7 @@ REFUSAL_PATTERNS: tuple[str, ...] = (
     r"^\W*sorry\b",
     r"\bi apologi[sz]e\b(?:,? but)?",
     r"\bmy apologies\b",
+    r"\bi(?:'d| would) (?:rather|prefer) not\b",
     rf"\b(?:i|we) ?{_CANT}(?: \w+){{0,3}}? {_REQUEST_VERBS}\b",
     r"\b(?:i|we) (?:can't|cannot|can not|won't|will not)(?: do (?:that|this|it))?\s*(?:[.!]|$)",
     r"\b(?:i|we) (?:must|have to|need to) (?:respectfully )?decline\b",
@@ -97,6 +99,8 @@ ERROR_PATTERNS: tuple[str, ...] = (
     r"\boverloaded_error\b",
     r"\ban? (?:unexpected |internal |unknown )?error (?:has )?occurred\b",
     r"\bsomething went wrong\b",
+    r"\bsorry about that\b",
+    r"\b(?:had|encountered) an error (?:while|when) (?:processing|handling)\b",
     r"\bplease try again\b(?: later)?|\btry again later\b",
     r"\bmaximum context length\b",
     r"\bcontext[ _]length[ _]exceeded\b",
@@ -104,7 +108,8 @@ ERROR_PATTERNS: tuple[str, ...] = (
     r"\binsufficient_quota\b|\bquota exceeded\b|\bexceeded your current quota\b",
     r"\bthe model [`'\"]?[\w./:-]+[`'\"]? does not exist\b",
     r"\bmodel not found\b",
-    r"\b(?:traceback \(most recent call last\)|unhandled exception)\b",
+    r"\btraceback \(most recent call last\)|\bunhandled exception\b",
+    r"\b(?:cuda )?out of memory\b|\boom\b",
     r"^\W*(?:error|exception|fatal)\b\s*(?:[:\-—]|\d{3}\b|$)",
     r"\berror code:? ?\d{3}\b",
     r"\bnginx(?:/[\d.]+)?\b|\bcloudflare\b|\bray id\b|\bvarnish\b|\bopenresty\b",
@@ -143,6 +148,11 @@ class Expected:
     tokens_before: int | None = None
     schema: Mapping[str, Any] | None = None
     accept: Callable[[Completion], str | None] | None = None
+
+    @functools.cached_property
+    def material_words(self) -> str:
+        """The material's words, computed once for every answer of a job."""
+        return _words(normalized(self.material))
 
     @property
     def limit(self) -> int:
@@ -199,12 +209,14 @@ def _content_problem(completion: Completion, expected: Expected) -> str | None:
     if is_error_body(data):
         return f"answer is a JSON error body: {_shown(text)}"
     prose = text
-    if expected.schema is not None:
+    if expected.schema is not None and isinstance(data, Mapping | list):
         values = list(strings(data))
-        if any(is_html(value) for value in values):
-            return f"answer holds an HTML page: {_shown(text)}"
+        if any(is_html(v) or is_error_body(parse_json(v)) for v in values):
+            return f"answer holds an error page or body: {_shown(text)}"
+        if values and all(is_null(v) or not v.strip() for v in values):
+            return f"answer holds only empty or null values: {_shown(text)}"
         prose = "\n".join(values)
-    wording = error_wording(prose, expected.material)
+    wording = error_wording(prose, lambda: expected.material_words)
     if wording is not None:
         return wording
     if expected.schema is not None:
@@ -238,15 +250,19 @@ def is_error_body(data: Any) -> bool:
     return bool(keys & {"error", "errors", "detail"}) or data.get("object") == "error"
 
 
-def error_wording(prose: str, material: str) -> str | None:
-    """Why ``prose`` is an error or refusal rather than a summary mentioning one (rule 4)."""
+def error_wording(prose: str, material_words: Callable[[], str]) -> str | None:
+    """Why ``prose`` is an error or refusal rather than a summary mentioning one (rule 4).
+
+    ``material_words`` gives the words of the folded material (``_words``),
+    asked for only when the answer holds such wording.
+    """
     text = normalized(prose).strip()
     spans = [(m.start(), m.end()) for m in _WORDING.finditer(text)]
     if not spans:
         return None
     if _content_words(text, spans) < MIN_CONTENT_WORDS:
         return f"answer is error or refusal wording: {_shown(prose)}"
-    source = _words(normalized(material))
+    source = material_words()
     foreign = [(s, e) for s, e in spans if _words(text[s:e]) not in source]
     if not foreign:
         return None
@@ -271,7 +287,7 @@ def error_wording(prose: str, material: str) -> str | None:
 
 def normalized(text: str) -> str:
     """Lower case, one kind of apostrophe, white space runs as one space within a line."""
-    lines = (" ".join(line.split()) for line in text.translate(_APOSTROPHES).lower().split("\n"))
+    lines = (" ".join(line.split()) for line in _APOSTROPHES.sub("'", text).lower().split("\n"))
     return "\n".join(lines)
 
 

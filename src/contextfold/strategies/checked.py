@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contextfold.core.artifacts import find_facts, missing_artifacts
+from contextfold.core.artifacts import Artifact, find_facts, missing_artifacts
 from contextfold.core.errors import ModelError
 from contextfold.core.messages import Message
 from contextfold.core.tokens import TokenCounter
@@ -163,7 +163,7 @@ def pins(source: str, answer: str, chars: int) -> tuple[tuple[str, ...], int]:
     its value is (the answer may word the key as it likes). An answer that
     summarizes several ranges at once pins each range against its own part.
     """
-    facts = find_facts(_LABEL.sub("", source))
+    facts = must_keep_facts(source)
     absent = set(missing_artifacts([f.text for f in facts], answer))
     missing = [f.shown for f in facts if f.text in absent]
     pinned = newest_within(missing, chars)
@@ -188,9 +188,14 @@ def newest_within(
     return tuple(reversed(kept))
 
 
+def must_keep_facts(source: str) -> list[Artifact]:
+    """The facts a summary of ``source`` must keep, speaker labels aside."""
+    return find_facts(_LABEL.sub("", source))
+
+
 def must_keep(source: str) -> list[str]:
-    """The items a summary of ``source`` must keep: facts of its material, labels aside."""
-    return [fact.shown for fact in find_facts(_LABEL.sub("", source))]
+    """The items a summary of ``source`` must keep, as they are pinned (a value with its key)."""
+    return [fact.shown for fact in must_keep_facts(source)]
 
 
 def with_pins(text: str, pinned: Sequence[str]) -> str:
