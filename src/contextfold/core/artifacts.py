@@ -254,19 +254,16 @@ def find_facts(text: str) -> list[Artifact]:
     """The items a summary of ``text`` must keep: every artifact but a bare number.
 
     A number is a fact only as the whole value of a key (``price: 281``, not
-    the 281 of ``"address1": "281 Main St"``); each fact is listed once, by
-    what it shows.
+    the 281 of ``"address1": "281 Main St"``) or after a noun naming it
+    (``build 4711``); each fact is listed once, by what it shows.
     """
     seen: set[str] = set()
     facts: list[Artifact] = []
-    for artifact in find_artifacts(text):
-        if artifact.kind == "number":
-            artifact = _named_number(text, artifact)
-            if artifact is None:
-                continue
-        if artifact.shown not in seen:
-            seen.add(artifact.shown)
-            facts.append(artifact)
+    for found in find_artifacts(text):
+        fact = _named_number(text, found) if found.kind == "number" else found
+        if fact is not None and fact.shown not in seen:
+            seen.add(fact.shown)
+            facts.append(fact)
     return facts
 
 
