@@ -284,3 +284,19 @@ def test_a_scripted_refusal_field_is_rejected() -> None:
     model = ScriptedModel([refused, "I fixed app/db.py."])
     checked = summarize_checked(model, PROMPT, source=SOURCE, max_tokens=200)
     assert checked.attempts == 2
+
+
+@pytest.mark.parametrize("case", ["Sorry, I can\u2019t help with that.", "502 Bad Gateway", "null"])
+def test_the_rescue_never_folds_a_bad_answer(case: str) -> None:
+    session = Memory().session("s")
+    session.extend(agent_runs(2))
+    model = ScriptedModel(default=case)
+    # Rolling never fires here; the rescue folds what the budget cannot hold,
+    # with the view's model first.
+    view = session.view("v", preset="rolling", threshold=1000, budget=3000, llm=model)
+    view.compact()
+    rescued = [f for f in view.folds() if f.strategy == "rescue"]
+    assert rescued and len(model.calls) >= 3
+    for fold in rescued:
+        assert (fold.usage or {}).get("model") != model.name
+        assert case not in fold.text

@@ -124,6 +124,10 @@ _WORDING = re.compile(
     "|".join(f"(?:{p})" for p in (*REFUSAL_PATTERNS, *ERROR_PATTERNS)), re.MULTILINE
 )
 _TAGS = re.compile(r"<\s*/?\s*[a-z!][^<>]{0,200}>")
+_HTML_TAGS = re.compile(
+    r"<\s*/?\s*(?:!doctype|html|head|body|title|h[1-6]|center|hr|p|div|meta|pre|span|br)\b",
+    re.IGNORECASE,
+)
 _WORD = re.compile(r"[a-z][a-z']*|\d+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n+")
 _ERROR_KEYS = frozenset(
@@ -235,9 +239,9 @@ def is_null(text: str) -> bool:
 
 
 def is_html(text: str) -> bool:
-    """An HTML document or error page: it opens with a tag and holds several."""
-    opening = text.lstrip()[:1]
-    return opening == "<" and len(_TAGS.findall(text[:4000])) >= 2
+    """An HTML document or error page: it opens with an HTML tag and holds several."""
+    opening = text.lstrip()
+    return _HTML_TAGS.match(opening) is not None and len(_HTML_TAGS.findall(opening[:4000])) >= 2
 
 
 def is_error_body(data: Any) -> bool:
