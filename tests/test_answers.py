@@ -195,6 +195,8 @@ GOOD = [
     "I'm sorry, but I can't restart the production database myself, I told the user, after "
     "the health check of api/v2 gave 502 Bad Gateway and app/db.py failed with "
     "ConnectionRefusedError.",
+    "I cannot reproduce the failure locally and I am unable to complete the deploy of api/v2 "
+    "until the database accepts connections again.",
 ]
 
 

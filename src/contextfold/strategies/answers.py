@@ -54,9 +54,10 @@ _NULLS = frozenset(
     {"null", "none", "nil", "undefined", "nan", "n/a", "na", "{}", "[]", '""', "''", "empty"}
     | {"(empty)", "<empty>", "no summary", "no response", "no answer", "no content"}
 )
+# What a refusal declines: the request itself, not a task step ("I can't reproduce it").
 _REQUEST_VERBS = (
-    r"(?:help|assist|comply|fulfil|fulfill|provide|complete|process|summari[sz]e|answer"
-    r"|respond|continue|generate|create|engage|perform|do (?:that|this|it)|support)"
+    r"(?:help|assist|comply|fulfil|fulfill|provide|summari[sz]e|answer|respond|continue"
+    r"|engage|do (?:that|this|it))"
 )
 _CANT = (
     r"(?:can't|cannot|can not|won't|will not|am unable to|'m unable to|am not able to"
