@@ -251,10 +251,25 @@ def test_a_failed_call_is_asked_again_unchanged() -> None:
 def test_an_over_long_answer_is_trimmed_at_a_sentence_end() -> None:
     sentences = [f"I checked module number {n} of app/db.py and it was fine." for n in range(40)]
     model = ScriptedModel([" ".join(sentences)])
-    checked = summarize_checked(model, PROMPT, source=SOURCE, max_tokens=60, pin=False)
+    checked = summarize_checked(
+        model, PROMPT, source=SOURCE, max_tokens=60, pin=False, counter=COUNTER
+    )
     assert checked.attempts == 1 and len(model.calls) == 1
     assert checked.text.endswith("fine.") and COUNTER.text(checked.text) <= 60
     assert checked.text == " ".join(sentences[: checked.text.count("fine.")])
+
+
+def test_an_over_long_json_answer_is_trimmed_string_by_string() -> None:
+    schema = {"type": "object", "required": ["summary", "facts"]}
+    long = " ".join(f"Step {n} of the deploy of api/v2 went fine." for n in range(60))
+    model = ScriptedModel([{"summary": long, "facts": ["app/db.py refused connections."]}])
+    checked = summarize_checked(
+        model, PROMPT, source=SOURCE, max_tokens=150, schema=schema, counter=COUNTER
+    )
+    assert checked.attempts == 1
+    assert checked.data["summary"].startswith("Step 0 of") and checked.data["summary"] in long
+    assert checked.data["facts"] == ["app/db.py refused connections."]
+    assert COUNTER.text(json.dumps(checked.data)) <= 150
 
 
 def test_an_answer_longer_than_the_range_it_replaces_is_rejected() -> None:

@@ -23,9 +23,9 @@ here. The rules, in order (the first that fails names the reason):
 5. **The wrong shape**: not a JSON object with the schema's required keys where
    JSON was asked for, then the strategy's own check (``accept``: goal batch's
    sections, rolling's prose, the concept answers, ...).
-6. **Too long**: more tokens than its cap, or than the range it replaces. A
-   prose answer is first trimmed at a sentence end; the trimmed answer is taken
-   when it passes every rule.
+6. **Too long**: more tokens than its cap, or than the range it replaces. The
+   answer is first trimmed at sentence ends (prose whole, a JSON answer string
+   by string); the trimmed answer is taken when it passes every rule.
 
 A JSON answer is read as prose by its string values, so a
 ``{"summary": "Sorry, I can't"}`` is a refusal too.
@@ -34,6 +34,7 @@ A JSON answer is read as prose by its string values, so a
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -188,15 +189,38 @@ def judge(completion: Completion, expected: Expected) -> Verdict:
         if expected.tokens_before is not None and expected.tokens_before < expected.max_tokens
         else ""
     )
-    if expected.schema is not None:
-        return Verdict(None, too_long)
-    shorter = trim(completion.text, expected.limit, expected.count)
-    if shorter is None:
-        return Verdict(None, too_long)
-    trimmed = replace(completion, text=shorter)
-    if _content_problem(trimmed, expected) is not None:
+    trimmed = _trimmed(completion, expected, tokens)
+    if trimmed is None or _content_problem(trimmed, expected) is not None:
         return Verdict(None, too_long)
     return Verdict(trimmed, None)
+
+
+def _trimmed(completion: Completion, expected: Expected, tokens: int) -> Completion | None:
+    """The answer cut at sentence ends to fit ``expected.limit``: prose whole, JSON field by field.
+
+    Each JSON string gets its share of the limit (what it has, scaled down);
+    None when no cut fits.
+    """
+    if expected.schema is None:
+        shorter = trim(completion.text, expected.limit, expected.count)
+        return None if shorter is None else replace(completion, text=shorter)
+    share = expected.limit / tokens * 0.9
+
+    def cut(value: Any) -> Any:
+        if isinstance(value, str):
+            size = expected.count(value)
+            return value if size < 20 else trim(value, int(size * share), expected.count) or value
+        if isinstance(value, Mapping):
+            return {key: cut(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [cut(item) for item in value]
+        return value
+
+    data = cut(completion.data)
+    text = json.dumps(data, ensure_ascii=False)
+    if expected.count(text) > expected.limit:
+        return None
+    return replace(completion, text=text, data=data)
 
 
 def _content_problem(completion: Completion, expected: Expected) -> str | None:

@@ -107,7 +107,7 @@ def summarize_checked(
         if verdict.answer is None:
             reason = str(verdict.reason)
             reasons.append(reason)
-            asked = [*messages, *follow_up(completion.text, reason, max_tokens, schema)]
+            asked = [*messages, *follow_up(completion.text, reason, expected.limit, schema)]
             continue
         answer = verdict.answer
         pinned, dropped = (
@@ -127,9 +127,13 @@ def summarize_checked(
 
 
 def follow_up(
-    answer: str, reason: str, max_tokens: int, schema: Mapping[str, Any] | None
+    answer: str, reason: str, limit: int, schema: Mapping[str, Any] | None
 ) -> list[Message]:
-    """What a retry adds to the prompt: the rejected answer, clipped, and what was wrong."""
+    """What a retry adds to the prompt: the rejected answer, clipped, and what was wrong.
+
+    ``limit`` is the tokens the answer may have; the note asks for words, about
+    three words for four tokens.
+    """
     shown = answer.strip()
     if len(shown) > ECHO_CHARS:
         shown = shown[:ECHO_CHARS] + " [...]"
@@ -140,7 +144,7 @@ def follow_up(
             "role": "user",
             "content": (
                 f"That answer cannot be used: {reason}. Answer again with only the summary "
-                f"of the history above, as {form}, in at most {max_tokens * 3 // 4} words."
+                f"of the history above, as {form}, in at most {limit * 3 // 4} words."
             ),
         },
     ]
