@@ -317,3 +317,26 @@ def test_the_rescue_never_folds_a_bad_answer(case: str) -> None:
     for fold in rescued:
         assert (fold.usage or {}).get("model") != model.name
         assert case not in fold.text
+
+
+def test_a_schema_asking_for_error_fields_gets_them() -> None:
+    schema = {"type": "object", "properties": {"errors": {}, "status": {}}, "required": ["errors"]}
+    answer = {"errors": ["app/db.py refused connections"], "status": "deploy blocked"}
+    checked = summarize_checked(
+        ScriptedModel([answer]), PROMPT, source=SOURCE, max_tokens=200, schema=schema
+    )
+    assert checked.attempts == 1 and checked.data == answer
+
+
+def test_a_rejected_answer_is_a_failed_job_and_a_degraded_view() -> None:
+    session = Memory().session("s")
+    session.extend(agent_runs(1))
+    model = ScriptedModel(default="I\u2019m sorry, but I can\u2019t help with that.")
+    view = session.view("v", preset="rolling", threshold=1, retain_recent=1, llm=model)
+    events: list[Any] = []
+    view.on_event.append(events.append)
+    report = view.compact()
+    assert report.folds == () and view.folds() == []
+    kinds = [e.kind for e in events]
+    assert kinds[-2:] == ["failed", "degraded"] and "committed" not in kinds
+    assert "summary rejected" in events[-2].detail and "refusal" in events[-2].detail
