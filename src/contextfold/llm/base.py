@@ -8,6 +8,8 @@ timeouts, retries with exponential backoff and jitter on 429/5xx/timeouts
 translates one request and maps its SDK's errors to ``ModelError``
 (``status_error`` holds the HTTP status rules the adapters share).
 
+Every attempt is charged to the running job's budget (``llm.budget``: calls,
+deadline, cancel), and its timeout never reaches past the job's deadline.
 Every attempt first passes ``check_allowed``: while model calls are blocked
 (``contextfold.testing.block_model_calls`` or ``CONTEXTFOLD_BLOCK_MODEL_CALLS=1``)
 only a model whose ``endpoint()`` is on this machine may run, so a test suite
@@ -31,6 +33,7 @@ from urllib.parse import urlsplit
 
 from contextfold.core.errors import ModelError
 from contextfold.core.messages import Message
+from contextfold.llm.budget import current_budget
 
 HISTORY_OPEN = "<history>"
 HISTORY_CLOSE = "</history>"
@@ -150,13 +153,22 @@ class Model:
         schema: Mapping[str, Any] | None = None,
     ) -> Completion:
         cap = self._cap(max_tokens)
+        budget = current_budget()
         for attempt in range(self.retry.attempts):
             check_allowed(self)
+            if budget is not None:
+                budget.charge(self.name)
             started = time.perf_counter()
             try:
                 completion = self._call(list(messages), cap, schema)
             except RetryableError as exc:
-                time.sleep(self._backoff(attempt, exc))
+                if budget is not None:
+                    budget.note(exc)
+                delay = self._backoff(attempt, exc)
+                if budget is None:
+                    time.sleep(delay)
+                else:
+                    budget.pause(delay, exc)
                 continue
             return _finish(completion, schema, time.perf_counter() - started, attempt + 1)
         raise ModelError(f"{self.name}: no attempt was made")
@@ -169,13 +181,21 @@ class Model:
         schema: Mapping[str, Any] | None = None,
     ) -> Completion:
         cap = self._cap(max_tokens)
+        budget = current_budget()
         for attempt in range(self.retry.attempts):
             check_allowed(self)
+            if budget is not None:
+                budget.charge(self.name)
             started = time.perf_counter()
             try:
                 completion = await self._acall(list(messages), cap, schema)
             except RetryableError as exc:
-                await asyncio.sleep(self._backoff(attempt, exc))
+                if budget is not None:
+                    budget.note(exc)
+                delay = self._backoff(attempt, exc)
+                if budget is not None:
+                    delay = budget.pause_for(delay, exc)
+                await asyncio.sleep(delay)
                 continue
             return _finish(completion, schema, time.perf_counter() - started, attempt + 1)
         raise ModelError(f"{self.name}: no attempt was made")
@@ -183,6 +203,11 @@ class Model:
     def endpoint(self) -> str | None:
         """The base URL this model calls; the guard treats None (unknown) as remote."""
         return None
+
+    def call_timeout(self) -> float:
+        """Seconds one attempt may take: ``timeout``, never past the running job's deadline."""
+        budget = current_budget()
+        return self.timeout if budget is None else budget.timeout(self.timeout)
 
     def _cap(self, max_tokens: int | None) -> int:
         """The call's token cap: what was asked, never above the model's own."""

@@ -28,8 +28,10 @@ from contextfold.core.events import EventCallback
 from contextfold.core.folds import Fold
 from contextfold.core.tokens import ENCODINGS, TokenCounter, get_counter
 from contextfold.llm.base import LLM
+from contextfold.llm.budget import DEFAULT_LIMITS, JobLimits
 from contextfold.llm.offline import OfflineModel
 from contextfold.memory.cycle import RunJob, run_here
+from contextfold.runtime.cooldown import DEFAULT_COOLDOWN, Cooldown
 from contextfold.runtime.thread import SETTLE_S, ThreadRunner
 from contextfold.strategies.base import Job, Strategy
 from contextfold.strategies.registry import strategy_from_data, strategy_to_data
@@ -51,6 +53,8 @@ class ProcessRunner(ThreadRunner):
         owner: str | None = None,
         lease_ttl_s: float = 60.0,
         on_event: Iterable[EventCallback] = (),
+        limits: JobLimits = DEFAULT_LIMITS,
+        cooldown: Cooldown = DEFAULT_COOLDOWN,
     ) -> None:
         if processes < 1:
             raise InvalidInput("a ProcessRunner needs at least one process", field="processes")
@@ -66,6 +70,8 @@ class ProcessRunner(ThreadRunner):
             owner=owner,
             lease_ttl_s=lease_ttl_s,
             on_event=on_event,
+            limits=limits,
+            cooldown=cooldown,
         )
 
     def _run_job(self) -> RunJob:
