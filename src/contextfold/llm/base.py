@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 from contextfold.core.errors import ModelError
 from contextfold.core.messages import Message
-from contextfold.llm.budget import current_budget
+from contextfold.llm.budget import JobBudget, NoAnswer, call_within, current_budget
 
 HISTORY_OPEN = "<history>"
 HISTORY_CLOSE = "</history>"
@@ -160,7 +160,7 @@ class Model:
                 budget.charge(self.name)
             started = time.perf_counter()
             try:
-                completion = self._call(list(messages), cap, schema)
+                completion = self._attempt(list(messages), cap, schema, budget)
             except RetryableError as exc:
                 if budget is not None:
                     budget.note(exc)
@@ -188,7 +188,13 @@ class Model:
                 budget.charge(self.name)
             started = time.perf_counter()
             try:
-                completion = await self._acall(list(messages), cap, schema)
+                seconds = self.call_timeout()
+                try:
+                    completion = await asyncio.wait_for(
+                        self._acall(list(messages), cap, schema), seconds
+                    )
+                except TimeoutError:
+                    raise RetryableError(f"{self.name}: no answer within {seconds:.3g} s") from None
             except RetryableError as exc:
                 if budget is not None:
                     budget.note(exc)
@@ -203,6 +209,21 @@ class Model:
     def endpoint(self) -> str | None:
         """The base URL this model calls; the guard treats None (unknown) as remote."""
         return None
+
+    def _attempt(
+        self,
+        messages: list[Message],
+        max_tokens: int,
+        schema: Mapping[str, Any] | None,
+        budget: JobBudget | None,
+    ) -> Completion:
+        """One attempt, over in ``call_timeout()`` seconds (or at a cancel) even when the
+        server trickles its answer: the SDK's timeout bounds each read, not the whole."""
+        seconds = self.call_timeout()
+        try:
+            return call_within(lambda: self._call(messages, max_tokens, schema), seconds, budget)
+        except NoAnswer:
+            raise RetryableError(f"{self.name}: no answer within {seconds:.3g} s") from None
 
     def call_timeout(self) -> float:
         """Seconds one attempt may take: ``timeout``, never past the running job's deadline."""

@@ -16,12 +16,14 @@ and the cycle reports it ``failed``.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TypeVar
 
 from contextfold.core.errors import ContextfoldError, InvalidInput
 
@@ -138,14 +140,58 @@ class JobBudget:
         if self._cancelled.wait(self.pause_for(seconds, failure)):
             raise failure
 
-    def wait(self, done: threading.Event) -> bool:
-        """Wait for ``done`` until the deadline or a cancel; True when it was set."""
+    def wait(self, done: threading.Event, seconds: float | None = None) -> bool:
+        """Wait for ``done`` until ``seconds`` pass, the deadline or a cancel; True when set."""
+        until = None if seconds is None else time.monotonic() + seconds
         while not done.is_set():
             left = self.left()
+            if until is not None:
+                left = (
+                    until - time.monotonic()
+                    if left is None
+                    else min(left, until - time.monotonic())
+                )
             if self._cancelled.is_set() or (left is not None and left <= 0):
                 return done.is_set()
-            done.wait(0.05 if left is None else min(0.05, left))
+            done.wait(_POLL_S if left is None else min(_POLL_S, left))
         return True
+
+
+_POLL_S = 0.05
+T = TypeVar("T")
+
+
+class NoAnswer(Exception):
+    """``call_within`` stopped waiting: the call did not end in time (or the job was cancelled)."""
+
+
+def call_within(call: Callable[[], T], seconds: float | None, budget: JobBudget | None) -> T:
+    """``call()`` on a daemon thread (in this context), waited for at most ``seconds``
+    and never past the budget's deadline or cancel; ``NoAnswer`` when it did not end.
+
+    A call that hangs (a server that trickles its answer byte by byte defeats
+    every read timeout) is left behind on its thread: it can no longer hold
+    the job up, and it makes no further call.
+    """
+    done = threading.Event()
+    outcome: list[tuple[T | None, BaseException | None]] = []
+
+    def work() -> None:
+        try:
+            outcome.append((call(), None))
+        except BaseException as exc:
+            outcome.append((None, exc))
+        done.set()
+
+    context = contextvars.copy_context()
+    threading.Thread(target=context.run, args=(work,), name="contextfold-call", daemon=True).start()
+    ended = done.wait(seconds) if budget is None else budget.wait(done, seconds)
+    if not ended:
+        raise NoAnswer(f"no answer within {seconds} s" if seconds else "no answer in time")
+    value, error = outcome[0]
+    if error is not None:
+        raise error
+    return value  # type: ignore[return-value]
 
 
 _current: ContextVar[JobBudget | None] = ContextVar("contextfold_job_budget", default=None)

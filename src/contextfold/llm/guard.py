@@ -5,7 +5,8 @@ Any other ``LLM`` (a user's own class, ``ScriptedModel``) knows nothing of
 budgets, so ``Guarded`` charges one call for it, and for every model:
 
 - waits for the answer only until the job's deadline or its cancel: a model
-  that hangs is left behind on a daemon thread, and the job goes on to fail;
+  that hangs is left behind on a daemon thread, and the job goes on to fail
+  (a ``Model`` bounds each of its attempts so itself);
 - turns any exception that is not a contextfold error (``TimeoutError``,
   ``ConnectionResetError``, a bug in the user's class) into a ``ModelError``
   naming it, which strategies treat as a failed call.
@@ -16,15 +17,13 @@ The cycle leaves the offline stand-in unguarded: it is local and cannot hang.
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from contextfold.core.errors import ContextfoldError, ModelError
 from contextfold.core.messages import Message
 from contextfold.llm.base import LLM, Completion, Model
-from contextfold.llm.budget import JobBudget
+from contextfold.llm.budget import JobBudget, NoAnswer, call_within
 
 
 class Guarded:
@@ -75,31 +74,19 @@ class Guarded:
             self.budget.charge(self.name)
 
     def _within_deadline(self, call: Callable[[], Completion]) -> Completion:
-        """Run ``call`` on a daemon thread (in this context) and wait no longer than the job may."""
-        done = threading.Event()
-        outcome: list[Completion | BaseException] = []
-
-        def work() -> None:
-            try:
-                outcome.append(call())
-            except BaseException as exc:
-                outcome.append(exc)
-            done.set()
-
-        context = contextvars.copy_context()
-        threading.Thread(
-            target=context.run, args=(work,), name="contextfold-model-call", daemon=True
-        ).start()
-        if not self.budget.wait(done):
+        """Run ``call`` and wait no longer than the job may; a ``Model`` bounds its own attempts."""
+        try:
+            if isinstance(self.llm, Model):
+                return call()
+            return call_within(call, None, self.budget)
+        except NoAnswer:
             self.budget.check(self.name)
-            raise self.budget.stopped(f"{self.name}: no answer within the job's deadline")
-        result = outcome[0]
-        if isinstance(result, Completion):
-            return result
-        self.budget.note(result)
-        if isinstance(result, ContextfoldError) or not isinstance(result, Exception):
-            raise result
-        raise _as_model_error(self.name, result) from result
+            raise self.budget.stopped(f"{self.name}: no answer within the job's deadline") from None
+        except Exception as exc:
+            self.budget.note(exc)
+            if isinstance(exc, ContextfoldError):
+                raise
+            raise _as_model_error(self.name, exc) from exc
 
 
 def _as_model_error(name: str, exc: Exception) -> ModelError:
