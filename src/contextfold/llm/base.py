@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
@@ -136,6 +137,10 @@ class RetryPolicy:
         return random.uniform(0, min(self.max_delay, self.base_delay * 2**attempt))
 
 
+WALL_GRACE_S = 1.0
+"""How long past its own timeout an attempt may run before it is left behind."""
+
+
 @dataclass
 class Model:
     """Base of the adapters: subclasses implement ``_call`` and ``_acall`` for one attempt."""
@@ -217,11 +222,13 @@ class Model:
         schema: Mapping[str, Any] | None,
         budget: JobBudget | None,
     ) -> Completion:
-        """One attempt, over in ``call_timeout()`` seconds (or at a cancel) even when the
-        server trickles its answer: the SDK's timeout bounds each read, not the whole."""
+        """One attempt, over about ``call_timeout()`` seconds after it began (or at a cancel)
+        even when the server trickles its answer: the SDK's timeout bounds each read, not
+        the whole. The grace leaves the SDK's own timeout (and a first client's setup) room."""
         seconds = self.call_timeout()
+        call = partial(self._call, messages, max_tokens, schema)
         try:
-            return call_within(lambda: self._call(messages, max_tokens, schema), seconds, budget)
+            return call_within(call, seconds + WALL_GRACE_S, budget)
         except NoAnswer:
             raise RetryableError(f"{self.name}: no answer within {seconds:.3g} s") from None
 
