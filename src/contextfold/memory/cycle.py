@@ -135,7 +135,7 @@ def compact(
         for _ in range(MAX_STEPS):
             if not (may_plan() and may_commit()):
                 break
-            planned = plan(pipeline.strategies, state, skip=failed)
+            planned = plan(pipeline.strategies, state, skip=[f for f in failed if f != RESCUE.name])
             if planned is None:
                 break
             if exclusive is not None:
@@ -148,13 +148,13 @@ def compact(
             llm = None if failed and strategy is RESCUE else model
             bound = JobBudget(limits)
             on_budget(bound)
-            outcome = _step(view, strategy, job, llm, bound, run, may_commit, callbacks)
-            if isinstance(outcome, str):
+            folds, reason = _step(view, strategy, job, llm, bound, run, may_commit, callbacks)
+            if reason is not None:
                 failed.append(job.strategy)
-                reasons.append(outcome)
-            elif outcome:
-                committed.extend(outcome)
-            else:
+                reasons.append(reason)
+            if folds:
+                committed.extend(folds)
+            elif reason is None:
                 conflicts += 1
             state = view.state(budget, folding=bool(committed))
     return CompactionReport(
@@ -190,8 +190,12 @@ def _step(
     run: RunJob,
     may_commit: Callable[[], bool],
     callbacks: list[EventCallback],
-) -> list[Fold] | str:
-    """One job; its folds when committed, [] when another commit came first, why when failed."""
+) -> tuple[list[Fold], str | None]:
+    """One job: the folds committed ([] when none was), and why it failed, if it did.
+
+    The rescue cannot fail: when its model fails it folds extractively, and
+    says so with ``failed`` and ``degraded`` before it commits.
+    """
 
     def tell(kind: EventKind, **fields: Any) -> None:
         event = Event(
@@ -213,31 +217,33 @@ def _step(
     tell("planned")
     tell("started")
     began = time.perf_counter()
+    failure: str | None = None
     try:
         with job_budget(bound):
             folds = _run_checked(run, strategy, job, llm, counter, view.name)
     except Exception as exc:
         if not may_commit():
-            return []  # given up on (a runner stopping): abandoned, not failed
+            return [], None  # given up on (a runner stopping): abandoned, not failed
+        failure = _reason(exc)
+        tell("failed", duration_s=time.perf_counter() - began, detail=failure)
         if strategy is not RESCUE:
-            reason = _reason(exc)
-            tell("failed", duration_s=time.perf_counter() - began, detail=reason)
             tell("degraded", detail="the view keeps its previous folds")
-            return reason
+            return [], failure
+        tell("degraded", detail="the rescue folds without the model")
         folds = _rescue_without(llm, job, run, counter, view.name)
     duration = time.perf_counter() - began
     if not may_commit():
-        return []
+        return [], failure
     try:
         view.session.store.commit_folds(view.session.id, view.name, folds, job.version)
     except FoldConflict as exc:
         tell("rejected", detail=str(exc))
-        return []
+        return [], failure
     except ContextfoldError as exc:
         reason = f"commit: {exc}"
         tell("failed", duration_s=duration, detail=reason)
         tell("degraded", detail="the view keeps its previous folds")
-        return reason
+        return [], reason
     tell(
         "committed",
         tokens_after=sum(f.tokens_after for f in folds),
@@ -245,7 +251,7 @@ def _step(
         duration_s=duration,
         data={"folds": [f.id for f in folds], "kinds": [f.kind for f in folds]},
     )
-    return folds
+    return folds, failure
 
 
 def _run_checked(
