@@ -199,6 +199,8 @@ def _report_table(result: CompactResult) -> Table:
         kinds[fold.kind] = kinds.get(fold.kind, 0) + 1
     for kind, count in sorted(kinds.items()):
         table.add_row(f"  {kind}", "", str(count))
+    if result.degraded:
+        table.add_row("failed jobs", "", ", ".join(result.failed))
     table.add_row("left out by the cut", "", str(result.omitted))
     table.add_row("clipped", "", str(len(result.clipped)))
     table.add_row("time", "", f"{result.seconds:.2f} s")
