@@ -24,6 +24,7 @@ from fault_server import FaultServer, Mode
 
 from contextfold import (
     Event,
+    InvalidInput,
     JobLimits,
     Memory,
     ModelError,
@@ -32,6 +33,7 @@ from contextfold import (
     get_model,
     preset_names,
 )
+from contextfold.cli import main
 from contextfold.core.messages import Message
 from contextfold.llm.base import RetryableError, RetryPolicy
 from contextfold.runtime import AsyncioRunner, Cooldown, InlineRunner, ProcessRunner, ThreadRunner
@@ -402,3 +404,32 @@ def test_cli_exits_3_with_the_reasons_when_the_model_fails(conversation: Path, m
         assert result["tokens_after"] <= 800  # the prompt still fits: the rescue folded
         assert server.requests <= 4
         assert took < 20
+
+
+# -- settings ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("limits", "field"),
+    [
+        ({"max_calls": 0}, "max_calls"),
+        ({"max_calls": 2.5}, "max_calls"),
+        ({"max_calls": True}, "max_calls"),
+        ({"deadline_s": 0}, "deadline_s"),
+        ({"deadline_s": -1.0}, "deadline_s"),
+    ],
+)
+def test_bad_job_limits_name_the_field(limits: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        JobLimits(**limits)
+    assert caught.value.field == field
+
+
+def test_a_bad_cooldown_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="cooldown"):
+        Cooldown(base_s=5.0, max_s=1.0)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "soon", "inf"])
+def test_cli_refuses_a_bad_timeout(conversation: Path, value: str) -> None:
+    assert main(["compact", str(conversation), "--budget", "800", "--timeout", value]) == 2

@@ -121,12 +121,8 @@ class JobBudget:
         return own if left is None else max(min(own, left), 0.001)
 
     def cancel(self) -> None:
-        """Stop the job: no call goes out from now, and waits in ``sleep`` end at once."""
+        """Stop the job: no call goes out from now, and its waits (``pause``, ``wait``) end."""
         self._cancelled.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled.is_set()
 
     def pause_for(self, seconds: float, failure: Exception) -> float:
         """The backoff before a retry; raises ``failure`` when no retry may follow it."""
