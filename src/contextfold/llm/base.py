@@ -196,7 +196,7 @@ class Model:
                 seconds = self.call_timeout()
                 try:
                     completion = await asyncio.wait_for(
-                        self._acall(list(messages), cap, schema), seconds
+                        self._acall(list(messages), cap, schema), seconds + WALL_GRACE_S
                     )
                 except TimeoutError:
                     raise RetryableError(f"{self.name}: no answer within {seconds:.3g} s") from None
