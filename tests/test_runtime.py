@@ -24,7 +24,7 @@ from crash_worker import (
 
 from contextfold import Fold, InvalidInput, Memory, ModelError, Session, View
 from contextfold.core.events import Event
-from contextfold.runtime import InlineRunner, ThreadRunner
+from contextfold.runtime import Cooldown, InlineRunner, ThreadRunner
 from contextfold.store import RAMStore
 from contextfold.strategies import Pipeline, register_strategy
 from contextfold.testing import ScriptedModel
@@ -207,12 +207,12 @@ def test_refused_commit_plans_again_from_what_is_committed() -> None:
     runner.stop()
 
 
-def test_failed_model_degrades_then_next_append_retries() -> None:
+def test_failed_model_degrades_then_next_append_after_the_cooldown_retries() -> None:
     events: list[Event] = []
     model = ScriptedModel([ModelError("upstream 503", status=503)], default="short")
     session = new_session()
     view = summarizing_view(session, model)
-    runner = InlineRunner(on_event=[events.append])
+    runner = InlineRunner(on_event=[events.append], cooldown=Cooldown(base_s=0.0))
     runner.watch(view)
     session.extend(chat(5))
     assert kinds(events) == ["planned", "started", "failed", "degraded"]

@@ -19,7 +19,7 @@ from crash_worker import (
 
 from contextfold import ModelError, Session
 from contextfold.core.events import Event
-from contextfold.runtime import AsyncioRunner, InlineRunner, Runner, ThreadRunner
+from contextfold.runtime import AsyncioRunner, Cooldown, InlineRunner, Runner, ThreadRunner
 from contextfold.testing import ScriptedModel
 
 
@@ -113,7 +113,9 @@ def _outcome(view: Any, events: list[Event]) -> Outcome:
 
 def test_sync_and_async_twins_behave_the_same() -> None:
     outcomes: dict[str, Outcome] = {}
-    for name, runner in (("inline", InlineRunner()), ("thread", ThreadRunner(workers=2))):
+    again = Cooldown(base_s=0.0)  # the failed job is tried again on the next append
+    runners = (("inline", InlineRunner(cooldown=again)), ("thread", ThreadRunner(cooldown=again)))
+    for name, runner in runners:
         session, view, events = _twin(runner)
         for message in chat(16):
             session.append(message)
@@ -122,7 +124,7 @@ def test_sync_and_async_twins_behave_the_same() -> None:
         outcomes[name] = _outcome(view, events)
 
     async def in_loop() -> Outcome:
-        runner = AsyncioRunner()
+        runner = AsyncioRunner(cooldown=again)
         session, view, events = _twin(runner)
         for message in chat(16):
             session.append(message)

@@ -10,14 +10,14 @@ import pytest
 from crash_worker import chat, summarizing_view
 
 from contextfold import Memory, ModelError
-from contextfold.runtime import InlineRunner, PrometheusMetrics, Stats
+from contextfold.runtime import Cooldown, InlineRunner, PrometheusMetrics, Stats
 from contextfold.testing import ScriptedModel
 
 
 def _compact_twice_after_a_failure(*callbacks: Any) -> None:
     session = Memory().session("s", system="You help with tests.")
     model = ScriptedModel([ModelError("upstream 500", status=500)], default="short")
-    runner = InlineRunner(on_event=list(callbacks))
+    runner = InlineRunner(on_event=list(callbacks), cooldown=Cooldown(base_s=0.0))
     runner.watch(summarizing_view(session, model))
     session.extend(chat(5))
     for message in chat(6, first=5):

@@ -27,12 +27,20 @@ from contextfold.core.folds import Fold
 from contextfold.core.render import Rendered, render
 from contextfold.core.tokens import TokenCounter, get_counter
 from contextfold.llm import LLM, Completion, Usage, get_model, register_provider
+from contextfold.llm.budget import JobLimits, JobStopped
 from contextfold.memory.compact import CompactResult, compact_messages
 from contextfold.memory.config import ViewConfig
 from contextfold.memory.cycle import CompactionReport
 from contextfold.memory.session import Memory, Session
 from contextfold.memory.view import View
-from contextfold.runtime import AsyncioRunner, InlineRunner, ProcessRunner, Stats, ThreadRunner
+from contextfold.runtime import (
+    AsyncioRunner,
+    Cooldown,
+    InlineRunner,
+    ProcessRunner,
+    Stats,
+    ThreadRunner,
+)
 from contextfold.store import Store, open_store, register_store
 from contextfold.strategies import get_preset, preset_names, register_preset, register_strategy
 
@@ -44,11 +52,14 @@ __all__ = [
     "CompactionReport",
     "Completion",
     "ContextfoldError",
+    "Cooldown",
     "Event",
     "Fold",
     "FoldConflict",
     "InlineRunner",
     "InvalidInput",
+    "JobLimits",
+    "JobStopped",
     "Memory",
     "ModelError",
     "NotFound",

@@ -8,7 +8,8 @@
     contextfold presets
 
 Library errors (``ContextfoldError``) become a one-line message and exit code 2
-in ``main``, the one place where they are caught.
+in ``main``, the one place where they are caught. ``compact`` exits 3 when it
+had to degrade (a job's model failed; the prompt printed still fits).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from rich.text import Text
 
 from contextfold.core.errors import ContextfoldError
 from contextfold.core.messages import Message, text_of
+from contextfold.llm.budget import JobLimits
 from contextfold.memory.compact import (
     CompactResult,
     ProgressCallback,
@@ -41,6 +43,8 @@ from contextfold.strategies.presets import get_preset, preset_names
 DEMO_RESOURCE = "data/demo_session.json"
 DEMO_BUDGET = 12_000
 EXIT_ERROR = 2
+EXIT_DEGRADED = 3
+CLI_TIMEOUT_S = 120.0
 _ABRIDGE = 200
 
 
@@ -54,11 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Console(highlight=False)
     err = Console(stderr=True, highlight=False)
     try:
-        args.command(args, out, err)
+        code: int | None = args.command(args, out, err)
     except ContextfoldError as exc:
         err.print(f"[bold red]contextfold: error:[/] {escape(str(exc))}", soft_wrap=True)
         return EXIT_ERROR
-    return 0
+    return code or 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -77,6 +81,14 @@ def _parser() -> argparse.ArgumentParser:
         "--model",
         help="summarizer: openai:MODEL, anthropic:MODEL, openai-compatible:URL#MODEL "
         "(default: the offline stand-in)",
+    )
+    compact.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=CLI_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"the most one compaction job may take, its model calls included "
+        f"(default {CLI_TIMEOUT_S:g})",
     )
     compact.add_argument("--out", type=Path, help="write the rendered prompt (JSON list) here")
     compact.add_argument("--json", action="store_true", help="print one JSON object")
@@ -100,7 +112,17 @@ def _positive(text: str) -> int:
     return value
 
 
-def _compact(args: argparse.Namespace, out: Console, err: Console) -> None:
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    return value
+
+
+def _compact(args: argparse.Namespace, out: Console, err: Console) -> int:
     with _progress(err) as progress:
         result = compact_file(
             args.file,
@@ -110,7 +132,13 @@ def _compact(args: argparse.Namespace, out: Console, err: Console) -> None:
             index=args.index,
             model=args.model,
             progress=progress,
+            limits=JobLimits(deadline_s=args.timeout),
         )
+    code = 0
+    if result.degraded:
+        code = EXIT_DEGRADED
+        for strategy, reason in zip(result.failed, result.reasons, strict=True):
+            err.print(Text(f"contextfold: degraded: {strategy} failed: {reason}"), soft_wrap=True)
     if result.stand_in:
         err.print(
             "note: no --model given; model strategies ran on the offline stand-in "
@@ -120,11 +148,12 @@ def _compact(args: argparse.Namespace, out: Console, err: Console) -> None:
         write_prompt(args.out, result.messages)
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), ensure_ascii=False) + "\n")
-        return
+        return code
     for i, message in enumerate(result.messages):
         out.print(Text(f"--- {i} {message['role']}", style="bold cyan"))
         out.print(Text(text_of(message)))
     out.print(_report_table(result))
+    return code
 
 
 def _demo(args: argparse.Namespace, out: Console, err: Console) -> None:
@@ -170,6 +199,8 @@ def _report_table(result: CompactResult) -> Table:
         kinds[fold.kind] = kinds.get(fold.kind, 0) + 1
     for kind, count in sorted(kinds.items()):
         table.add_row(f"  {kind}", "", str(count))
+    if result.degraded:
+        table.add_row("failed jobs", "", ", ".join(result.failed))
     table.add_row("left out by the cut", "", str(result.omitted))
     table.add_row("clipped", "", str(len(result.clipped)))
     table.add_row("time", "", f"{result.seconds:.2f} s")

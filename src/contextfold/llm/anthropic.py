@@ -114,7 +114,7 @@ class AnthropicModel(Model):
             "model": self.name,
             "max_tokens": max_tokens,
             "messages": turns,
-            "timeout": self.timeout,
+            "timeout": self.call_timeout(),
         }
         if system:
             request["system"] = system

@@ -8,6 +8,8 @@ timeouts, retries with exponential backoff and jitter on 429/5xx/timeouts
 translates one request and maps its SDK's errors to ``ModelError``
 (``status_error`` holds the HTTP status rules the adapters share).
 
+Every attempt is charged to the running job's budget (``llm.budget``: calls,
+deadline, cancel), and its timeout never reaches past the job's deadline.
 Every attempt first passes ``check_allowed``: while model calls are blocked
 (``contextfold.testing.block_model_calls`` or ``CONTEXTFOLD_BLOCK_MODEL_CALLS=1``)
 only a model whose ``endpoint()`` is on this machine may run, so a test suite
@@ -26,11 +28,13 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from contextfold.core.errors import ModelError
 from contextfold.core.messages import Message
+from contextfold.llm.budget import JobBudget, NoAnswer, call_within, current_budget
 
 HISTORY_OPEN = "<history>"
 HISTORY_CLOSE = "</history>"
@@ -136,6 +140,10 @@ class RetryPolicy:
         return random.uniform(0, min(self.max_delay, self.base_delay * 2**attempt))
 
 
+WALL_GRACE_S = 1.0
+"""How long past its own timeout an attempt may run before it is left behind."""
+
+
 @dataclass
 class Model:
     """Base of the adapters: subclasses implement ``_call`` and ``_acall`` for one attempt."""
@@ -153,13 +161,22 @@ class Model:
         schema: Mapping[str, Any] | None = None,
     ) -> Completion:
         cap = self._cap(max_tokens)
+        budget = current_budget()
         for attempt in range(self.retry.attempts):
             check_allowed(self)
+            if budget is not None:
+                budget.charge(self.name)
             started = time.perf_counter()
             try:
-                completion = self._call(list(messages), cap, schema)
+                completion = self._attempt(list(messages), cap, schema, budget)
             except RetryableError as exc:
-                time.sleep(self._backoff(attempt, exc))
+                if budget is not None:
+                    budget.note(exc)
+                delay = self._backoff(attempt, exc)
+                if budget is None:
+                    time.sleep(delay)
+                else:
+                    budget.pause(delay, exc)
                 continue
             return _finish(completion, schema, time.perf_counter() - started, attempt + 1)
         raise ModelError(f"{self.name}: no attempt was made")
@@ -172,13 +189,27 @@ class Model:
         schema: Mapping[str, Any] | None = None,
     ) -> Completion:
         cap = self._cap(max_tokens)
+        budget = current_budget()
         for attempt in range(self.retry.attempts):
             check_allowed(self)
+            if budget is not None:
+                budget.charge(self.name)
             started = time.perf_counter()
             try:
-                completion = await self._acall(list(messages), cap, schema)
+                seconds = self.call_timeout()
+                try:
+                    completion = await asyncio.wait_for(
+                        self._acall(list(messages), cap, schema), seconds + WALL_GRACE_S
+                    )
+                except TimeoutError:
+                    raise RetryableError(f"{self.name}: no answer within {seconds:.3g} s") from None
             except RetryableError as exc:
-                await asyncio.sleep(self._backoff(attempt, exc))
+                if budget is not None:
+                    budget.note(exc)
+                delay = self._backoff(attempt, exc)
+                if budget is not None:
+                    delay = budget.pause_for(delay, exc)
+                await asyncio.sleep(delay)
                 continue
             return _finish(completion, schema, time.perf_counter() - started, attempt + 1)
         raise ModelError(f"{self.name}: no attempt was made")
@@ -186,6 +217,28 @@ class Model:
     def endpoint(self) -> str | None:
         """The base URL this model calls; the guard treats None (unknown) as remote."""
         return None
+
+    def _attempt(
+        self,
+        messages: list[Message],
+        max_tokens: int,
+        schema: Mapping[str, Any] | None,
+        budget: JobBudget | None,
+    ) -> Completion:
+        """One attempt, over about ``call_timeout()`` seconds after it began (or at a cancel)
+        even when the server trickles its answer: the SDK's timeout bounds each read, not
+        the whole. The grace leaves the SDK's own timeout (and a first client's setup) room."""
+        seconds = self.call_timeout()
+        call = partial(self._call, messages, max_tokens, schema)
+        try:
+            return call_within(call, seconds + WALL_GRACE_S, budget)
+        except NoAnswer:
+            raise RetryableError(f"{self.name}: no answer within {seconds:.3g} s") from None
+
+    def call_timeout(self) -> float:
+        """Seconds one attempt may take: ``timeout``, never past the running job's deadline."""
+        budget = current_budget()
+        return self.timeout if budget is None else budget.timeout(self.timeout)
 
     def _cap(self, max_tokens: int | None) -> int:
         """The call's token cap: what was asked, never above the model's own."""

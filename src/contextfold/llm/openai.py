@@ -125,7 +125,7 @@ class OpenAIModel(Model):
             "model": self.name,
             "messages": sent,
             self.provider.max_tokens_param: max_tokens,
-            "timeout": self.timeout,
+            "timeout": self.call_timeout(),
         }
         if schema is not None:
             request["messages"] = _with_system(sent, json_instruction(schema))

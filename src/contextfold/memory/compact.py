@@ -24,6 +24,7 @@ from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message, validate_messages
 from contextfold.core.tokens import REPLY_PRIMING
+from contextfold.llm.budget import DEFAULT_LIMITS, JobLimits
 from contextfold.memory.session import Memory
 
 ProgressCallback = Callable[[str, int, int], None]
@@ -61,6 +62,13 @@ class CompactResult:
     source: str = ""
     conversation_id: str | None = None
     model: str | None = None
+    failed: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def degraded(self) -> bool:
+        """True when a job failed (its model let it down): folds it would have made are missing."""
+        return bool(self.failed)
 
     @property
     def stand_in(self) -> bool:
@@ -85,6 +93,9 @@ class CompactResult:
             "omitted": self.omitted,
             "clipped": list(self.clipped),
             "seconds": round(self.seconds, 4),
+            "degraded": self.degraded,
+            "failed": list(self.failed),
+            "reasons": list(self.reasons),
             "folds": [fold_summary(f) for f in self.folds],
             "messages": self.messages,
         }
@@ -230,11 +241,14 @@ def compact_messages(
     encoding: str = "o200k_base",
     model: str | None = None,
     progress: ProgressCallback | None = None,
+    limits: JobLimits = DEFAULT_LIMITS,
 ) -> CompactResult:
     """Log ``messages``, fold them with ``preset`` until they fit ``budget``, render.
 
     ``model`` is a ``get_model`` spec; without it, model strategies use the
-    offline stand-in and the result says so (``stand_in``).
+    offline stand-in and the result says so (``stand_in``). Each job keeps
+    ``limits`` (model calls, deadline); a job that fails leaves the result
+    ``degraded``, with the strategies that failed and why.
     """
     started = time.perf_counter()
     if check_budget(budget) is None:
@@ -254,7 +268,7 @@ def compact_messages(
     view = session.view("default", preset=preset, budget=budget, model=model)
     if progress is not None:
         progress("compacting", 0, 1)
-    report = view.compact()
+    report = view.compact(limits=limits)
     rendered = view.render_report()
     if progress is not None:
         progress("compacting", 1, 1)
@@ -273,6 +287,8 @@ def compact_messages(
         seconds=time.perf_counter() - started,
         messages=rendered.messages,
         model=model,
+        failed=report.failed,
+        reasons=report.reasons,
     )
 
 
@@ -285,6 +301,7 @@ def compact_file(
     index: int | None = None,
     model: str | None = None,
     progress: ProgressCallback | None = None,
+    limits: JobLimits = DEFAULT_LIMITS,
 ) -> CompactResult:
     """``load_conversation`` then ``compact_messages``."""
     conv = load_conversation(path, index=index)
@@ -295,5 +312,6 @@ def compact_file(
         encoding=encoding,
         model=model,
         progress=progress,
+        limits=limits,
     )
     return replace(result, source=conv.source, conversation_id=conv.id)

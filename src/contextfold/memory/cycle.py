@@ -6,8 +6,16 @@ nothing else, so each event is emitted here and only here:
 - ``planned`` and ``started`` for each job;
 - ``committed`` when its folds are in, ``rejected`` when another commit came
   first (the cycle plans again from what is committed);
-- ``failed`` then ``degraded`` when its model let it down, its folds do not fit
-  the job, or the store refused them: the view keeps its previous folds.
+- ``failed`` then ``degraded`` when its model let it down (any exception, a
+  spent budget, a passed deadline), its folds do not fit the job, or the store
+  refused them: the view keeps its previous folds.
+
+Every job runs within a ``JobBudget`` (``llm.budget``): at most
+``limits.max_calls`` model calls (HTTP attempts, retries included) and
+``limits.deadline_s`` seconds, whatever the strategy and the adapter; a
+runner that gives the job up cancels it (``on_budget`` hands it each budget).
+After a failed job the cycle asks that model nothing more: the rescue, if
+one is needed, folds extractively.
 
 Two choices are made here, once, outside every strategy. The model: the view's,
 or the offline stand-in when it has none. And the last resort: when the view's
@@ -21,6 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,6 +38,8 @@ from contextfold.core.events import Event, EventCallback, EventKind, emit, log
 from contextfold.core.folds import Fold
 from contextfold.core.tokens import TokenCounter
 from contextfold.llm.base import LLM
+from contextfold.llm.budget import DEFAULT_LIMITS, JobBudget, JobLimits, job_budget
+from contextfold.llm.guard import Guarded
 from contextfold.llm.offline import OfflineModel
 from contextfold.store.base import Store
 from contextfold.strategies.base import Job, Strategy, ViewState
@@ -83,6 +94,13 @@ class CompactionReport:
     tokens_before: int
     tokens_after: int
     failed: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+    """Why each failed job failed, in the order of ``failed``."""
+
+    @property
+    def degraded(self) -> bool:
+        """True when a job failed: the view kept folds it would have replaced."""
+        return bool(self.failed)
 
 
 def compact(
@@ -93,37 +111,55 @@ def compact(
     may_plan: Callable[[], bool] = lambda: True,
     may_commit: Callable[[], bool] = lambda: True,
     listeners: Iterable[EventCallback] = (),
+    limits: JobLimits = DEFAULT_LIMITS,
+    on_budget: Callable[[JobBudget], None] = lambda budget: None,
+    exclusive: Callable[[], AbstractContextManager[object]] | None = None,
 ) -> CompactionReport:
     """Plan and run jobs until none is planned; a strategy that failed is not asked again.
 
     A runner that is stopping answers no to ``may_plan`` (no new job starts)
     and, when it gives up on running jobs, to ``may_commit`` (nothing more is
-    committed).
+    committed). ``exclusive`` (the view's lease, for an inline compaction) is
+    entered before the first job runs and held until the cycle ends.
     """
     pipeline = view.require_pipeline()
     callbacks = [*view.on_event, *listeners]
     committed: list[Fold] = []
     conflicts = 0
     failed: list[str] = []
+    reasons: list[str] = []
     state = view.state(budget)
     before = state.tokens
     model = view.model()
-    for _ in range(MAX_STEPS):
-        if not (may_plan() and may_commit()):
-            break
-        planned = plan(pipeline.strategies, state, skip=failed)
-        if planned is None:
-            break
-        strategy, job = planned
-        outcome = _step(view, strategy, job, model, run, may_commit, callbacks)
-        if outcome is None:
-            failed.append(job.strategy)
-        elif outcome:
-            committed.extend(outcome)
-        else:
-            conflicts += 1
-        state = view.state(budget, folding=bool(committed))
-    return CompactionReport(tuple(committed), conflicts, before, state.tokens, tuple(failed))
+    with ExitStack() as held:
+        for _ in range(MAX_STEPS):
+            if not (may_plan() and may_commit()):
+                break
+            planned = plan(pipeline.strategies, state, skip=[f for f in failed if f != RESCUE.name])
+            if planned is None:
+                break
+            if exclusive is not None:
+                held.enter_context(exclusive())
+                exclusive = None
+                state = view.state(budget)  # what the holder before us committed
+                continue
+            strategy, job = planned
+            # After a failure the rescue asks the model nothing more: it folds extractively.
+            llm = None if failed and strategy is RESCUE else model
+            bound = JobBudget(limits)
+            on_budget(bound)
+            folds, reason = _step(view, strategy, job, llm, bound, run, may_commit, callbacks)
+            if reason is not None:
+                failed.append(job.strategy)
+                reasons.append(reason)
+            if folds:
+                committed.extend(folds)
+            elif reason is None:
+                conflicts += 1
+            state = view.state(budget, folding=bool(committed))
+    return CompactionReport(
+        tuple(committed), conflicts, before, state.tokens, tuple(failed), tuple(reasons)
+    )
 
 
 def plan(
@@ -150,11 +186,16 @@ def _step(
     strategy: Strategy,
     job: Job,
     model: LLM | None,
+    bound: JobBudget,
     run: RunJob,
     may_commit: Callable[[], bool],
     callbacks: list[EventCallback],
-) -> list[Fold] | None:
-    """One job; its folds when committed, [] when another commit came first, None when failed."""
+) -> tuple[list[Fold], str | None]:
+    """One job: the folds committed ([] when none was), and why it failed, if it did.
+
+    The rescue cannot fail: when its model fails it folds extractively, and
+    says so with ``failed`` and ``degraded`` before it commits.
+    """
 
     def tell(kind: EventKind, **fields: Any) -> None:
         event = Event(
@@ -170,30 +211,39 @@ def _step(
         emit(event, callbacks)
 
     counter = view.session.counter
-    llm = model if model is not None else OfflineModel(counter=counter)
+    llm: LLM = OfflineModel(counter=counter) if model is None else model
+    if not isinstance(llm, OfflineModel):
+        llm = Guarded(llm, bound)
     tell("planned")
     tell("started")
     began = time.perf_counter()
+    failure: str | None = None
     try:
-        folds = _run_checked(run, strategy, job, llm, counter, view.name)
+        with job_budget(bound):
+            folds = _run_checked(run, strategy, job, llm, counter, view.name)
     except Exception as exc:
+        if not may_commit():
+            return [], None  # given up on (a runner stopping): abandoned, not failed
+        failure = _reason(exc)
+        tell("failed", duration_s=time.perf_counter() - began, detail=failure)
         if strategy is not RESCUE:
-            tell("failed", duration_s=time.perf_counter() - began, detail=_reason(exc))
             tell("degraded", detail="the view keeps its previous folds")
-            return None
+            return [], failure
+        tell("degraded", detail="the rescue folds without the model")
         folds = _rescue_without(llm, job, run, counter, view.name)
     duration = time.perf_counter() - began
     if not may_commit():
-        return []
+        return [], failure
     try:
         view.session.store.commit_folds(view.session.id, view.name, folds, job.version)
     except FoldConflict as exc:
         tell("rejected", detail=str(exc))
-        return []
+        return [], failure
     except ContextfoldError as exc:
-        tell("failed", duration_s=duration, detail=f"commit: {exc}")
+        reason = f"commit: {exc}"
+        tell("failed", duration_s=duration, detail=reason)
         tell("degraded", detail="the view keeps its previous folds")
-        return None
+        return [], reason
     tell(
         "committed",
         tokens_after=sum(f.tokens_after for f in folds),
@@ -201,7 +251,7 @@ def _step(
         duration_s=duration,
         data={"folds": [f.id for f in folds], "kinds": [f.kind for f in folds]},
     )
-    return folds
+    return folds, failure
 
 
 def _run_checked(

@@ -29,11 +29,13 @@ from contextfold.core.messages import Message
 from contextfold.core.render import Rendered, render
 from contextfold.core.units import answer_missing, whole_units
 from contextfold.llm.base import LLM
+from contextfold.llm.budget import DEFAULT_LIMITS, JobLimits
 from contextfold.llm.registry import get_model
 from contextfold.memory.cache import PromptCache, StateCache
 from contextfold.memory.config import ViewConfig
 from contextfold.memory.cycle import CompactionReport, SessionSide, compact
 from contextfold.memory.filters import MessageFilter
+from contextfold.memory.leases import held_lease
 from contextfold.store.base import Head, Store
 from contextfold.store.wake import LocalWake
 from contextfold.strategies.base import ViewState
@@ -326,6 +328,20 @@ class View:
 
     # -- folding ----------------------------------------------------------
 
-    def compact(self, budget: int | None = None) -> CompactionReport:
-        """Run the compaction cycle inline until no strategy plans a job."""
-        return compact(self, budget=check_budget(budget))
+    def compact(
+        self, budget: int | None = None, *, limits: JobLimits = DEFAULT_LIMITS
+    ) -> CompactionReport:
+        """Run the compaction cycle inline until no strategy plans a job.
+
+        Each job makes at most ``limits.max_calls`` model calls within
+        ``limits.deadline_s`` seconds. Once a job is planned the view's lease
+        is taken (waiting for it), so two compactions of one view never run
+        their jobs at once, in one process or across processes.
+        """
+        store, sid, name = self._store, self.session.id, self.name
+        return compact(
+            self,
+            budget=check_budget(budget),
+            limits=limits,
+            exclusive=lambda: held_lease(store, sid, name),
+        )

@@ -15,6 +15,7 @@ the running event loop (``await runner.stop()``). All run the same cycle.
 """
 
 from contextfold.runtime.aio import AsyncioRunner
+from contextfold.runtime.cooldown import Cooldown
 from contextfold.runtime.core import Runner
 from contextfold.runtime.inline import InlineRunner
 from contextfold.runtime.metrics import PrometheusMetrics, Stats
@@ -23,6 +24,7 @@ from contextfold.runtime.thread import ThreadRunner
 
 __all__ = [
     "AsyncioRunner",
+    "Cooldown",
     "InlineRunner",
     "ProcessRunner",
     "PrometheusMetrics",

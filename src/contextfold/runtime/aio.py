@@ -19,7 +19,9 @@ from typing import Any
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.events import EventCallback, log
+from contextfold.llm.budget import DEFAULT_LIMITS, JobLimits
 from contextfold.memory.view import View
+from contextfold.runtime.cooldown import DEFAULT_COOLDOWN, Cooldown
 from contextfold.runtime.core import Key, Runner, key_of
 
 
@@ -32,10 +34,18 @@ class AsyncioRunner(Runner):
         owner: str | None = None,
         lease_ttl_s: float = 60.0,
         on_event: Iterable[EventCallback] = (),
+        limits: JobLimits = DEFAULT_LIMITS,
+        cooldown: Cooldown = DEFAULT_COOLDOWN,
     ) -> None:
         if concurrency < 1:
             raise InvalidInput("concurrency must be at least 1", field="concurrency")
-        super().__init__(owner=owner, lease_ttl_s=lease_ttl_s, on_event=on_event)
+        super().__init__(
+            owner=owner,
+            lease_ttl_s=lease_ttl_s,
+            on_event=on_event,
+            limits=limits,
+            cooldown=cooldown,
+        )
         self.concurrency = concurrency
         self.retry_s = retry_s
         self._loop: asyncio.AbstractEventLoop | None = None

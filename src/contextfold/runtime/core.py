@@ -12,6 +12,11 @@ One compaction of a view at a time:
   there is a job to run and held until its cycle ends; a lease a dead process
   held expires after ``lease_ttl_s``.
 
+Model work is bounded: each job within ``limits`` (``JobLimits``: model calls
+and a deadline), a view whose job failed left alone for a ``cooldown`` that
+doubles with each failure in a row, and a job the runner gives up on
+(``stop``) cancelled: its model calls end and none starts after ``stop``.
+
 A flight first plans on the view's cached state, which appends extend
 cheaply: most appends plan nothing and cost the runner almost nothing. Only
 when a job is planned does it take the lease and run ``memory.cycle.compact``,
@@ -28,12 +33,14 @@ import threading
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from contextfold.core.events import Event, EventCallback, log
+from contextfold.llm.budget import DEFAULT_LIMITS, JobBudget, JobLimits
 from contextfold.memory.cycle import RunJob, compact, plan, run_here
+from contextfold.memory.leases import LeaseKeeper
 from contextfold.memory.view import View
-from contextfold.runtime.leases import LeaseKeeper
+from contextfold.runtime.cooldown import DEFAULT_COOLDOWN, Cooldown, Cooldowns
 from contextfold.strategies.base import Job
 
 Key = tuple[str, str]
@@ -51,14 +58,15 @@ class Flight:
     dirty: bool = False
     held: bool = False
     job: Job | None = None
-    failed: list[str] = field(default_factory=list)
+    budget: JobBudget | None = None
 
 
 class Runner(ABC):
     """The core of ``InlineRunner``, ``ThreadRunner`` and ``AsyncioRunner``.
 
     ``owner`` names this runner's leases (host, pid and a random part by
-    default); ``on_event`` callbacks see the events of every watched view.
+    default); ``on_event`` callbacks see the events of every watched view;
+    ``limits`` bound each job, ``cooldown`` paces a view whose job failed.
     """
 
     def __init__(
@@ -67,9 +75,13 @@ class Runner(ABC):
         owner: str | None = None,
         lease_ttl_s: float = 60.0,
         on_event: Iterable[EventCallback] = (),
+        limits: JobLimits = DEFAULT_LIMITS,
+        cooldown: Cooldown = DEFAULT_COOLDOWN,
     ) -> None:
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.on_event: list[EventCallback] = list(on_event)
+        self.limits = limits
+        self.cooldowns = Cooldowns(cooldown)
         self.lease_refusals = 0
         self._keeper = LeaseKeeper(self.owner, lease_ttl_s)
         self._lock = threading.Lock()
@@ -183,10 +195,15 @@ class Runner(ABC):
             self._end(flight)
 
     def _cycle(self, flight: Flight) -> bool:
-        """Compact the flight's view if a job is planned; False when its lease is held elsewhere."""
+        """Compact the flight's view if a job is planned; False when its lease is held elsewhere.
+
+        A view cooling down after a failed job (its configuration unchanged) is left alone.
+        """
         view = flight.view
+        if self.cooldowns.cooling(key_of(view), lambda: view.version):
+            return True
         pipeline = view.pipeline
-        planned = plan(pipeline.strategies if pipeline else (), view.state(), skip=flight.failed)
+        planned = plan(pipeline.strategies if pipeline else (), view.state())
         if planned is None:
             return True
         if not flight.held:
@@ -205,11 +222,24 @@ class Runner(ABC):
                 may_plan=self._may_plan,
                 may_commit=self._may_commit,
                 listeners=[self._dispatch],
+                limits=self.limits,
+                on_budget=lambda budget: self._track(flight, budget),
             )
         finally:
             flight.job = None
-        flight.failed.extend(report.failed)
+            flight.budget = None
+        if report.failed:
+            self.cooldowns.failed(key_of(view), view.version)
+        else:
+            self.cooldowns.succeeded(key_of(view))
         return True
+
+    def _track(self, flight: Flight, budget: JobBudget) -> None:
+        """The flight's job runs within ``budget``; one given up on is cancelled at once."""
+        with self._lock:
+            flight.budget = budget
+            if self._abandoning:
+                budget.cancel()
 
     def _finish(self, flight: Flight) -> bool:
         """End the flight and give its lease up; True when it is over.
@@ -255,15 +285,23 @@ class Runner(ABC):
             self._closing = True
             if not drain:
                 self._abandoning = True
+                self._cancel_jobs()
 
     def _abandon(self) -> None:
         """Give up on the cycles still running: they will not commit, their leases go now."""
         with self._lock:
             self._abandoning = True
+            self._cancel_jobs()
             flights = list(self._flights.values())
             self._flights.clear()
         for flight in flights:
             self._keeper.release(flight.view.session.store, *key_of(flight.view))
+
+    def _cancel_jobs(self) -> None:
+        """Cancel the jobs running now (the lock is held): no model call of theirs starts again."""
+        for flight in self._flights.values():
+            if flight.budget is not None:
+                flight.budget.cancel()
 
     def _shut(self) -> None:
         self._keeper.stop()

@@ -13,14 +13,17 @@ Jobs for a real model are I/O-bound (the SDKs release the GIL while they wait)
 and run on the worker thread as in ``ThreadRunner``; so do jobs of strategies
 that say they are ``light`` (masking, trimming: cheaper here than the trip),
 jobs whose strategy is not registered, and jobs whose token counter has no
-name a worker can rebuild.
+name a worker can rebuild. A job sent to a worker keeps its budget: this
+process waits for it no longer than the job's deadline, and a cancel (``stop``)
+ends the wait; the worker calls no model, so nothing goes out meanwhile.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
@@ -28,12 +31,15 @@ from contextfold.core.events import EventCallback
 from contextfold.core.folds import Fold
 from contextfold.core.tokens import ENCODINGS, TokenCounter, get_counter
 from contextfold.llm.base import LLM
+from contextfold.llm.budget import DEFAULT_LIMITS, JobLimits, JobStopped, current_budget
 from contextfold.llm.offline import OfflineModel
 from contextfold.memory.cycle import RunJob, run_here
+from contextfold.runtime.cooldown import DEFAULT_COOLDOWN, Cooldown
 from contextfold.runtime.thread import SETTLE_S, ThreadRunner
 from contextfold.strategies.base import Job, Strategy
 from contextfold.strategies.registry import strategy_from_data, strategy_to_data
 
+_POLL_S = 0.05
 PORTABLE_ENCODINGS = (*ENCODINGS, "approx")
 """Counters a worker process can rebuild by name."""
 
@@ -51,6 +57,8 @@ class ProcessRunner(ThreadRunner):
         owner: str | None = None,
         lease_ttl_s: float = 60.0,
         on_event: Iterable[EventCallback] = (),
+        limits: JobLimits = DEFAULT_LIMITS,
+        cooldown: Cooldown = DEFAULT_COOLDOWN,
     ) -> None:
         if processes < 1:
             raise InvalidInput("a ProcessRunner needs at least one process", field="processes")
@@ -66,6 +74,8 @@ class ProcessRunner(ThreadRunner):
             owner=owner,
             lease_ttl_s=lease_ttl_s,
             on_event=on_event,
+            limits=limits,
+            cooldown=cooldown,
         )
 
     def _run_job(self) -> RunJob:
@@ -79,7 +89,7 @@ class ProcessRunner(ThreadRunner):
             data = strategy_to_data(strategy)
         except InvalidInput:
             return run_here(strategy, job, llm, counter)
-        return self._pool.submit(_run_in_worker, data, job, counter.name).result()
+        return _awaited(self._pool.submit(_run_in_worker, data, job, counter.name))
 
     def stop(self, timeout: float = 5.0, *, drain: bool = True) -> bool:
         done = super().stop(timeout, drain=drain)
@@ -88,6 +98,22 @@ class ProcessRunner(ThreadRunner):
 
     def __enter__(self) -> ProcessRunner:
         return self
+
+
+def _awaited(future: Future[list[Fold]]) -> list[Fold]:
+    """The worker's folds, waited for no longer than the job's deadline or its cancel."""
+    budget = current_budget()
+    while True:
+        if budget is not None:
+            try:
+                budget.check("worker process")
+            except JobStopped:
+                future.cancel()
+                raise
+        try:
+            return future.result(timeout=_POLL_S)
+        except FutureTimeout:
+            continue
 
 
 def _warm() -> None:

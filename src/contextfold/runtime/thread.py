@@ -20,7 +20,9 @@ from collections.abc import Iterable
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.events import EventCallback
+from contextfold.llm.budget import DEFAULT_LIMITS, JobLimits
 from contextfold.memory.view import View
+from contextfold.runtime.cooldown import DEFAULT_COOLDOWN, Cooldown
 from contextfold.runtime.core import Key, Runner, key_of
 
 SETTLE_S = 0.005
@@ -36,10 +38,18 @@ class ThreadRunner(Runner):
         owner: str | None = None,
         lease_ttl_s: float = 60.0,
         on_event: Iterable[EventCallback] = (),
+        limits: JobLimits = DEFAULT_LIMITS,
+        cooldown: Cooldown = DEFAULT_COOLDOWN,
     ) -> None:
         if workers < 1:
             raise InvalidInput("a ThreadRunner needs at least one worker", field="workers")
-        super().__init__(owner=owner, lease_ttl_s=lease_ttl_s, on_event=on_event)
+        super().__init__(
+            owner=owner,
+            lease_ttl_s=lease_ttl_s,
+            on_event=on_event,
+            limits=limits,
+            cooldown=cooldown,
+        )
         self.retry_s = retry_s
         self.settle_s = settle_s
         self._settling: set[Key] = set()

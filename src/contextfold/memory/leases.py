@@ -4,17 +4,30 @@ A lease expires ``ttl_s`` after it was last taken, so a process killed in the
 middle of a job blocks its view for at most that long. A job may outlive the
 ttl (a slow model), so a keeper thread renews every lease its runner holds a
 few times per ttl. It is a daemon thread: it never keeps a process alive.
+
+``held_lease`` is the same gate for an inline ``View.compact``: it waits for
+the view's lease under an owner of its own, so two inline compactions of one
+view (two threads, two handles, two processes on one file) take turns, and a
+runner's cycle and an inline one never overlap either.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from contextfold.core.errors import ContextfoldError
 from contextfold.core.events import log
 from contextfold.store.base import Store
 
 LeaseKey = tuple[int, str, str]
+LEASE_TTL_S = 60.0
+_POLL_S = (0.002, 0.05)
 
 
 class LeaseKeeper:
@@ -81,3 +94,20 @@ class LeaseKeeper:
             # Only after this process stalled past the ttl; the version check
             # still refuses whichever of the two commits comes second.
             log.warning("lease on %s/%s was taken over by another owner", session_id, view)
+
+
+@contextmanager
+def held_lease(
+    store: Store, session_id: str, view: str, ttl_s: float = LEASE_TTL_S
+) -> Iterator[None]:
+    """Wait for the view's compaction lease, hold it (renewed) inside, give it up after."""
+    keeper = LeaseKeeper(f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}", ttl_s)
+    pause = _POLL_S[0]
+    while not keeper.acquire(store, session_id, view):
+        time.sleep(pause)
+        pause = min(pause * 2, _POLL_S[1])
+    try:
+        yield
+    finally:
+        keeper.release(store, session_id, view)
+        keeper.stop()

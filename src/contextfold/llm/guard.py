@@ -1,0 +1,93 @@
+"""The guard the cycle puts around a job's model, so any ``LLM`` keeps the job's budget.
+
+``Model`` adapters charge the job budget before each HTTP attempt themselves.
+Any other ``LLM`` (a user's own class, ``ScriptedModel``) knows nothing of
+budgets, so ``Guarded`` charges one call for it, and for every model:
+
+- waits for the answer only until the job's deadline or its cancel: a model
+  that hangs is left behind on a daemon thread, and the job goes on to fail
+  (a ``Model`` bounds each of its attempts so itself);
+- turns any exception that is not a contextfold error (``TimeoutError``,
+  ``ConnectionResetError``, a bug in the user's class) into a ``ModelError``
+  naming it, which strategies treat as a failed call.
+
+The cycle leaves the offline stand-in unguarded: it is local and cannot hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from contextfold.core.errors import ContextfoldError, ModelError
+from contextfold.core.messages import Message
+from contextfold.llm.base import LLM, Completion, Model
+from contextfold.llm.budget import JobBudget, NoAnswer, call_within
+
+
+class Guarded:
+    """``llm`` as a job may use it: within ``budget``, its failures as ``ModelError``."""
+
+    def __init__(self, llm: LLM, budget: JobBudget) -> None:
+        self.llm = llm
+        self.budget = budget
+        self.name = llm.name
+
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int | None = None,
+        schema: Mapping[str, Any] | None = None,
+    ) -> Completion:
+        self._admit()
+        return self._within_deadline(
+            lambda: self.llm.complete(messages, max_tokens=max_tokens, schema=schema)
+        )
+
+    async def acomplete(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int | None = None,
+        schema: Mapping[str, Any] | None = None,
+    ) -> Completion:
+        self._admit()
+        call = self.llm.acomplete(messages, max_tokens=max_tokens, schema=schema)
+        try:
+            return await asyncio.wait_for(call, self.budget.left())
+        except TimeoutError:
+            self.budget.check(self.name)
+            raise self.budget.stopped(f"{self.name}: no answer within the job's deadline") from None
+        except Exception as exc:
+            self.budget.note(exc)
+            if isinstance(exc, ContextfoldError):
+                raise
+            raise _as_model_error(self.name, exc) from exc
+
+    def _admit(self) -> None:
+        """A ``Model`` charges each attempt itself; any other LLM is charged here, once a call."""
+        if isinstance(self.llm, Model):
+            self.budget.check(self.name)
+        else:
+            self.budget.charge(self.name)
+
+    def _within_deadline(self, call: Callable[[], Completion]) -> Completion:
+        """Run ``call`` and wait no longer than the job may; a ``Model`` bounds its own attempts."""
+        try:
+            if isinstance(self.llm, Model):
+                return call()
+            return call_within(call, None, self.budget)
+        except NoAnswer:
+            self.budget.check(self.name)
+            raise self.budget.stopped(f"{self.name}: no answer within the job's deadline") from None
+        except Exception as exc:
+            self.budget.note(exc)
+            if isinstance(exc, ContextfoldError):
+                raise
+            raise _as_model_error(self.name, exc) from exc
+
+
+def _as_model_error(name: str, exc: Exception) -> ModelError:
+    return ModelError(f"{name}: {type(exc).__name__}: {exc}")
