@@ -13,11 +13,12 @@ from typing import Any
 from xml.etree import ElementTree
 
 import pytest
+from old_files import old_file
 
 from contextfold.core.errors import InvalidInput, StoreError
 from contextfold.core.folds import Fold
 from contextfold.core.log import NewMessage
-from contextfold.store import RAMStore, SQLiteStore, Store, migrations
+from contextfold.store import RAMStore, SQLiteStore, Store
 from contextfold.store.migrations import MIGRATIONS, migrate
 from contextfold.store.sqlite import LAST_OF_ROLE_SQL, MESSAGES_BEFORE_SQL
 from contextfold.testing.store_contract import StoreContract
@@ -234,13 +235,8 @@ def test_file_from_before_views_is_upgraded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "old.db"
-    monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:2])
-    old = SQLiteStore(path)
-    old.create_session("s", encoding="o200k_base")
-    old.append("s", [_user("a"), _user("b")])
-    old.commit_folds("s", "default", [_fold(1, 2)], 0)
-    old.close()
-    monkeypatch.undo()
+    users = [{"role": "user", "content": text} for text in "ab"]
+    old_file(path, 2, users, (_fold(1, 2),))
     store = SQLiteStore(path)
     assert store.head("s", "default") == (2, 1, 0)
     assert store.list_views("s") == []
@@ -282,7 +278,9 @@ def test_reads_are_one_statement(db: SQLiteStore) -> None:
         assert len(_statements(db, call)) == 1
     assert db.head("s", "default") == (2, 1, 1)
     appended = _statements(db, lambda: db.append("s", [_user("c")]))
-    assert [sql.split()[0] for sql in appended] == ["BEGIN", "SELECT", "INSERT", "COMMIT"]
+    # The session row keeps the last seq handed out, so a deleted row never frees it.
+    expected = ["BEGIN", "SELECT", "INSERT", "UPDATE", "COMMIT"]
+    assert [sql.split()[0] for sql in appended] == expected
 
 
 def test_not_a_database_is_a_store_error(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from contextfold.core.messages import Message
@@ -51,3 +51,23 @@ class ViewRecord:
     config: dict[str, Any]
     version: int
     updated_at: float = 0.0
+
+
+def json_copy(value: Any) -> Any:
+    """A copy of JSON data (dicts, lists, scalars) sharing nothing mutable with ``value``.
+
+    What stores and caches hand out, so editing it changes nothing they keep;
+    several times faster than ``copy.deepcopy`` on messages.
+    """
+    if type(value) is dict:
+        return {k: v if type(v) is str else json_copy(v) for k, v in value.items()}
+    if type(value) is list or type(value) is tuple:
+        return [v if type(v) is str else json_copy(v) for v in value]
+    if isinstance(value, dict):
+        return {k: json_copy(v) for k, v in value.items()}
+    return value
+
+
+def copied(logged: LoggedMessage) -> LoggedMessage:
+    """The record with a message of its own."""
+    return replace(logged, message=json_copy(logged.message))
