@@ -38,6 +38,26 @@ class TestContract(StoreContract):
         yield backend
         backend.close()
 
+    def delete_message(self, store: Store, session_id: str, seq: int) -> None:
+        if isinstance(store, SQLiteStore):
+            with _raw(store) as raw:
+                raw.execute(
+                    "DELETE FROM messages WHERE session_id = ? AND seq = ?", (session_id, seq)
+                )
+        else:
+            assert isinstance(store, RAMStore)
+            log = store._log[session_id]
+            log[:] = [m for m in log if m.seq != seq]
+
+    def damage_fold(self, store: Store, session_id: str, view: str, fold_id: str) -> None:
+        if isinstance(store, SQLiteStore):
+            with _raw(store) as raw:
+                raw.execute("UPDATE folds SET fold = '{\"start\": ' WHERE id = ?", (fold_id,))
+        else:
+            assert isinstance(store, RAMStore)
+            folds = store._folds[(session_id, view)]
+            folds[:] = [{"id": fold_id} if f.id == fold_id else f for f in folds]  # type: ignore[misc]
+
 
 _AUTHOR_TESTS = """
 import pytest

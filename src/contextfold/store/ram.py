@@ -294,7 +294,7 @@ def _seq(logged: LoggedMessage) -> int:
 
 def _id_of(item: Any, index: int) -> str:
     """A stored fold's id, or where it lies when it has none to read."""
-    fold_id = getattr(item, "id", None)
+    fold_id = item.get("id") if isinstance(item, Mapping) else getattr(item, "id", None)
     return fold_id if isinstance(fold_id, str) else f"#{index}"
 
 

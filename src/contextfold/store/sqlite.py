@@ -59,8 +59,7 @@ FOLD_VERSION_SQL = (
     "FROM sessions AS s WHERE s.id = :session"
 )
 _LAST_AND_FOLDS = (
-    f"SELECT {_LAST}, "
-    "(SELECT version FROM fold_versions WHERE session_id = s.id AND view = :view)"
+    f"SELECT {_LAST}, (SELECT version FROM fold_versions WHERE session_id = s.id AND view = :view)"
 )
 FOLD_HEAD_SQL = f"{_LAST_AND_FOLDS} FROM sessions AS s WHERE s.id = :session"
 HEAD_SQL = (
