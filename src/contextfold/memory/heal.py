@@ -17,6 +17,7 @@ and the log only grows.
 from __future__ import annotations
 
 import threading
+
 from contextfold.core.errors import DamagedFold, StoreError
 from contextfold.core.events import Event, EventCallback, emit
 from contextfold.core.fold_checks import own_fault, place_fault, set_faults

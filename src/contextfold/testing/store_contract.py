@@ -584,13 +584,14 @@ class StoreContract:
     def test_returned_messages_are_copies(self, store: Store) -> None:
         sid = _session(store)
         call = _call("c1")
-        nested = {"role": "user", "content": [{"type": "text", "text": "hi"}], "meta": {"k": [1]}}
+        parts: list[dict[str, str]] = [{"type": "text", "text": "hi"}]
+        nested: dict[str, Any] = {"role": "user", "content": parts, "meta": {"k": [1]}}
         returned = store.append(sid, [NewMessage(nested, 3, "k"), call, _new("x", "assistant")])
         expected = store.messages(sid)
         returned[0].message["content"][0]["text"] = "edited"
         returned[0].message["meta"]["k"].append(2)
         returned[1].message["tool_calls"][0]["id"] = "edited"
-        nested["content"].append({"type": "text", "text": "added by the caller"})
+        parts.append({"type": "text", "text": "added by the caller"})
         for read in (
             store.messages(sid),
             store.messages_before(sid, 4, 3),
@@ -611,7 +612,7 @@ class StoreContract:
         given = _fold(1, 4)
         store.commit_folds(sid, "default", [given], 0)
         given.messages[0]["content"] = "edited after the commit"
-        given.data["n"].append(3)  # type: ignore[attr-defined]
+        given.data["n"].append(3)
         read = store.folds(sid, "default")[0]
         read.messages[0]["content"] = "edited on the read copy"
         read.data["sections"]["goal"] = "edited"
