@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from contextfold.core.messages import Message
@@ -70,4 +70,6 @@ def json_copy(value: Any) -> Any:
 
 def copied(logged: LoggedMessage) -> LoggedMessage:
     """The record with a message of its own."""
-    return replace(logged, message=json_copy(logged.message))
+    return LoggedMessage(
+        logged.seq, json_copy(logged.message), logged.tokens, logged.key, logged.created_at
+    )

@@ -111,14 +111,15 @@ def _faults(
     sound: list[Fold] = []
     fresh = [f for f in active if not checked.known(f)]
     latest = store.last_of_role(session_id, "user") if fresh else None
+    edges = _edges(store, session_id, fresh, last_seq)
     for fold in fresh:
         reason = own_fault(fold, counter) or place_fault(
             fold,
             last_seq=last_seq,
             system=system,
             latest_user=None if latest is None else latest.seq,
-            first=_at(store, session_id, fold.start),
-            after=_at(store, session_id, fold.end + 1) if fold.end < last_seq else None,
+            first=edges.get(fold.start),
+            after=edges.get(fold.end + 1),
         )
         if reason is None:
             sound.append(fold)
@@ -129,6 +130,22 @@ def _faults(
     return faults
 
 
-def _at(store: Store, session_id: str, seq: int) -> Message | None:
-    found = store.messages(session_id, seq, seq)
-    return found[0].message if found else None
+def _edges(store: Store, session_id: str, folds: list[Fold], last_seq: int) -> dict[int, Message]:
+    """The logged messages at each fold's start and just past its end, by seq.
+
+    Read as one range when they lie close together (a masking commit folds
+    thousands of neighbouring units), else one by one.
+    """
+    wanted = {s for f in folds for s in (f.start, f.end + 1) if 1 <= s <= last_seq}
+    if not wanted:
+        return {}
+    lo, hi = min(wanted), max(wanted)
+    if hi - lo + 1 <= _DENSE * len(wanted):
+        found = store.messages(session_id, lo, hi)
+    else:
+        found = [m for seq in sorted(wanted) for m in store.messages(session_id, seq, seq)]
+    return {m.seq: m.message for m in found if m.seq in wanted}
+
+
+_DENSE = 8
+"""A range read pays for this many messages per edge before point reads are cheaper."""

@@ -102,7 +102,7 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
             """UPDATE sessions SET last_seq =
                 COALESCE((SELECT MAX(seq) FROM messages WHERE session_id = sessions.id), 0)""",
             # The folds a render or a commit reads, without the superseded ones of a long past.
-            """CREATE INDEX folds_active ON folds (session_id, view, start_seq)
+            """CREATE INDEX folds_active ON folds (session_id, view, placement, start_seq)
                 WHERE superseded_by IS NULL AND quarantined IS NULL""",
         ),
     ),

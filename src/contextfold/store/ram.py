@@ -142,12 +142,13 @@ class RAMStore:
     def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:
         self.get_session(session_id)
         with self._lock:
-            kept = list(self._folds.get((session_id, view), []))
+            kept = [
+                f
+                for f in self._folds.get((session_id, view), [])
+                if include_superseded or getattr(f, "superseded_by", None) is None
+            ]
             out = self._readable(session_id, view, kept, raising=True)
-        return sorted(
-            (f for f in out if include_superseded or f.superseded_by is None),
-            key=lambda f: (f.start, f.created_at),
-        )
+        return sorted(out, key=lambda f: (f.start, f.created_at))
 
     def _readable(
         self, session_id: str, view: str, kept: Sequence[Any], *, raising: bool
