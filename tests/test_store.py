@@ -456,3 +456,30 @@ def test_processes_append_gapless(db: SQLiteStore, tmp_path: Path) -> None:
         _, err = child.communicate(timeout=120)
         assert child.returncode == 0, err.decode()
     _assert_gapless(db, writers, each)
+
+
+def test_a_commit_reads_the_folds_near_it_not_every_fold(db: SQLiteStore) -> None:
+    """Linear commits at scale: no statement of a commit reads a fold's body, and the
+    spans it reads are those around the new fold, however many folds the view holds."""
+    db.append("s", [_user(str(i)) for i in range(3_000)])
+    db.commit_folds("s", "default", [_fold(2 * i + 1, 2 * i + 2) for i in range(1_000)], 0)
+    fetched: list[int] = []
+    original = SQLiteStore._spans_near
+
+    def counted(*args: Any) -> Any:
+        spans = original(*args)
+        fetched.append(len(spans))
+        return spans
+
+    SQLiteStore._spans_near = staticmethod(counted)  # type: ignore[method-assign]
+    try:
+        sent = _statements(db, lambda: db.commit_folds("s", "default", [_fold(1001, 1004)], 1))
+    finally:
+        SQLiteStore._spans_near = staticmethod(original)  # type: ignore[method-assign]
+    reads = [sql for sql in sent if sql.startswith("SELECT")]
+    assert reads and not any("SELECT fold" in sql or "placement, fold" in sql for sql in reads)
+    assert fetched == [3]  # the fold before the range and the two it covers
+    assert [(f.start, f.end) for f in db.folds("s", "default")][500:502] == [
+        (1001, 1004),
+        (1005, 1006),
+    ]
