@@ -143,15 +143,15 @@ class RAMStore:
         self.get_session(session_id)
         with self._lock:
             kept = [
-                f
-                for f in self._folds.get((session_id, view), [])
+                (i, f)
+                for i, f in enumerate(self._folds.get((session_id, view), []))
                 if include_superseded or getattr(f, "superseded_by", None) is None
             ]
             out = self._readable(session_id, view, kept, raising=True)
         return sorted(out, key=lambda f: (f.start, f.created_at))
 
     def _readable(
-        self, session_id: str, view: str, kept: Sequence[Any], *, raising: bool
+        self, session_id: str, view: str, kept: Sequence[tuple[int, Any]], *, raising: bool
     ) -> list[Fold]:
         """Copies of the view's unquarantined folds, each read back as a stored row is.
 
@@ -159,7 +159,7 @@ class RAMStore:
         """
         gone = self._quarantined.get((session_id, view), {})
         out: list[Fold] = []
-        for index, item in enumerate(kept):
+        for index, item in kept:
             fold_id = _id_of(item, index)
             if fold_id in gone:
                 continue
@@ -208,7 +208,7 @@ class RAMStore:
             stored = {_id_of(f, i) for i, f in enumerate(current)}
             if any(f.id in stored for f in folds):
                 raise InvalidInput("fold id is already stored", field="id")
-            readable = self._readable(session_id, view, current, raising=False)
+            readable = self._readable(session_id, view, list(enumerate(current)), raising=False)
             active = [f for f in readable if f.superseded_by is None]
             superseded: dict[str, str] = {}
             for fold, gone in plan_commit(active, view, folds, self._last[session_id]):
