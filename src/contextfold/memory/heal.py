@@ -38,9 +38,10 @@ class Checked:
         with self._lock:
             return self._sound.get(fold.id) == fold
 
-    def add(self, folds: list[Fold]) -> None:
+    def keep(self, folds: list[Fold]) -> None:
+        """Remember ``folds`` as sound, and forget folds no longer active."""
         with self._lock:
-            self._sound.update((f.id, f) for f in folds)
+            self._sound = {f.id: f for f in folds}
 
 
 def sound_folds(
@@ -108,7 +109,6 @@ def _faults(
     session_id: str,
 ) -> dict[str, str]:
     faults: dict[str, str] = {}
-    sound: list[Fold] = []
     fresh = [f for f in active if not checked.known(f)]
     latest = store.last_of_role(session_id, "user") if fresh else None
     edges = _edges(store, session_id, fresh, last_seq)
@@ -121,12 +121,10 @@ def _faults(
             first=edges.get(fold.start),
             after=edges.get(fold.end + 1),
         )
-        if reason is None:
-            sound.append(fold)
-        else:
+        if reason is not None:
             faults[fold.id] = reason
-    checked.add(sound)
     faults.update(set_faults([f for f in active if f.id not in faults]))
+    checked.keep([f for f in active if f.id not in faults])
     return faults
 
 
