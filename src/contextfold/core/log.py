@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import marshal
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,15 +57,23 @@ class ViewRecord:
 def json_copy(value: Any) -> Any:
     """A copy of JSON data (dicts, lists, scalars) sharing nothing mutable with ``value``.
 
-    What stores and caches hand out, so editing it changes nothing they keep;
-    several times faster than ``copy.deepcopy`` on messages.
+    What stores and caches hand out, so editing it changes nothing they keep.
+    ``marshal`` copies plain data in C, several times faster than
+    ``copy.deepcopy``; anything it cannot write (a dict subclass) is walked.
     """
+    try:
+        return marshal.loads(marshal.dumps(value))
+    except ValueError:
+        return _walked(value)
+
+
+def _walked(value: Any) -> Any:
     if type(value) is dict:
-        return {k: v if type(v) is str else json_copy(v) for k, v in value.items()}
+        return {k: v if type(v) is str else _walked(v) for k, v in value.items()}
     if type(value) is list or type(value) is tuple:
-        return [v if type(v) is str else json_copy(v) for v in value]
+        return [v if type(v) is str else _walked(v) for v in value]
     if isinstance(value, dict):
-        return {k: json_copy(v) for k, v in value.items()}
+        return {k: _walked(v) for k, v in value.items()}
     return value
 
 

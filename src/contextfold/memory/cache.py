@@ -141,7 +141,7 @@ class StateCache:
 def _copy(rendered: Rendered) -> Rendered:
     """The caller gets its own messages; the cache keeps extending its own."""
     return Rendered(
-        [json_copy(m) for m in rendered.messages],
+        json_copy(rendered.messages),
         rendered.tokens,
         rendered.omitted,
         rendered.clipped,
