@@ -77,6 +77,15 @@ def _walked(value: Any) -> Any:
     return value
 
 
+def copies(records: list[LoggedMessage]) -> list[LoggedMessage]:
+    """The records, each with a message of its own, copied in one pass."""
+    messages = json_copy([r.message for r in records])
+    return [
+        LoggedMessage(r.seq, m, r.tokens, r.key, r.created_at)
+        for r, m in zip(records, messages, strict=True)
+    ]
+
+
 def copied(logged: LoggedMessage) -> LoggedMessage:
     """The record with a message of its own."""
     return LoggedMessage(

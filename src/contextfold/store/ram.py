@@ -31,6 +31,7 @@ from contextfold.core.log import (
     SessionRecord,
     ViewRecord,
     copied,
+    copies,
     json_copy,
 )
 from contextfold.store.base import Head, Quarantined, check_lease, view_config_json
@@ -116,14 +117,14 @@ class RAMStore:
         log = self._log[session_id]
         lo = bisect.bisect_left(log, start, key=_seq)
         hi = len(log) if end is None else bisect.bisect_right(log, end, key=_seq)
-        return [copied(m) for m in log[lo:hi]]
+        return copies(log[lo:hi])
 
     def messages_before(self, session_id: str, before: int, limit: int) -> list[LoggedMessage]:
         self.get_session(session_id)
         log = self._log[session_id]
         hi = bisect.bisect_left(log, before, key=_seq)
         lo = max(hi - max(limit, 0), 0)
-        return [copied(m) for m in log[lo:hi][::-1]]
+        return copies(log[lo:hi][::-1])
 
     def last_seq(self, session_id: str) -> int:
         self.get_session(session_id)
