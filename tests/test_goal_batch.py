@@ -145,7 +145,7 @@ def test_a_growing_run_fires_when_six_complete_turns_are_twenty_messages_old() -
     ]
     # The [SUMMARIZED] folds inside are superseded, the ones after stay.
     inside = [f for f in view.folds(include_superseded=True) if batch.start <= f.start <= batch.end]
-    assert [f.superseded_by for f in inside if f is not batch] == [batch.id] * 6
+    assert [f.superseded_by for f in inside if f.id != batch.id] == [batch.id] * 6
     prompt = view.render()
     assert prompt[1] == {"role": "assistant", "content": batch.text}
     assert prompt[2] == {"role": "user", "content": "fix the bug in src/t6.py"}

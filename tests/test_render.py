@@ -103,7 +103,8 @@ def test_folds_and_raw_messages_render_in_log_order() -> None:
     session = session_of(messages)
     view = session.view("default")
     summary = {"role": "user", "content": "[summary of rounds 1-2]"}
-    fold = Fold("default", 2, 5, "summary", summary["content"], (summary,), "test", 100, 10)
+    cost = session.counter.message(summary)
+    fold = Fold("default", 2, 5, "summary", summary["content"], (summary,), "test", 100, cost)
     session.store.commit_folds(session.id, "default", [fold], 0)
     assert view.render() == [SYSTEM, summary, *messages[5:]]
 
@@ -113,10 +114,20 @@ def test_facts_fold_renders_once_right_after_the_system_prompt() -> None:
     session = session_of(messages)
     facts_msg = {"role": "system", "content": "Facts: the user's name is Ada."}
     facts = Fold(
-        "default", 2, 7, "facts", facts_msg["content"], (facts_msg,), "test", 50, 12, "facts"
+        "default",
+        2,
+        7,
+        "facts",
+        facts_msg["content"],
+        (facts_msg,),
+        "test",
+        50,
+        session.counter.message(facts_msg),
+        "facts",
     )
     summary = {"role": "user", "content": "[summary of round 1]"}
-    fold = Fold("default", 2, 3, "summary", summary["content"], (summary,), "test", 60, 9)
+    cost = session.counter.message(summary)
+    fold = Fold("default", 2, 3, "summary", summary["content"], (summary,), "test", 60, cost)
     session.store.commit_folds(session.id, "default", [facts, fold], 0)
     report = session.view("default").render_report()
     assert report.messages == [SYSTEM, facts_msg, summary, *messages[3:]]
@@ -283,14 +294,16 @@ def test_render_reads_grow_with_what_it_returns_not_with_history() -> None:
         view = session.view("default")
         summary = {"role": "user", "content": "[summary]"}
         end = 2 * rounds - 20
-        old = Fold("default", 2, end, "summary", "[summary]", (summary,), "test", 10**6, 5)
+        cost = session.counter.message(summary)
+        old = Fold("default", 2, end, "summary", "[summary]", (summary,), "test", 10**6, cost)
         store.commit_folds(session.id, "default", [old], 0)
         for folded in (False, True):
             name = "folded" if folded else "raw"
             store.read_before = store.read_range = 0
             report = view.render_report(2000) if folded else session.view(name).render_report(2000)
             assert report.tokens <= 2000
-            assert store.read_range <= 8
+            # The first read of the summary fold checks the log at its two edges (memory/heal).
+            assert store.read_range <= 8 + 2 * folded
             assert store.read_before <= len(report.messages) + _PAGE
             reads[rounds, name] = store.read_before
     assert reads[500, "raw"] == reads[10_000, "raw"]

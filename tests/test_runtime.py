@@ -194,9 +194,9 @@ def test_refused_commit_plans_again_from_what_is_committed() -> None:
     events: list[Event] = []
     runner = ThreadRunner(on_event=[events.append])
     gate, session, view = held_at_gate(runner)
-    other = Fold(
-        "default", 2, 3, "summary", "x", ({"role": "user", "content": "x"},), "other", 9, 1
-    )
+    message = {"role": "user", "content": "x"}
+    cost = session.counter.message(message)
+    other = Fold("default", 2, 3, "summary", "x", (message,), "other", 9, cost)
     session.store.commit_folds("s", "default", [other], 0)
     gate.open.set()
     assert runner.wait_idle(WAIT)

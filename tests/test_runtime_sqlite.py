@@ -17,6 +17,7 @@ from typing import IO, Any
 
 import pytest
 from crash_worker import chat, summarizing_view
+from old_files import old_file
 
 import contextfold.store.migrations as migrations
 from contextfold import Memory
@@ -174,10 +175,7 @@ def test_file_from_before_leases_is_upgraded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "old.db"
-    monkeypatch.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:1])
-    with Memory(path) as memory:
-        memory.session("s", system="You help with tests.").extend(chat(2))
-    monkeypatch.undo()
+    old_file(path, 1, [{"role": "system", "content": "You help with tests."}, *chat(2)])
     store = SQLiteStore(path)
     with sqlite3.connect(path) as raw:
         names = [row[0] for row in raw.execute("SELECT name FROM _migrations ORDER BY name")]

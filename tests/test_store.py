@@ -13,11 +13,12 @@ from typing import Any
 from xml.etree import ElementTree
 
 import pytest
+from old_files import old_file
 
 from contextfold.core.errors import InvalidInput, StoreError
 from contextfold.core.folds import Fold
 from contextfold.core.log import NewMessage
-from contextfold.store import RAMStore, SQLiteStore, Store, migrations
+from contextfold.store import RAMStore, SQLiteStore, Store
 from contextfold.store.migrations import MIGRATIONS, migrate
 from contextfold.store.sqlite import LAST_OF_ROLE_SQL, MESSAGES_BEFORE_SQL
 from contextfold.testing.store_contract import StoreContract
@@ -36,6 +37,26 @@ class TestContract(StoreContract):
             backend = SQLiteStore(tmp_path / "store.db", durability=durability)
         yield backend
         backend.close()
+
+    def delete_message(self, store: Store, session_id: str, seq: int) -> None:
+        if isinstance(store, SQLiteStore):
+            with _raw(store) as raw:
+                raw.execute(
+                    "DELETE FROM messages WHERE session_id = ? AND seq = ?", (session_id, seq)
+                )
+        else:
+            assert isinstance(store, RAMStore)
+            log = store._log[session_id]
+            log[:] = [m for m in log if m.seq != seq]
+
+    def damage_fold(self, store: Store, session_id: str, view: str, fold_id: str) -> None:
+        if isinstance(store, SQLiteStore):
+            with _raw(store) as raw:
+                raw.execute("UPDATE folds SET fold = '{\"start\": ' WHERE id = ?", (fold_id,))
+        else:
+            assert isinstance(store, RAMStore)
+            folds = store._folds[(session_id, view)]
+            folds[:] = [{"id": fold_id} if f.id == fold_id else f for f in folds]  # type: ignore[misc]
 
 
 _AUTHOR_TESTS = """
@@ -234,13 +255,8 @@ def test_file_from_before_views_is_upgraded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "old.db"
-    monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:2])
-    old = SQLiteStore(path)
-    old.create_session("s", encoding="o200k_base")
-    old.append("s", [_user("a"), _user("b")])
-    old.commit_folds("s", "default", [_fold(1, 2)], 0)
-    old.close()
-    monkeypatch.undo()
+    users = [{"role": "user", "content": text} for text in "ab"]
+    old_file(path, 2, users, (_fold(1, 2),))
     store = SQLiteStore(path)
     assert store.head("s", "default") == (2, 1, 0)
     assert store.list_views("s") == []
@@ -282,7 +298,9 @@ def test_reads_are_one_statement(db: SQLiteStore) -> None:
         assert len(_statements(db, call)) == 1
     assert db.head("s", "default") == (2, 1, 1)
     appended = _statements(db, lambda: db.append("s", [_user("c")]))
-    assert [sql.split()[0] for sql in appended] == ["BEGIN", "SELECT", "INSERT", "COMMIT"]
+    # The session row keeps the last seq handed out, so a deleted row never frees it.
+    expected = ["BEGIN", "SELECT", "INSERT", "UPDATE", "COMMIT"]
+    assert [sql.split()[0] for sql in appended] == expected
 
 
 def test_not_a_database_is_a_store_error(tmp_path: Path) -> None:
@@ -438,3 +456,30 @@ def test_processes_append_gapless(db: SQLiteStore, tmp_path: Path) -> None:
         _, err = child.communicate(timeout=120)
         assert child.returncode == 0, err.decode()
     _assert_gapless(db, writers, each)
+
+
+def test_a_commit_reads_the_folds_near_it_not_every_fold(db: SQLiteStore) -> None:
+    """Linear commits at scale: no statement of a commit reads a fold's body, and the
+    spans it reads are those around the new fold, however many folds the view holds."""
+    db.append("s", [_user(str(i)) for i in range(3_000)])
+    db.commit_folds("s", "default", [_fold(2 * i + 1, 2 * i + 2) for i in range(1_000)], 0)
+    fetched: list[int] = []
+    original = SQLiteStore._spans_near
+
+    def counted(*args: Any) -> Any:
+        spans = original(*args)
+        fetched.append(len(spans))
+        return spans
+
+    SQLiteStore._spans_near = staticmethod(counted)  # type: ignore[method-assign]
+    try:
+        sent = _statements(db, lambda: db.commit_folds("s", "default", [_fold(1001, 1004)], 1))
+    finally:
+        SQLiteStore._spans_near = staticmethod(original)  # type: ignore[method-assign]
+    reads = [sql for sql in sent if sql.startswith("SELECT")]
+    assert reads and not any("SELECT fold" in sql or "placement, fold" in sql for sql in reads)
+    assert fetched == [3]  # the fold before the range and the two it covers
+    assert [(f.start, f.end) for f in db.folds("s", "default")][500:502] == [
+        (1001, 1004),
+        (1005, 1006),
+    ]

@@ -7,6 +7,7 @@ Every error derives from one root, so callers can catch ``ContextfoldError``::
     ├── BudgetError           budget cannot hold the system prompt + latest user message
     ├── StoreError            a backend failed
     │   ├── NotFound          unknown session
+    │   ├── DamagedFold       a stored fold row cannot be read (the view quarantines it)
     │   └── VersionConflict   a versioned record moved since it was read
     │       ├── FoldConflict  the view's fold set moved since the job was planned
     │       └── ViewConflict  the view's configuration moved since it was read
@@ -64,6 +65,21 @@ class NotFound(StoreError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "not found"
+
+
+class DamagedFold(StoreError):
+    """A stored fold cannot be read back as a fold (edited or damaged by hand).
+
+    Raised by a store's fold read; the view catches it, quarantines the fold
+    (``Store.quarantine_fold``) and renders from the log instead.
+    """
+
+    def __init__(self, session: str, view: str, fold_id: str, reason: str) -> None:
+        self.session = session
+        self.view = view
+        self.fold_id = fold_id
+        self.reason = reason
+        super().__init__(f"fold {fold_id!r} of {session}/{view} is damaged: {reason}")
 
 
 class VersionConflict(StoreError):

@@ -2,8 +2,10 @@
 
 Kinds: ``planned``, ``started``, ``committed``, ``rejected`` (the commit lost a
 race with another commit), ``failed`` (the model's answers were unusable or the
-call failed; the job was dropped) and ``degraded`` (the view keeps its previous
-folds and may be over budget until a later attempt succeeds).
+call failed; the job was dropped), ``degraded`` (the view keeps its previous
+folds and may be over budget until a later attempt succeeds) and
+``quarantined`` (a stored fold was found damaged or at odds with the log and
+is kept out of the view; ``data`` names the fold and the reason).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import Any, Literal
 
 log = logging.getLogger("contextfold")
 
-EventKind = Literal["planned", "started", "committed", "rejected", "failed", "degraded"]
+EventKind = Literal[
+    "planned", "started", "committed", "rejected", "failed", "degraded", "quarantined"
+]
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,7 @@ EventCallback = Callable[[Event], None]
 
 def emit(event: Event, callbacks: list[EventCallback]) -> None:
     """Log the event, then hand it to each callback; a failing callback is logged, not raised."""
-    level = logging.WARNING if event.kind in ("failed", "degraded") else logging.INFO
+    level = logging.WARNING if event.kind in ("failed", "degraded", "quarantined") else logging.INFO
     log.log(level, event.describe())
     for callback in callbacks:
         try:

@@ -15,11 +15,12 @@ Superseded folds are kept for audit and never rendered.
 
 from __future__ import annotations
 
+import bisect
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple, Protocol
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message
@@ -85,53 +86,99 @@ class Fold:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Fold:
+        """A fold from stored data; ``InvalidInput`` naming the field that is not what it must be.
+
+        Stored data may have been damaged by hand, so every field's type is checked here,
+        once for every store, before a fold is handed to render or planning.
+        """
+        if not isinstance(d, Mapping):
+            raise InvalidInput(f"a fold is a JSON object, not {type(d).__name__}", field="fold")
+        messages = _field(d, "messages", list)
+        if not all(isinstance(m, dict) for m in messages):
+            raise InvalidInput("every fold message must be a JSON object", field="messages")
+        usage = d.get("usage")
+        if usage is not None and not isinstance(usage, dict):
+            raise InvalidInput("usage must be a JSON object or null", field="usage")
+        superseded_by = d.get("superseded_by")
+        if superseded_by is not None and not isinstance(superseded_by, str):
+            raise InvalidInput("superseded_by must be a fold id", field="superseded_by")
         return cls(
-            id=d["id"],
-            view=d["view"],
-            start=d["start"],
-            end=d["end"],
-            kind=d["kind"],
-            placement=d["placement"],
-            text=d["text"],
-            messages=tuple(d["messages"]),
-            strategy=d["strategy"],
-            tokens_before=d["tokens_before"],
-            tokens_after=d["tokens_after"],
-            data=d.get("data") or {},
-            usage=d.get("usage"),
-            created_at=d["created_at"],
-            superseded_by=d.get("superseded_by"),
+            id=_field(d, "id", str),
+            view=_field(d, "view", str),
+            start=_field(d, "start", int),
+            end=_field(d, "end", int),
+            kind=_field(d, "kind", str),
+            placement=_field(d, "placement", str),
+            text=_field(d, "text", str),
+            messages=tuple(messages),
+            strategy=_field(d, "strategy", str),
+            tokens_before=_field(d, "tokens_before", int),
+            tokens_after=_field(d, "tokens_after", int),
+            data=_field(d, "data", dict, d.get("data") or {}),
+            usage=usage,
+            created_at=_field(d, "created_at", float),
+            superseded_by=superseded_by,
         )
 
 
-def superseded_by_commit(active: Iterable[Fold], new: Fold) -> list[Fold]:
-    """The active folds ``new`` replaces; refuses a partial overlap.
+def _field(d: Mapping[str, Any], name: str, kind: type, default: Any = None) -> Any:
+    """``d[name]`` if it is a ``kind`` (ints are floats too, bools are neither)."""
+    value = d.get(name, default)
+    ok = isinstance(value, kind) and not isinstance(value, bool)
+    if kind is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok:
+        raise InvalidInput(
+            f"expected {kind.__name__}, found {type(value).__name__}"
+            + ("" if name in d else " (missing)"),
+            field=name,
+        )
+    if kind is int and value < 0:
+        raise InvalidInput(f"must not be negative, found {value}", field=name)
+    return value
 
-    Shared by every store so the rule is written once.
-    """
-    replaced: list[Fold] = []
-    for old in active:
-        if old.placement != new.placement:
-            continue
-        if new.placement == "facts" or new.covers(old):
-            replaced.append(old)
-        elif new.overlaps(old):
-            raise InvalidInput(
-                f"fold {new.start}..{new.end} partly overlaps active fold {old.start}..{old.end}",
-                field="start",
-            )
-    return replaced
+
+class FoldSpan(Protocol):
+    """What a commit checks of an active fold: where it lies, and where it renders."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def placement(self) -> str: ...
+
+
+class Span(NamedTuple):
+    """A stored fold's place without its body: what a store reads to check a commit."""
+
+    id: str
+    start: int
+    end: int
+    placement: str
 
 
 def plan_commit(
-    active: Sequence[Fold], view: str, folds: Sequence[Fold], last_seq: int
+    active: Sequence[FoldSpan], view: str, folds: Sequence[Fold], last_seq: int
 ) -> list[tuple[Fold, set[str]]]:
     """Check a commit against the view's active folds; for each new fold, the ids it supersedes.
 
-    Pure, so every store refuses the same commits with the same errors before writing.
+    A new in-place fold supersedes the active folds it covers and refuses a
+    partial overlap; a new facts fold supersedes the active facts. Pure, so every
+    store refuses the same commits with the same errors before writing.
+
+    Active in-place folds never overlap, so sorted by start they are sorted by
+    end too: the folds a new one meets are one run found by bisection, and a
+    commit costs O(n log n) in the folds it meets and makes, not their product.
     """
-    current = list(active)
-    seen = {f.id for f in current}
+    placed: list[FoldSpan] = sorted(
+        (f for f in active if f.placement == "in_place"), key=lambda f: f.start
+    )
+    ends = [f.end for f in placed]
+    facts = {f.id for f in active if f.placement == "facts"}
+    seen = {f.id for f in active}
     out: list[tuple[Fold, set[str]]] = []
     for fold in folds:
         if fold.view != view:
@@ -142,11 +189,25 @@ def plan_commit(
             raise InvalidInput("a fold is committed active, not superseded", field="superseded_by")
         if fold.id in seen:
             raise InvalidInput(f"fold id {fold.id!r} is already stored", field="id")
-        gone = {f.id for f in superseded_by_commit(current, fold)}
-        current = [f for f in current if f.id not in gone]
-        current.append(fold)
         seen.add(fold.id)
-        out.append((fold, gone))
+        if fold.placement == "facts":
+            out.append((fold, facts))
+            facts = {fold.id}
+            continue
+        first = bisect.bisect_left(ends, fold.start)
+        last = first
+        while last < len(placed) and placed[last].start <= fold.end:
+            old = placed[last]
+            if not (fold.start <= old.start and old.end <= fold.end):
+                raise InvalidInput(
+                    f"fold {fold.start}..{fold.end} partly overlaps active fold "
+                    f"{old.start}..{old.end}",
+                    field="start",
+                )
+            last += 1
+        out.append((fold, {f.id for f in placed[first:last]}))
+        placed[first:last] = [fold]
+        ends[first:last] = [fold.end]
     return out
 
 

@@ -9,6 +9,10 @@ cut, a filter that might hide part of an earlier tool unit) falls back to a
 fresh read. A turn then costs what it appends, not what the view holds, and
 its prompt extends the previous one byte for byte, which keeps providers'
 prefix caches warm.
+
+The cached prompt is the cache's own: it keeps a copy of what it is given and
+hands out copies, so a caller editing a prompt's message dicts (adding a
+``cache_control`` key, say) never edits the next prompt.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from contextfold.core.entries import Entry
-from contextfold.core.log import LoggedMessage
+from contextfold.core.log import LoggedMessage, json_copy
 from contextfold.core.messages import for_model
 from contextfold.core.render import Rendered
 from contextfold.core.units import answers_tail, waits_for_results
@@ -78,7 +82,7 @@ class PromptCache:
 
     def put(self, head: Head, budget: int | None, rendered: Rendered) -> None:
         key = (head.fold_version, head.view_version, budget)
-        self._grown.put(key, head.last_seq, rendered if rendered.whole else None)
+        self._grown.put(key, head.last_seq, _copy(rendered) if rendered.whole else None)
 
     def extend(
         self, head: Head, budget: int | None, keep: MessageFilter | None, read_after: ReadAfter
@@ -137,9 +141,9 @@ class StateCache:
 
 
 def _copy(rendered: Rendered) -> Rendered:
-    """The caller gets its own list; the cache keeps extending its own."""
+    """The caller gets its own messages; the cache keeps extending its own."""
     return Rendered(
-        list(rendered.messages),
+        json_copy(rendered.messages),
         rendered.tokens,
         rendered.omitted,
         rendered.clipped,

@@ -35,6 +35,7 @@ from contextfold.memory.cache import PromptCache, StateCache
 from contextfold.memory.config import ViewConfig
 from contextfold.memory.cycle import CompactionReport, SessionSide, compact
 from contextfold.memory.filters import MessageFilter
+from contextfold.memory.heal import Checked, sound_folds
 from contextfold.memory.leases import held_lease
 from contextfold.store.base import Head, Store
 from contextfold.store.wake import LocalWake
@@ -70,6 +71,7 @@ class Binding:
     built: tuple[int, ViewConfig, Pipeline | None, MessageFilter | None] | None = None
     prompts: PromptCache = field(default_factory=PromptCache)
     states: StateCache = field(default_factory=StateCache)
+    checked: Checked = field(default_factory=Checked)
 
 
 class View:
@@ -181,7 +183,22 @@ class View:
     # -- reading ----------------------------------------------------------
 
     def folds(self, *, include_superseded: bool = False) -> list[Fold]:
-        return self._store.folds(self.session.id, self.name, include_superseded=include_superseded)
+        return self._sound_folds(len(self._system()), include_superseded=include_superseded)[1]
+
+    def _sound_folds(
+        self, system: int, *, include_superseded: bool = False
+    ) -> tuple[Head, list[Fold]]:
+        """The head and the folds fit to render; unfit ones are quarantined (``memory.heal``)."""
+        return sound_folds(
+            self._store,
+            self.session.id,
+            self.name,
+            system=system,
+            counter=self.session.counter,
+            checked=self.binding.checked,
+            callbacks=self.binding.on_event,
+            include_superseded=include_superseded,
+        )
 
     def _system(self) -> list[LoggedMessage]:
         """The leading system messages of the log: never folded, always rendered."""
@@ -229,9 +246,9 @@ class View:
 
     def _read_state(self, head: Head, keep: MessageFilter | None) -> ViewState:
         sid = self.session.id
-        folds = self._store.folds(sid, self.name)
-        in_place = active_in_place(folds)
         system = self._system()
+        head, folds = self._sound_folds(len(system))
+        in_place = active_in_place(folds)
         first = len(system) + 1
         for fold in in_place:
             if fold.start <= first:
@@ -272,14 +289,14 @@ class View:
         )
         if fast is not None:
             return fast
-        rendered = self._render(head, wanted, keep)
+        head, rendered = self._render(wanted, keep)
         prompts.put(head, wanted, rendered)
         return rendered
 
-    def _render(self, head: Head, budget: int | None, keep: MessageFilter | None) -> Rendered:
+    def _render(self, budget: int | None, keep: MessageFilter | None) -> tuple[Head, Rendered]:
         sid = self.session.id
-        folds = self._store.folds(sid, self.name)
         system = self._system()
+        head, folds = self._sound_folds(len(system))
         latest = self._store.last_of_role(sid, "user")
         in_place = active_in_place(folds)
         latest_user = None
@@ -293,7 +310,7 @@ class View:
         entries = self._log_newest_first(in_place, after=len(system), last=head.last_seq)
         if keep is not None:
             entries = whole_units(entries, lambda e: e.message, keep)
-        return render(
+        return head, render(
             system=[m.message for m in system],
             newest_first=answer_missing(entries, self.session.counter),
             counter=self.session.counter,

@@ -12,6 +12,14 @@ Invariants, checked by ``contextfold.testing.store_contract`` against every back
   with ``InvalidInput`` when a fold partly overlaps an active one. Folds a commit
   covers are marked superseded, never deleted.
 - Views never see each other's folds.
+- A fold found unfit to render (damaged, or at odds with the log) is quarantined
+  by ``quarantine_fold``: kept and marked with the reason, never handed out by
+  ``folds`` again, and the view's fold version moves so that caches and jobs
+  planned over it notice. A fold row that cannot be read at all makes ``folds``
+  raise ``DamagedFold`` naming it, so the caller can quarantine it.
+- Stores hand out copies: editing a returned message, fold or record changes
+  nothing stored.
+- A seq once handed out is never handed out again, even if its row is deleted.
 - A view's configuration is a JSON record with a version bumped by every
   ``put_view``; an update naming a stale ``expected_version`` is refused with
   ``ViewConflict`` and changes nothing.
@@ -38,6 +46,13 @@ class Head(NamedTuple):
     last_seq: int
     fold_version: int
     view_version: int
+
+
+class Quarantined(NamedTuple):
+    """A fold kept out of the view, and why."""
+
+    fold_id: str
+    reason: str
 
 
 class Store(Protocol):
@@ -83,6 +98,18 @@ class Store(Protocol):
 
     def fold_version(self, session_id: str, view: str) -> int:
         """0 before the first commit."""
+        ...
+
+    def quarantine_fold(self, session_id: str, view: str, fold_id: str, reason: str) -> int:
+        """Keep the fold out of the view with ``reason``; the fold version after.
+
+        The version moves by one when the fold was not quarantined yet, and
+        stays when it was (or no such fold exists).
+        """
+        ...
+
+    def quarantined(self, session_id: str, view: str) -> list[Quarantined]:
+        """The view's quarantined folds, oldest first."""
         ...
 
     def commit_folds(

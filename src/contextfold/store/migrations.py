@@ -92,10 +92,38 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
             )""",
         ),
     ),
+    (
+        "004_quarantine_and_last_seq",
+        (
+            # Why a fold is not rendered: NULL for a sound fold, else the fault found on read.
+            "ALTER TABLE folds ADD COLUMN quarantined TEXT",
+            # The highest seq ever handed out: a deleted row never frees its seq.
+            "ALTER TABLE sessions ADD COLUMN last_seq INTEGER NOT NULL DEFAULT 0",
+            """UPDATE sessions SET last_seq =
+                COALESCE((SELECT MAX(seq) FROM messages WHERE session_id = sessions.id), 0)""",
+            # The folds a render or a commit reads, without the superseded ones of a long past.
+            """CREATE INDEX folds_active ON folds (session_id, view, placement, start_seq)
+                WHERE superseded_by IS NULL AND quarantined IS NULL""",
+        ),
+    ),
 ]
 
 
-def migrate(conn: sqlite3.Connection) -> list[str]:
+def check_ours(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse a database that another application made: it has tables, none of them ours.
+
+    Run before anything is written to the file (even the journal mode), so a
+    wrong path never changes someone else's database.
+    """
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if tables and "_migrations" not in tables:
+        raise StoreError(
+            f"{path} is an SQLite database but not a contextfold one "
+            f"(its tables: {', '.join(sorted(tables)[:5])}); nothing was changed"
+        )
+
+
+def migrate(conn: sqlite3.Connection, path: str = "database") -> list[str]:
     """Apply the pending migrations atomically; return their names.
 
     Refuses a file that records migrations this code does not know: it was
@@ -103,6 +131,7 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
+        check_ours(conn, path)
         conn.execute(
             "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
         )
@@ -110,7 +139,8 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
         unknown = done - {name for name, _ in MIGRATIONS}
         if unknown:
             raise StoreError(
-                f"database has migrations this version does not know: {sorted(unknown)}"
+                f"{path} was written by a newer contextfold (schema migrations "
+                f"{sorted(unknown)} are unknown here); upgrade contextfold to open it"
             )
         applied: list[str] = []
         for name, statements in MIGRATIONS:

@@ -1,7 +1,14 @@
-"""In-memory store: the reference backend, and the one tests default to."""
+"""In-memory store: the reference backend, and the one tests default to.
+
+It hands out copies of what it keeps (messages, folds, view records), as a
+database does, so a caller editing a returned dict never edits the log. Its
+folds are read back through the same checks as a database row, so a fold
+damaged in memory is reported (``DamagedFold``) instead of rendered.
+"""
 
 from __future__ import annotations
 
+import bisect
 import copy
 import json
 import threading
@@ -10,10 +17,24 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from contextfold.core.errors import FoldConflict, InvalidInput, NotFound, ViewConflict
+from contextfold.core.errors import (
+    DamagedFold,
+    FoldConflict,
+    InvalidInput,
+    NotFound,
+    ViewConflict,
+)
 from contextfold.core.folds import Fold, plan_commit
-from contextfold.core.log import LoggedMessage, NewMessage, SessionRecord, ViewRecord
-from contextfold.store.base import Head, check_lease, view_config_json
+from contextfold.core.log import (
+    LoggedMessage,
+    NewMessage,
+    SessionRecord,
+    ViewRecord,
+    copied,
+    copies,
+    json_copy,
+)
+from contextfold.store.base import Head, Quarantined, check_lease, view_config_json
 
 
 class RAMStore:
@@ -26,7 +47,9 @@ class RAMStore:
         self._keys: dict[str, dict[str, LoggedMessage]] = {}
         self._calls: dict[str, set[str]] = {}
         self._last_by_role: dict[str, dict[str, LoggedMessage]] = {}
+        self._last: dict[str, int] = {}
         self._folds: dict[tuple[str, str], list[Fold]] = {}
+        self._quarantined: dict[tuple[str, str], dict[str, str]] = {}
         self._versions: dict[tuple[str, str], int] = {}
         self._leases: dict[tuple[str, str], tuple[str, float]] = {}
         self._views: dict[str, dict[str, ViewRecord]] = {}
@@ -42,6 +65,7 @@ class RAMStore:
                     session_id, encoding, dict(meta or {}), time.time()
                 )
                 self._log[session_id] = []
+                self._last[session_id] = 0
                 self._keys[session_id] = {}
                 self._calls[session_id] = set()
                 self._last_by_role[session_id] = {}
@@ -71,16 +95,17 @@ class RAMStore:
             for i, new in enumerate(batch):
                 known = (keys.get(new.key) or added.get(new.key)) if new.key else None
                 if known is not None:
-                    out.append(known)
+                    out.append(copied(known))
                     continue
-                seq = len(log) + len(fresh) + 1
+                seq = self._last[session_id] + len(fresh) + 1
                 logged = LoggedMessage(seq, copy.deepcopy(new.message), new.tokens, new.key, now)
                 if new.key:
                     added[new.key] = logged
                 fresh.append(logged)
-                out.append(logged)
+                out.append(copied(logged))
                 self._calls[session_id].update(calls[i])
             log.extend(fresh)
+            self._last[session_id] += len(fresh)
             keys.update(added)
             self._last_by_role[session_id].update((m.role, m) for m in fresh)
             return out
@@ -90,24 +115,26 @@ class RAMStore:
     ) -> list[LoggedMessage]:
         self.get_session(session_id)
         log = self._log[session_id]
-        stop = len(log) if end is None else min(end, len(log))
-        return log[max(start, 1) - 1 : stop]
+        lo = bisect.bisect_left(log, start, key=_seq)
+        hi = len(log) if end is None else bisect.bisect_right(log, end, key=_seq)
+        return copies(log[lo:hi])
 
     def messages_before(self, session_id: str, before: int, limit: int) -> list[LoggedMessage]:
         self.get_session(session_id)
         log = self._log[session_id]
-        hi = min(before - 1, len(log))
-        lo = max(hi - limit, 0)
-        return log[lo:hi][::-1]
+        hi = bisect.bisect_left(log, before, key=_seq)
+        lo = max(hi - max(limit, 0), 0)
+        return copies(log[lo:hi][::-1])
 
     def last_seq(self, session_id: str) -> int:
         self.get_session(session_id)
-        return len(self._log[session_id])
+        return self._last[session_id]
 
     def last_of_role(self, session_id: str, role: str) -> LoggedMessage | None:
         self.get_session(session_id)
         with self._lock:
-            return self._last_by_role[session_id].get(role)
+            found = self._last_by_role[session_id].get(role)
+        return None if found is None else copied(found)
 
     def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:
         self.get_session(session_id)
@@ -115,11 +142,55 @@ class RAMStore:
 
     def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:
         self.get_session(session_id)
-        folds = self._folds.get((session_id, view), [])
-        return sorted(
-            (f for f in folds if include_superseded or f.superseded_by is None),
-            key=lambda f: (f.start, f.created_at),
-        )
+        with self._lock:
+            kept = [
+                (i, f)
+                for i, f in enumerate(self._folds.get((session_id, view), []))
+                if include_superseded or getattr(f, "superseded_by", None) is None
+            ]
+            out = self._readable(session_id, view, kept, raising=True)
+        return sorted(out, key=lambda f: (f.start, f.created_at))
+
+    def _readable(
+        self, session_id: str, view: str, kept: Sequence[tuple[int, Any]], *, raising: bool
+    ) -> list[Fold]:
+        """Copies of the view's unquarantined folds, each read back as a stored row is.
+
+        A fold that does not read back is ``DamagedFold`` when ``raising``, else left out.
+        """
+        gone = self._quarantined.get((session_id, view), {})
+        out: list[Fold] = []
+        for index, item in kept:
+            fold_id = _id_of(item, index)
+            if fold_id in gone:
+                continue
+            try:
+                if not isinstance(item, Fold):
+                    raise InvalidInput(f"a stored fold is a {type(item).__name__}", field="fold")
+                out.append(_fold_copy(item))
+            except (InvalidInput, TypeError, ValueError, AttributeError) as exc:
+                if raising:
+                    raise DamagedFold(session_id, view, fold_id, str(exc)) from exc
+        return out
+
+    def quarantine_fold(self, session_id: str, view: str, fold_id: str, reason: str) -> int:
+        self.get_session(session_id)
+        with self._lock:
+            key = (session_id, view)
+            version = self._versions.get(key, 0)
+            ids = [_id_of(item, i) for i, item in enumerate(self._folds.get(key, []))]
+            marks = self._quarantined.setdefault(key, {})
+            if fold_id not in ids or fold_id in marks:
+                return version
+            marks[fold_id] = reason
+            self._versions[key] = version + 1
+            return version + 1
+
+    def quarantined(self, session_id: str, view: str) -> list[Quarantined]:
+        self.get_session(session_id)
+        with self._lock:
+            marks = self._quarantined.get((session_id, view), {})
+            return [Quarantined(fold_id, reason) for fold_id, reason in marks.items()]
 
     def fold_version(self, session_id: str, view: str) -> int:
         self.get_session(session_id)
@@ -135,16 +206,21 @@ class RAMStore:
             if version != expected_version:
                 raise FoldConflict(view, expected_version, version)
             current = list(self._folds.get(key, []))
-            stored = {f.id for f in current}
+            stored = {_id_of(f, i) for i, f in enumerate(current)}
             if any(f.id in stored for f in folds):
                 raise InvalidInput("fold id is already stored", field="id")
-            active = [f for f in current if f.superseded_by is None]
-            for fold, gone in plan_commit(active, view, folds, len(self._log[session_id])):
-                current = [
-                    replace(f, superseded_by=fold.id) if f.id in gone else f for f in current
-                ]
-                current.append(fold)
-            self._folds[key] = current
+            readable = self._readable(session_id, view, list(enumerate(current)), raising=False)
+            active = [f for f in readable if f.superseded_by is None]
+            superseded: dict[str, str] = {}
+            for fold, gone in plan_commit(active, view, folds, self._last[session_id]):
+                superseded.update((old, fold.id) for old in gone)
+                current.append(_fold_copy(fold))
+            self._folds[key] = [
+                replace(f, superseded_by=superseded[f.id])
+                if isinstance(f, Fold) and f.id in superseded
+                else f
+                for f in current
+            ]
             self._versions[key] = version + 1
             return version + 1
 
@@ -153,7 +229,7 @@ class RAMStore:
         with self._lock:
             record = self._views[session_id].get(view)
             return Head(
-                len(self._log[session_id]),
+                self._last[session_id],
                 self._versions.get((session_id, view), 0),
                 0 if record is None else record.version,
             )
@@ -212,6 +288,21 @@ class RAMStore:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _seq(logged: LoggedMessage) -> int:
+    return logged.seq
+
+
+def _id_of(item: Any, index: int) -> str:
+    """A stored fold's id, or where it lies when it has none to read."""
+    fold_id = item.get("id") if isinstance(item, Mapping) else getattr(item, "id", None)
+    return fold_id if isinstance(fold_id, str) else f"#{index}"
+
+
+def _fold_copy(fold: Fold) -> Fold:
+    """The fold read back through ``Fold.from_dict``: checked like a stored row, and a copy."""
+    return Fold.from_dict(json_copy(fold.to_dict()))
 
 
 def _copied(record: ViewRecord) -> ViewRecord:

@@ -28,10 +28,11 @@ from contextfold.core.errors import (
     StoreError,
     ViewConflict,
 )
-from contextfold.core.folds import Fold, plan_commit
+from contextfold.core.folds import Fold, FoldSpan, Span, plan_commit
 from contextfold.core.log import LoggedMessage, NewMessage, SessionRecord, ViewRecord
-from contextfold.store.base import Head, check_lease, view_config_json
-from contextfold.store.migrations import migrate
+from contextfold.store import rows
+from contextfold.store.base import Head, Quarantined, check_lease, view_config_json
+from contextfold.store.migrations import check_ours, migrate
 
 Durability = Literal["process", "full"]
 # What ``PRAGMA synchronous`` each durability sets (the class docstring says why).
@@ -44,17 +45,21 @@ SYNCHRONOUS: dict[str, str] = {"process": "NORMAL", "full": "FULL"}
 _COLUMNS = "seq, message, tokens, key, created_at"
 SESSION_SQL = "SELECT id, encoding, meta, created_at FROM sessions WHERE id = ?"
 EXISTS_SQL = "SELECT 1 FROM sessions WHERE id = ?"
-LAST_SEQ_SQL = (
-    "SELECT (SELECT MAX(seq) FROM messages WHERE session_id = s.id) "
-    "FROM sessions AS s WHERE s.id = ?"
+# The highest seq handed out: the session's own record of it, or the log's if that is
+# higher (a file from before the record). A deleted row never frees its seq.
+_LAST = "MAX(s.last_seq, COALESCE((SELECT MAX(seq) FROM messages WHERE session_id = s.id), 0))"
+LAST_SEQ_SQL = f"SELECT {_LAST} FROM sessions AS s WHERE s.id = ?"
+SET_LAST_SEQ_SQL = "UPDATE sessions SET last_seq = ? WHERE id = ?"
+CREATE_SESSION_SQL = (
+    "INSERT OR IGNORE INTO sessions (id, encoding, meta, created_at, last_seq) "
+    "VALUES (?, ?, ?, ?, 0)"
 )
 FOLD_VERSION_SQL = (
     "SELECT (SELECT version FROM fold_versions WHERE session_id = s.id AND view = :view) "
     "FROM sessions AS s WHERE s.id = :session"
 )
 _LAST_AND_FOLDS = (
-    "SELECT (SELECT MAX(seq) FROM messages WHERE session_id = s.id), "
-    "(SELECT version FROM fold_versions WHERE session_id = s.id AND view = :view)"
+    f"SELECT {_LAST}, (SELECT version FROM fold_versions WHERE session_id = s.id AND view = :view)"
 )
 FOLD_HEAD_SQL = f"{_LAST_AND_FOLDS} FROM sessions AS s WHERE s.id = :session"
 HEAD_SQL = (
@@ -81,17 +86,41 @@ CALLED_IDS_SQL = (
     "SELECT DISTINCT call_id FROM tool_calls WHERE session_id = ? "
     "AND call_id IN (SELECT value FROM json_each(?))"
 )
-FOLDS_SQL = (
-    "SELECT fold, superseded_by FROM folds WHERE session_id = ? AND view = ? "
-    "AND (? OR superseded_by IS NULL) ORDER BY start_seq, created_at, rowid"
-)
+_FOLD_ROW = "id, view, start_seq, end_seq, placement, fold, superseded_by"
+# By the index of active folds: a long past of superseded folds is never scanned.
 ACTIVE_FOLDS_SQL = (
-    "SELECT fold, superseded_by FROM folds WHERE session_id = ? AND view = ? "
-    "AND superseded_by IS NULL"
+    f"SELECT {_FOLD_ROW} FROM folds INDEXED BY folds_active WHERE session_id = ? AND view = ? "
+    "AND superseded_by IS NULL AND quarantined IS NULL ORDER BY start_seq, created_at, rowid"
+)
+ALL_FOLDS_SQL = (
+    f"SELECT {_FOLD_ROW} FROM folds WHERE session_id = ? AND view = ? "
+    "AND quarantined IS NULL ORDER BY start_seq, created_at, rowid"
+)
+# What a commit checks against, from the indexed columns alone and only near the new
+# folds: the active facts, the in-place fold before the range, and those starting in it.
+_SPAN = (
+    "SELECT id, start_seq, end_seq, placement FROM folds WHERE session_id = :session "
+    "AND view = :view AND superseded_by IS NULL AND quarantined IS NULL"
+)
+FACTS_SPANS_SQL = f"{_SPAN} AND placement = 'facts'"
+SPAN_BEFORE_SQL = (
+    f"{_SPAN} AND placement = 'in_place' AND start_seq < :lo ORDER BY start_seq DESC LIMIT 1"
+)
+SPANS_IN_SQL = f"{_SPAN} AND placement = 'in_place' AND start_seq BETWEEN :lo AND :hi"
+QUARANTINE_SQL = (
+    "UPDATE folds SET quarantined = ? WHERE session_id = ? AND view = ? AND id = ? "
+    "AND quarantined IS NULL"
+)
+QUARANTINED_SQL = (
+    "SELECT id, quarantined FROM folds WHERE session_id = ? AND view = ? "
+    "AND quarantined IS NOT NULL ORDER BY rowid"
 )
 SUPERSEDE_SQL = "UPDATE folds SET superseded_by = ? WHERE id = ?"
 FOLD_ID_SQL = "SELECT 1 FROM folds WHERE id = ?"
-INSERT_FOLD_SQL = "INSERT INTO folds VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+INSERT_FOLD_SQL = (
+    "INSERT INTO folds (id, session_id, view, start_seq, end_seq, placement, kind, fold, "
+    "superseded_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 SET_VERSION_SQL = (
     "INSERT INTO fold_versions VALUES (?, ?, ?) ON CONFLICT (session_id, view) "
     "DO UPDATE SET version = excluded.version"
@@ -124,12 +153,12 @@ RELEASE_LEASE_SQL = "DELETE FROM leases WHERE session_id = ? AND view = ? AND ow
 
 
 @contextmanager
-def _translated() -> Iterator[None]:
-    """The one place driver errors become ``StoreError``."""
+def _translated(path: str) -> Iterator[None]:
+    """The one place driver errors become ``StoreError``, naming the file."""
     try:
         yield
     except sqlite3.Error as exc:
-        raise StoreError(f"sqlite: {exc}") from exc
+        raise StoreError(f"sqlite {path}: {exc}") from exc
 
 
 def _dumps(value: Any, *, field: str, index: int | None = None) -> str:
@@ -137,26 +166,6 @@ def _dumps(value: Any, *, field: str, index: int | None = None) -> str:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"not JSON-serializable: {exc}", index=index, field=field) from exc
-
-
-def _logged(row: tuple[Any, ...]) -> LoggedMessage:
-    seq, message, tokens, key, created_at = row
-    return LoggedMessage(seq, json.loads(message), tokens, key, created_at)
-
-
-def _session(row: tuple[Any, ...]) -> SessionRecord:
-    session_id, encoding, meta, created_at = row
-    return SessionRecord(session_id, encoding, json.loads(meta), created_at)
-
-
-def _fold(row: tuple[Any, ...]) -> Fold:
-    data, superseded_by = row
-    return Fold.from_dict({**json.loads(data), "superseded_by": superseded_by})
-
-
-def _view(session_id: str, row: tuple[Any, ...]) -> ViewRecord:
-    name, config, version, updated_at = row
-    return ViewRecord(session_id, name, json.loads(config), version, updated_at)
 
 
 def _not_found(session_id: str) -> NotFound:
@@ -192,15 +201,17 @@ class SQLiteStore:
         self.path = os.fspath(path)
         self.durability = durability
         self._lock = threading.Lock()
-        with _translated():
+        with _translated(self.path):
             conn = sqlite3.connect(
                 self.path, timeout=timeout, isolation_level=None, check_same_thread=False
             )
             try:
+                # Nothing is written (not even the journal mode) to a file that is not ours.
+                check_ours(conn, self.path)
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute(f"PRAGMA synchronous={SYNCHRONOUS[durability]}")
                 conn.execute("PRAGMA foreign_keys=ON")
-                migrate(conn)
+                migrate(conn, self.path)
             except BaseException:
                 conn.close()
                 raise
@@ -208,7 +219,7 @@ class SQLiteStore:
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, _translated():
+        with self._lock, _translated(self.path):
             if self._conn is None:
                 raise StoreError(f"store {self.path!r} is closed")
             yield self._conn
@@ -248,29 +259,26 @@ class SQLiteStore:
             raise InvalidInput("session id must not be empty", field="session_id")
         meta_json = _dumps(dict(meta or {}), field="meta")
         with self._write() as conn:
-            conn.execute(
-                "INSERT OR IGNORE INTO sessions VALUES (?, ?, ?, ?)",
-                (session_id, encoding, meta_json, time.time()),
-            )
+            conn.execute(CREATE_SESSION_SQL, (session_id, encoding, meta_json, time.time()))
             row = conn.execute(SESSION_SQL, (session_id,)).fetchone()
-        return _session(row)
+        return rows.session(row)
 
     def get_session(self, session_id: str) -> SessionRecord:
         with self._read() as conn:
-            return _session(self._row(conn, SESSION_SQL, (session_id,), session_id))
+            return rows.session(self._row(conn, SESSION_SQL, (session_id,), session_id))
 
     def list_sessions(self) -> list[str]:
         with self._read() as conn:
             return [row[0] for row in conn.execute("SELECT id FROM sessions ORDER BY id")]
 
     def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
-        rows = [_prepare(i, new) for i, new in enumerate(batch)]
+        prepared = [_prepare(i, new) for i, new in enumerate(batch)]
         with self._write() as conn:
             seq = int(self._row(conn, LAST_SEQ_SQL, (session_id,), session_id)[0] or 0)
             now = time.time()
             out: list[LoggedMessage] = []
             added: dict[str, LoggedMessage] = {}
-            for new, role, message_json, calls in rows:
+            for new, role, message_json, calls in prepared:
                 known = self._known(conn, session_id, new.key, added)
                 if known is not None:
                     out.append(known)
@@ -288,6 +296,7 @@ class SQLiteStore:
                 if key is not None:
                     added[key] = logged
                 out.append(logged)
+            conn.execute(SET_LAST_SEQ_SQL, (seq, session_id))
         return out
 
     @staticmethod
@@ -303,31 +312,31 @@ class SQLiteStore:
         if key in added:
             return added[key]
         row = conn.execute(KEY_SQL, (session_id, key)).fetchone()
-        return None if row is None else _logged(row)
+        return None if row is None else rows.logged(session_id, row)
 
     def messages(
         self, session_id: str, start: int = 1, end: int | None = None
     ) -> list[LoggedMessage]:
         with self._read() as conn:
             if end is None:
-                rows = conn.execute(MESSAGES_FROM_SQL, (session_id, start)).fetchall()
+                found = conn.execute(MESSAGES_FROM_SQL, (session_id, start)).fetchall()
             else:
-                rows = conn.execute(MESSAGES_BETWEEN_SQL, (session_id, start, end)).fetchall()
-            if not rows:
+                found = conn.execute(MESSAGES_BETWEEN_SQL, (session_id, start, end)).fetchall()
+            if not found:
                 self._require(conn, session_id)
-        return [_logged(row) for row in rows]
+        return [rows.logged(session_id, row) for row in found]
 
     def messages_before(self, session_id: str, before: int, limit: int) -> list[LoggedMessage]:
         with self._read() as conn:
             # SQLite reads a negative LIMIT as "no limit", so none is asked for then.
-            rows = (
+            found = (
                 conn.execute(MESSAGES_BEFORE_SQL, (session_id, before, limit)).fetchall()
                 if limit > 0
                 else []
             )
-            if not rows:
+            if not found:
                 self._require(conn, session_id)
-        return [_logged(row) for row in rows]
+        return [rows.logged(session_id, row) for row in found]
 
     def last_seq(self, session_id: str) -> int:
         with self._read() as conn:
@@ -338,22 +347,40 @@ class SQLiteStore:
             row = conn.execute(LAST_OF_ROLE_SQL, (session_id, role)).fetchone()
             if row is None:
                 self._require(conn, session_id)
-        return None if row is None else _logged(row)
+        return None if row is None else rows.logged(session_id, row)
 
     def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:
         wanted = json.dumps(sorted(set(ids)))
         with self._read() as conn:
-            rows = conn.execute(CALLED_IDS_SQL, (session_id, wanted)).fetchall()
-            if not rows:
+            found = conn.execute(CALLED_IDS_SQL, (session_id, wanted)).fetchall()
+            if not found:
                 self._require(conn, session_id)
-        return {row[0] for row in rows}
+        return {row[0] for row in found}
 
     def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:
+        sql = ALL_FOLDS_SQL if include_superseded else ACTIVE_FOLDS_SQL
         with self._read() as conn:
-            rows = conn.execute(FOLDS_SQL, (session_id, view, include_superseded)).fetchall()
-            if not rows:
+            found = conn.execute(sql, (session_id, view)).fetchall()
+            if not found:
                 self._require(conn, session_id)
-        return [_fold(row) for row in rows]
+        return [rows.fold(session_id, row) for row in found]
+
+    def quarantine_fold(self, session_id: str, view: str, fold_id: str, reason: str) -> int:
+        params = {"session": session_id, "view": view}
+        with self._write() as conn:
+            version = int(self._row(conn, FOLD_VERSION_SQL, params, session_id)[0] or 0)
+            marked = conn.execute(QUARANTINE_SQL, (reason, session_id, view, fold_id)).rowcount
+            if not marked:
+                return version
+            conn.execute(SET_VERSION_SQL, (session_id, view, version + 1))
+        return version + 1
+
+    def quarantined(self, session_id: str, view: str) -> list[Quarantined]:
+        with self._read() as conn:
+            found = conn.execute(QUARANTINED_SQL, (session_id, view)).fetchall()
+            if not found:
+                self._require(conn, session_id)
+        return [Quarantined(str(fold_id), str(reason)) for fold_id, reason in found]
 
     def fold_version(self, session_id: str, view: str) -> int:
         params = {"session": session_id, "view": view}
@@ -376,7 +403,7 @@ class SQLiteStore:
             last, version = int(last_row or 0), int(version_row or 0)
             if version != expected_version:
                 raise FoldConflict(view, expected_version, version)
-            active = [_fold(row) for row in conn.execute(ACTIVE_FOLDS_SQL, (session_id, view))]
+            active = self._spans_near(conn, params, folds)
             for (fold, gone), body_json in zip(
                 plan_commit(active, view, folds, last), encoded, strict=True
             ):
@@ -384,6 +411,23 @@ class SQLiteStore:
                 self._insert_fold(conn, session_id, fold, body_json)
             conn.execute(SET_VERSION_SQL, (session_id, view, version + 1))
         return version + 1
+
+    @staticmethod
+    def _spans_near(
+        conn: sqlite3.Connection, params: Mapping[str, Any], folds: Sequence[Fold]
+    ) -> list[FoldSpan]:
+        """The active folds a commit of ``folds`` can meet: read by index, not all of them.
+
+        Active in-place folds never overlap, so those meeting ``lo..hi`` are the
+        one starting before ``lo`` (if it reaches in) and those starting inside.
+        """
+        found = list(conn.execute(FACTS_SPANS_SQL, params))
+        placed = [f for f in folds if f.placement == "in_place"]
+        if placed:
+            near = {**params, "lo": min(f.start for f in placed), "hi": max(f.end for f in placed)}
+            found += conn.execute(SPAN_BEFORE_SQL, near).fetchall()
+            found += conn.execute(SPANS_IN_SQL, near).fetchall()
+        return [Span(str(i), int(start), int(end), str(at)) for i, start, end, at in found]
 
     @staticmethod
     def _insert_fold(conn: sqlite3.Connection, session_id: str, fold: Fold, body: str) -> None:
@@ -426,14 +470,14 @@ class SQLiteStore:
         params = {"session": session_id, "name": name}
         with self._read() as conn:
             row = self._row(conn, GET_VIEW_SQL, params, session_id)
-        return None if row[0] is None else _view(session_id, row)
+        return None if row[0] is None else rows.view(session_id, row)
 
     def list_views(self, session_id: str) -> list[ViewRecord]:
         with self._read() as conn:
-            rows = conn.execute(LIST_VIEWS_SQL, (session_id,)).fetchall()
-            if not rows:
+            found = conn.execute(LIST_VIEWS_SQL, (session_id,)).fetchall()
+            if not found:
                 self._require(conn, session_id)
-        return [_view(session_id, row) for row in rows]
+        return [rows.view(session_id, row) for row in found]
 
     def acquire_lease(self, session_id: str, view: str, owner: str, ttl_s: float = 60.0) -> bool:
         """Read and take the lease in one ``BEGIN IMMEDIATE``: the file's write lock
@@ -457,7 +501,7 @@ class SQLiteStore:
 
     def close(self) -> None:
         """Close the connection; later calls raise ``StoreError``."""
-        with self._lock, _translated():
+        with self._lock, _translated(self.path):
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None

@@ -12,6 +12,11 @@ gives each test a fresh store with no sessions in it::
         def store(self):
             return MyStore("mystore://localhost/test")  # fresh and empty
 
+Two promises need a way to damage what a backend stores, which only its
+author knows: override ``delete_message`` (remove a logged row, as a careless
+hand in the database would) and ``damage_fold`` (make a fold unreadable);
+left alone, the tests that need them are skipped.
+
 Run it with ``pytest``. For pytest's detailed assertion messages, add
 ``pytest.register_assert_rewrite("contextfold.testing.store_contract")`` to
 your ``conftest.py``. This module needs pytest; ``contextfold.testing`` itself
@@ -26,6 +31,7 @@ from typing import Any
 import pytest
 
 from contextfold.core.errors import (
+    DamagedFold,
     FoldConflict,
     InvalidInput,
     NotFound,
@@ -102,6 +108,14 @@ class Clock:
 
 class StoreContract:
     """Every promise of the ``Store`` protocol as a test; subclass with a ``store`` fixture."""
+
+    def delete_message(self, store: Store, session_id: str, seq: int) -> None:
+        """Remove a logged message behind the store's back; override per backend."""
+        pytest.skip("this backend's contract gives no way to delete a stored message")
+
+    def damage_fold(self, store: Store, session_id: str, view: str, fold_id: str) -> None:
+        """Make a stored fold unreadable behind the store's back; override per backend."""
+        pytest.skip("this backend's contract gives no way to damage a stored fold")
 
     @pytest.fixture
     def clock(self, monkeypatch: pytest.MonkeyPatch) -> Clock:
@@ -529,3 +543,89 @@ class StoreContract:
             with pytest.raises(InvalidInput) as info:
                 store.acquire_lease(sid, "default", "a", ttl_s=ttl)  # type: ignore[arg-type]
             assert info.value.field == "ttl_s"
+
+    def test_quarantined_fold_kept_out_and_listed(self, store: Store) -> None:
+        sid = _session(store, 10)
+        bad, good = _fold(1, 4), _fold(6, 8)
+        store.commit_folds(sid, "default", [bad, good], 0)
+        assert store.quarantined(sid, "default") == []
+        assert store.quarantine_fold(sid, "default", bad.id, "its count is wrong") == 2
+        assert store.folds(sid, "default") == [good]
+        assert store.folds(sid, "default", include_superseded=True) == [good]
+        assert store.quarantined(sid, "default") == [(bad.id, "its count is wrong")]
+        assert store.fold_version(sid, "default") == 2
+        assert store.quarantine_fold(sid, "default", bad.id, "again") == 2
+        assert store.quarantine_fold(sid, "default", "no-such-fold", "x") == 2
+        assert store.quarantined(sid, "planner") == []
+        # The range is the log's again: a new fold may cover it, or part of it.
+        assert store.commit_folds(sid, "default", [_fold(2, 5)], 2) == 3
+        assert [(f.start, f.end) for f in store.folds(sid, "default")] == [(2, 5), (6, 8)]
+        with pytest.raises(NotFound):
+            store.quarantine_fold("nope", "default", bad.id, "x")
+
+    def test_damaged_fold_named_then_quarantined(self, store: Store) -> None:
+        sid = _session(store, 10)
+        damaged, kept = _fold(1, 4), _fold(6, 8)
+        store.commit_folds(sid, "default", [damaged, kept], 0)
+        self.damage_fold(store, sid, "default", damaged.id)
+        with pytest.raises(DamagedFold) as info:
+            store.folds(sid, "default")
+        assert isinstance(info.value, StoreError)
+        assert (info.value.session, info.value.view, info.value.fold_id) == (
+            sid,
+            "default",
+            damaged.id,
+        )
+        store.quarantine_fold(sid, "default", damaged.id, info.value.reason)
+        assert store.folds(sid, "default") == [kept]
+        assert store.messages(sid)[0].message == {"role": "user", "content": "m1"}
+        assert store.commit_folds(sid, "default", [_fold(1, 5)], 2) == 3
+
+    def test_returned_messages_are_copies(self, store: Store) -> None:
+        sid = _session(store)
+        call = _call("c1")
+        parts: list[dict[str, str]] = [{"type": "text", "text": "hi"}]
+        nested: dict[str, Any] = {"role": "user", "content": parts, "meta": {"k": [1]}}
+        returned = store.append(sid, [NewMessage(nested, 3, "k"), call, _new("x", "assistant")])
+        expected = store.messages(sid)
+        returned[0].message["content"][0]["text"] = "edited"
+        returned[0].message["meta"]["k"].append(2)
+        returned[1].message["tool_calls"][0]["id"] = "edited"
+        parts.append({"type": "text", "text": "added by the caller"})
+        for read in (
+            store.messages(sid),
+            store.messages_before(sid, 4, 3),
+            [store.last_of_role(sid, "user")],
+            store.append(sid, [NewMessage(nested, 3, "k")]),
+        ):
+            for logged in read:
+                assert logged is not None
+                content = logged.message.get("content")
+                if isinstance(content, list):
+                    content.clear()
+                logged.message["role"] = "edited"
+        assert store.messages(sid) == expected
+        assert store.called_ids(sid, ["c1", "edited"]) == {"c1"}
+
+    def test_returned_folds_are_copies(self, store: Store) -> None:
+        sid = _session(store, 10)
+        given = _fold(1, 4)
+        store.commit_folds(sid, "default", [given], 0)
+        given.messages[0]["content"] = "edited after the commit"
+        given.data["n"].append(3)
+        read = store.folds(sid, "default")[0]
+        read.messages[0]["content"] = "edited on the read copy"
+        read.data["sections"]["goal"] = "edited"
+        again = store.folds(sid, "default")[0]
+        assert again.messages[0]["content"] == "summary of 1..4"
+        assert again.data == {"sections": {"goal": "x"}, "n": [1, 2]}
+
+    def test_deleted_message_never_frees_its_seq(self, store: Store) -> None:
+        sid = _session(store, 5)
+        self.delete_message(store, sid, 5)
+        assert store.last_seq(sid) == 5
+        assert store.head(sid, "default").last_seq == 5
+        assert _seqs(store.append(sid, [_new("after the deleted row")])) == [6]
+        assert _seqs(store.messages(sid)) == [1, 2, 3, 4, 6]
+        self.delete_message(store, sid, 6)
+        assert _seqs(store.append(sid, [_new("a"), _new("b")])) == [7, 8]

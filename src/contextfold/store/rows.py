@@ -1,0 +1,94 @@
+"""Rows of the SQLite store read back as records, with a clear error for a damaged one.
+
+A database file can be edited by hand or by a tool that knows nothing of
+contextfold. Every row is therefore decoded here, and what cannot be decoded
+becomes a ``StoreError`` naming the session and the row (``seq`` for a
+message), never a raw ``json`` or ``KeyError``. A damaged fold row is a
+``DamagedFold``, which the view turns into a quarantined fold; a damaged
+message is an error, because the log is the source of truth and nothing may
+be invented in its place.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from contextfold.core.errors import DamagedFold, InvalidInput, StoreError
+from contextfold.core.folds import Fold
+from contextfold.core.log import LoggedMessage, SessionRecord, ViewRecord
+from contextfold.core.messages import ROLES
+
+
+def logged(session_id: str, row: tuple[Any, ...]) -> LoggedMessage:
+    seq, text, tokens, key, created_at = row
+    try:
+        message = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise _damaged_message(session_id, seq, f"its JSON does not parse ({exc})") from exc
+    if not isinstance(message, dict):
+        raise _damaged_message(session_id, seq, "it is not a JSON object")
+    if message.get("role") not in ROLES:
+        raise _damaged_message(session_id, seq, f"unknown role {message.get('role')!r}")
+    if type(tokens) is not int or tokens < 0:
+        raise _damaged_message(session_id, seq, f"its token count is {tokens!r}")
+    return LoggedMessage(seq, message, tokens, key, created_at)
+
+
+def _damaged_message(session_id: str, seq: Any, why: str) -> StoreError:
+    return StoreError(
+        f"message seq {seq} of session {session_id!r} is damaged in the store: {why}; "
+        "the log is the source of truth, so it must be restored from a backup"
+    )
+
+
+def session(row: tuple[Any, ...]) -> SessionRecord:
+    session_id, encoding, meta, created_at = row
+    try:
+        data = json.loads(meta)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"session {session_id!r}: its meta is not JSON ({exc})") from exc
+    return SessionRecord(session_id, encoding, data if isinstance(data, dict) else {}, created_at)
+
+
+def view(session_id: str, row: tuple[Any, ...]) -> ViewRecord:
+    name, config, version, updated_at = row
+    try:
+        data = json.loads(config)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(
+            f"view {name!r} of session {session_id!r}: its stored configuration is not JSON ({exc})"
+        ) from exc
+    if not isinstance(data, dict):
+        raise StoreError(f"view {name!r} of session {session_id!r}: its configuration is not a map")
+    return ViewRecord(session_id, name, data, version, updated_at)
+
+
+def fold(session_id: str, row: tuple[Any, ...]) -> Fold:
+    """A fold row ``(id, view, start_seq, end_seq, placement, fold, superseded_by)``.
+
+    The columns the store indexes must agree with the fold's own data: a
+    disagreement means one of them was edited, and neither can be trusted.
+    """
+    fold_id, view_name, start, end, placement, body, superseded_by = row
+    columns = {"view": view_name, "start": start, "end": end, "placement": placement}
+
+    def damaged(why: str) -> DamagedFold:
+        return DamagedFold(session_id, str(view_name), str(fold_id), why)
+
+    try:
+        data = json.loads(body)
+    except (TypeError, ValueError) as exc:
+        raise damaged(f"its JSON does not parse ({exc})") from exc
+    if not isinstance(data, dict):
+        raise damaged("it is not a JSON object")
+    if data.get("id", fold_id) != fold_id:
+        raise damaged(f"its data names id {data.get('id')!r}, its row {fold_id!r}")
+    try:
+        out = Fold.from_dict({**data, "id": fold_id, "superseded_by": superseded_by})
+    except InvalidInput as exc:
+        raise damaged(str(exc)) from exc
+    for name, column in columns.items():
+        if getattr(out, name) != column:
+            raise damaged(f"its {name} {getattr(out, name)!r} disagrees with its row ({column!r})")
+    return out

@@ -1,0 +1,653 @@
+"""Damaged state on purpose: the cases the self-healing promise is measured on.
+
+Each ``Case`` damages a compacted session the way a careless hand or a
+foreign tool would: fold rows edited in the SQLite file (bad JSON, ranges
+past the log, overlaps, wrong roles, wrong token counts, ...), message rows
+broken, the RAM store's internals changed, files that are not ours. ``run``
+then uses the session as a user would (history, render, compact, render) and
+judges every prompt independently of the stored counts (``prompt_faults``).
+
+What each outcome must be:
+
+- a damaged fold (``expect="heal"``): no error at all, every prompt right, and
+  after one ``compact`` the view is whole again (nothing left out);
+- a damaged message or a foreign file (``expect="error"``): a ``StoreError``
+  naming the session and seq, or the file, never a raw Python error; the log
+  is the source of truth and nothing is invented in its place.
+
+Used by ``tests/test_damage.py`` and ``bench/damage.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from contextfold.core.errors import ContextfoldError
+from contextfold.core.folds import Fold
+from contextfold.core.messages import Message, for_model
+from contextfold.core.tokens import get_counter
+from contextfold.core.units import tool_unit_faults
+from contextfold.memory.session import Memory
+from contextfold.store.ram import RAMStore
+from contextfold.store.sqlite import SQLiteStore
+
+SESSION = "damaged"
+VIEW = "default"
+BUDGET = 2_000
+SYSTEM = "You are a coding agent. Fix the failing tests, one module at a time."
+
+
+def conversation(n: int) -> list[Message]:
+    """``n`` messages of an agent run: a request, two tool calls with output, an answer."""
+    out: list[Message] = []
+    r = 0
+    while len(out) < n:
+        out.append({"role": "user", "content": f"Step {r}: make tests/test_m{r}.py pass."})
+        for k in range(2):
+            fn = {"name": "run_tests", "arguments": json.dumps({"k": k, "r": r})}
+            call: dict[str, Any] = {"id": f"c{r}_{k}", "type": "function", "function": fn}
+            out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            failure = f"FAILED tests/test_m{r}.py::test_{k} - AssertionError: {r} != {r + k + 1}\n"
+            out.append({"role": "tool", "tool_call_id": call["id"], "content": failure * 6})
+        out.append({"role": "assistant", "content": f"Fixed m{r}: an off-by-one in step {r}."})
+        r += 1
+    return out[:n]
+
+
+def build(memory: Memory, n: int) -> None:
+    """The session every case starts from: compacted, with a facts fold beside the summaries."""
+    session = memory.session(SESSION, system=SYSTEM)
+    session.extend(conversation(n))
+    text = "Facts: the agent fixes tests module by module; every failure was an off-by-one."
+    message = {"role": "user", "content": text}
+    facts = Fold(
+        VIEW,
+        2,
+        10,
+        "facts",
+        text,
+        (message,),
+        "hand",
+        200,
+        session.counter.message(message),
+        placement="facts",
+    )
+    memory.store.commit_folds(SESSION, VIEW, [facts], memory.store.fold_version(SESSION, VIEW))
+    session.view(VIEW, preset="offline", budget=BUDGET).compact()
+
+
+@dataclass
+class Target:
+    """What a case damages: the SQLite file (``conn``) or the RAM store, and what was there."""
+
+    log: list[Message]
+    folds: list[Fold]
+    conn: sqlite3.Connection | None = None
+    ram: RAMStore | None = None
+    path: str = ""
+
+    def __post_init__(self) -> None:
+        self.last_seq = len(self.log)
+
+    def fold(self, which: str) -> Fold:
+        """A fold to damage: ``first``, ``last``, ``middle``, ``biggest`` or ``facts``."""
+        placed = [f for f in self.folds if f.placement == "in_place"]
+        if which == "facts":
+            return next(f for f in self.folds if f.placement == "facts")
+        if which == "biggest":
+            return max(placed, key=lambda f: f.tokens_after)
+        if which == "summary":
+            return next(f for f in placed if f.kind != "masked") if placed else placed[0]
+        return {"first": placed[0], "last": placed[-1], "middle": placed[len(placed) // 2]}[which]
+
+    def sql(self, statement: str, *params: Any) -> None:
+        assert self.conn is not None
+        self.conn.execute(statement, params)
+
+    def edit(self, which: str, columns: bool = False, **changes: Any) -> None:
+        """Change keys of a fold's stored JSON (and, with ``columns``, its indexed columns)."""
+        fold = self.fold(which)
+        assert self.conn is not None
+        body = json.loads(
+            self.conn.execute("SELECT fold FROM folds WHERE id = ?", (fold.id,)).fetchone()[0]
+        )
+        body.update(changes)
+        self.sql("UPDATE folds SET fold = ? WHERE id = ?", json.dumps(body), fold.id)
+        if columns:
+            for key, column in (
+                ("start", "start_seq"),
+                ("end", "end_seq"),
+                ("placement", "placement"),
+            ):
+                if key in changes:
+                    self.sql(f"UPDATE folds SET {column} = ? WHERE id = ?", changes[key], fold.id)
+
+    def seq_of(self, role: str, after: int) -> int:
+        """The first seq after ``after`` whose message has ``role`` (a tool call for ``call``)."""
+        for seq, message in enumerate(self.log, 1):
+            if seq <= after:
+                continue
+            if role == "call" and message.get("tool_calls"):
+                return seq
+            if message["role"] == role and role != "call":
+                return seq
+        raise LookupError(role)
+
+    def ram_set(self, which: str, **changes: Any) -> None:
+        """Change a fold object inside the RAM store, bypassing every check."""
+        assert self.ram is not None
+        fold = self.fold(which)
+        kept = self.ram._folds[(SESSION, VIEW)]
+        for i, item in enumerate(kept):
+            if getattr(item, "id", None) == fold.id:
+                for key, value in changes.items():
+                    object.__setattr__(item, key, value)
+                kept[i] = item
+
+
+Damage = Callable[[Target], None]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    backend: Literal["sqlite", "ram", "file"]
+    damage: Damage
+    expect: Literal["heal", "error"] = "heal"
+
+
+@dataclass
+class Outcome:
+    case: str
+    expect: str
+    raw_errors: list[str] = field(default_factory=list)
+    clear_errors: list[str] = field(default_factory=list)
+    wrong: list[str] = field(default_factory=list)
+    recovered: bool = False
+    quarantined: int = 0
+
+    @property
+    def ok(self) -> bool:
+        if self.raw_errors or self.wrong:
+            return False
+        if self.expect == "error":
+            return bool(self.clear_errors)
+        return not self.clear_errors and self.recovered
+
+
+def prompt_faults(prompt: list[Message], log: list[Message], budget: int) -> list[str]:
+    """What is wrong with ``prompt`` for ``log``, judged without the stored counts."""
+    faults: list[str] = []
+    tokens = get_counter("o200k_base").messages(prompt)
+    if tokens > budget:
+        faults.append(f"{tokens} tokens by a fresh count, over the budget of {budget}")
+    if not prompt or prompt[0] != for_model(log[0]):
+        faults.append("the system prompt is not first")
+    latest = next((m for m in reversed(log) if m["role"] == "user"), None)
+    if latest is not None and for_model(latest) not in prompt:
+        faults.append("the latest user message is missing")
+    seq_of = {json.dumps(for_model(m), sort_keys=True): seq for seq, m in enumerate(log, 1)}
+    seqs = [seq_of.get(json.dumps(m, sort_keys=True)) for m in prompt]
+    logged = [s for s in seqs if s is not None]
+    if logged != sorted(set(logged)):
+        faults.append("logged messages are out of order or duplicated")
+    answered = {str(m.get("tool_call_id")) for m in log if m["role"] == "tool"}
+    if tool_unit_faults(prompt, answered=answered):
+        faults.append("a tool unit is split (orphan result or unanswered call)")
+    return faults
+
+
+def run(case: Case, n: int, template: str, workdir: str) -> Outcome:
+    """Damage a fresh copy of the compacted session and use it as a user would.
+
+    ``template`` is a SQLite file made by ``build`` (copied for each SQLite case);
+    RAM cases build their own store.
+    """
+    outcome = Outcome(case.name, case.expect)
+    if case.backend == "file":
+        return _file_case(case, outcome, template, workdir)
+    opened: Callable[[], Memory]
+    if case.backend == "sqlite":
+        path = os.path.join(workdir, f"{case.name}.db")
+        shutil.copyfile(template, path)
+        store = SQLiteStore(path)
+        target = Target(_log(store), store.folds(SESSION, VIEW), path=path)
+        store.close()
+        target.conn = sqlite3.connect(path, isolation_level=None)
+        case.damage(target)
+        target.conn.close()
+        opened = lambda: Memory(path)  # noqa: E731
+    else:
+        ram = RAMStore()
+        build(Memory(ram), n)
+        target = Target(_log(ram), ram.folds(SESSION, VIEW), ram=ram)
+        case.damage(target)
+        opened = lambda: Memory(ram)  # noqa: E731
+    _use(opened, target.log, target.last_seq, outcome)
+    return outcome
+
+
+def _log(store: SQLiteStore | RAMStore) -> list[Message]:
+    return [m.message for m in store.messages(SESSION)]
+
+
+def _use(opened: Callable[[], Memory], log: list[Message], last: int, outcome: Outcome) -> None:
+    """History, render, compact, append, render: every step judged on its own."""
+
+    def step(name: str, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except ContextfoldError as exc:
+            named = SESSION in str(exc) and "seq" in str(exc)
+            if outcome.expect == "error" and not named:
+                outcome.wrong.append(f"{name}: the error names no session and seq: {exc}")
+            outcome.clear_errors.append(f"{name}: {exc}")
+        except Exception as exc:
+            outcome.raw_errors.append(f"{name}: {type(exc).__name__}: {exc}")
+        return None
+
+    memory = step("open", opened)
+    if memory is None:
+        return
+    session = step("session", lambda: memory.session(SESSION))
+    if session is None:
+        return
+    view = session.view(VIEW)
+    view.on_event.append(
+        lambda e: setattr(outcome, "quarantined", outcome.quarantined + (e.kind == "quarantined"))
+    )
+    history = step("history", session.history)
+    if history is not None and history != log:
+        outcome.wrong.append("history differs from the log")
+    first = step("render", view.render_report)
+    if first is not None:
+        outcome.wrong += [f"render: {f}" for f in prompt_faults(first.messages, log, BUDGET)]
+    step("compact", view.compact)
+    new = {"role": "user", "content": "One more thing: run the whole suite."}
+    appended = step("append", lambda: session.append(new))
+    if appended is not None and appended.seq <= last:
+        outcome.wrong.append(f"append reused seq {appended.seq}")
+    after = step("render after compact", view.render_report)
+    if after is not None:
+        faults = prompt_faults(after.messages, [*log, new], BUDGET)
+        outcome.wrong += [f"render after compact: {f}" for f in faults]
+        outcome.recovered = not faults and after.omitted == 0 and not outcome.clear_errors
+    memory.close()
+
+
+def _file_case(case: Case, outcome: Outcome, template: str, workdir: str) -> Outcome:
+    path = os.path.join(workdir, f"{case.name}.db")
+    shutil.copyfile(template, path)
+    target = Target([], [], path=path)
+    case.damage(target)
+    before = Path(path).read_bytes()
+    try:
+        memory = Memory(path)
+        memory.session(SESSION).view(VIEW).render()
+        memory.close()
+        outcome.recovered = True
+    except ContextfoldError as exc:
+        outcome.clear_errors.append(str(exc))
+        if path not in str(exc):
+            outcome.wrong.append(f"the error does not name the file: {exc}")
+        if Path(path).read_bytes() != before:
+            outcome.wrong.append("the refused file was changed")
+    except Exception as exc:
+        outcome.raw_errors.append(f"{type(exc).__name__}: {exc}")
+    return outcome
+
+
+def _write(target: Target, data: bytes) -> None:
+    Path(target.path).write_bytes(data)
+
+
+def _foreign(target: Target) -> None:
+    os.remove(target.path)
+    conn = sqlite3.connect(target.path)
+    conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.execute("INSERT INTO users (name) VALUES ('ann')")
+    conn.commit()
+    conn.close()
+
+
+def _truncated(target: Target) -> None:
+    data = Path(target.path).read_bytes()
+    _write(target, data[: len(data) // 3])
+
+
+def _second_facts(t: Target) -> None:
+    facts = t.fold("facts")
+    body = {
+        k: v
+        for k, v in replace(facts, id="copy-of-facts", created_at=facts.created_at + 1)
+        .to_dict()
+        .items()
+        if k != "superseded_by"
+    }
+    t.sql(
+        "INSERT INTO folds (id, session_id, view, start_seq, end_seq, placement, kind, fold, "
+        "created_at) VALUES (?, ?, ?, ?, ?, 'facts', 'facts', ?, ?)",
+        "copy-of-facts",
+        SESSION,
+        VIEW,
+        facts.start,
+        facts.end,
+        json.dumps(body),
+        facts.created_at + 1,
+    )
+
+
+def _duplicate(t: Target) -> None:
+    fold = t.fold("last")
+    body = {
+        k: v
+        for k, v in replace(fold, id="twin", created_at=fold.created_at + 1).to_dict().items()
+        if k != "superseded_by"
+    }
+    t.sql(
+        "INSERT INTO folds (id, session_id, view, start_seq, end_seq, placement, kind, fold, "
+        "created_at) VALUES ('twin', ?, ?, ?, ?, 'in_place', ?, ?, ?)",
+        SESSION,
+        VIEW,
+        fold.start,
+        fold.end,
+        fold.kind,
+        json.dumps(body),
+        fold.created_at + 1,
+    )
+
+
+def _unsupersede(t: Target) -> None:
+    t.sql("UPDATE folds SET superseded_by = NULL WHERE superseded_by IS NOT NULL")
+
+
+def _overlap(t: Target) -> None:
+    first = t.fold("first")
+    placed = [f for f in t.folds if f.placement == "in_place"]
+    nxt = placed[1]
+    t.edit("first", columns=True, end=nxt.start + max((nxt.end - nxt.start) // 2, 0))
+    del first
+
+
+def _split_start(t: Target) -> None:
+    fold = t.fold("summary")
+    t.edit("summary", columns=True, start=t.seq_of("tool", fold.start))
+
+
+def _split_end(t: Target) -> None:
+    fold = t.fold("summary")
+    t.edit("summary", columns=True, end=t.seq_of("call", fold.start))
+
+
+def _orphan_tool(t: Target) -> None:
+    message = {"role": "tool", "tool_call_id": "zz", "content": "stray"}
+    t.edit("summary", messages=[message], tokens_after=get_counter().message(message))
+
+
+def _unanswered(t: Target) -> None:
+    call = {"id": "q1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    t.edit("summary", messages=[message], tokens_after=get_counter().message(message))
+
+
+def _cover_latest_user(t: Target) -> None:
+    last = len(t.log)
+    user = max(seq for seq, m in enumerate(t.log, 1) if m["role"] == "user")
+    fold = t.fold("last")
+    message = {"role": "user", "content": "[summary of everything]"}
+    t.edit(
+        "last",
+        columns=True,
+        start=fold.start,
+        end=last,
+        messages=[message],
+        tokens_after=get_counter().message(message),
+    )
+    t.sql(
+        "DELETE FROM folds WHERE start_seq > ? AND id != ? AND placement = 'in_place'",
+        fold.start,
+        fold.id,
+    )
+    del user
+
+
+def _huge_text(t: Target) -> None:
+    t.edit("summary", messages=[{"role": "user", "content": "word " * 20_000}])
+
+
+def _delete_last_message(t: Target) -> None:
+    t.sql("DELETE FROM messages WHERE session_id = ? AND seq = ?", SESSION, len(t.log))
+    t.log.pop()
+
+
+def _delete_folds_row(t: Target) -> None:
+    t.sql("DELETE FROM folds WHERE id = ?", t.fold("summary").id)
+
+
+def _message_json(text: str) -> Damage:
+    def damage(t: Target) -> None:
+        t.sql(
+            "UPDATE messages SET message = ? WHERE session_id = ? AND seq = ?",
+            text,
+            SESSION,
+            len(t.log) - 3,
+        )
+
+    return damage
+
+
+def _ram_delete_last(t: Target) -> None:
+    assert t.ram is not None
+    t.ram._log[SESSION].pop()
+    t.log.pop()
+
+
+def _ram_replace(which: str, value: Any) -> Damage:
+    def damage(t: Target) -> None:
+        assert t.ram is not None
+        fold = t.fold(which)
+        kept = t.ram._folds[(SESSION, VIEW)]
+        kept[:] = [value if getattr(f, "id", None) == fold.id else f for f in kept]
+
+    return damage
+
+
+def _ram_unsupersede(t: Target) -> None:
+    assert t.ram is not None
+    for item in t.ram._folds[(SESSION, VIEW)]:
+        object.__setattr__(item, "superseded_by", None)
+
+
+def _ram_overlap(t: Target) -> None:
+    placed = [f for f in t.folds if f.placement == "in_place"]
+    t.ram_set("first", end=placed[1].start)
+
+
+def _edit(which: str, columns: bool = False, **changes: Any) -> Damage:
+    return lambda t: t.edit(which, columns, **changes)
+
+
+def _sql(statement: str) -> Damage:
+    return lambda t: t.sql(statement)
+
+
+def _ram(which: str, **changes: Any) -> Damage:
+    return lambda t: t.ram_set(which, **changes)
+
+
+CASES: list[Case] = [
+    # Fold rows in the SQLite file: their JSON.
+    Case(
+        "fold-json-truncated",
+        "sqlite",
+        _sql(
+            "UPDATE folds SET fold = substr(fold, 1, 40) WHERE superseded_by IS NULL AND placement = 'in_place' AND rowid % 2 = 0"
+        ),
+    ),
+    Case(
+        "fold-json-null",
+        "sqlite",
+        lambda t: t.sql("UPDATE folds SET fold = 'null' WHERE id = ?", t.fold("summary").id),
+    ),
+    Case(
+        "fold-json-list",
+        "sqlite",
+        lambda t: t.sql("UPDATE folds SET fold = '[]' WHERE id = ?", t.fold("last").id),
+    ),
+    Case(
+        "fold-json-string",
+        "sqlite",
+        lambda t: t.sql("UPDATE folds SET fold = '\"text\"' WHERE id = ?", t.fold("first").id),
+    ),
+    Case(
+        "fold-json-empty",
+        "sqlite",
+        lambda t: t.sql("UPDATE folds SET fold = '' WHERE id = ?", t.fold("middle").id),
+    ),
+    Case("fold-missing-messages", "sqlite", lambda t: _drop_key(t, "summary", "messages")),
+    Case("fold-messages-empty", "sqlite", _edit("summary", messages=[])),
+    Case("fold-messages-string", "sqlite", _edit("summary", messages="hello")),
+    Case("fold-messages-not-objects", "sqlite", _edit("last", messages=[1, 2])),
+    Case(
+        "fold-role-unknown",
+        "sqlite",
+        _edit("summary", messages=[{"role": "robot", "content": "x"}]),
+    ),
+    Case("fold-role-missing", "sqlite", _edit("last", messages=[{"content": "x"}])),
+    Case(
+        "fold-content-number", "sqlite", _edit("summary", messages=[{"role": "user", "content": 5}])
+    ),
+    Case("fold-orphan-tool", "sqlite", _orphan_tool),
+    Case("fold-unanswered-call", "sqlite", _unanswered),
+    # Token counts.
+    Case("fold-tokens-under", "sqlite", _edit("biggest", tokens_after=1)),
+    Case("fold-tokens-over", "sqlite", _edit("biggest", tokens_after=10**9)),
+    Case("fold-tokens-negative", "sqlite", _edit("summary", tokens_after=-5)),
+    Case("fold-tokens-string", "sqlite", _edit("summary", tokens_after="12")),
+    Case("fold-text-huge", "sqlite", _huge_text),
+    Case("facts-tokens-under", "sqlite", _edit("facts", tokens_after=1)),
+    # Ranges.
+    Case(
+        "fold-start-after-end",
+        "sqlite",
+        lambda t: t.edit("summary", True, start=t.fold("summary").end + 5),
+    ),
+    Case("fold-start-zero", "sqlite", _edit("first", True, start=0)),
+    Case("fold-past-log", "sqlite", lambda t: t.edit("last", True, end=len(t.log) + 50)),
+    Case("fold-past-log-json-only", "sqlite", lambda t: t.edit("last", end=len(t.log) + 50)),
+    Case(
+        "fold-start-column-only",
+        "sqlite",
+        _sql(
+            "UPDATE folds SET start_seq = start_seq + 1 WHERE superseded_by IS NULL AND placement = 'in_place'"
+        ),
+    ),
+    Case("fold-covers-system", "sqlite", _edit("first", True, start=1)),
+    Case("fold-splits-unit-start", "sqlite", _split_start),
+    Case("fold-splits-unit-end", "sqlite", _split_end),
+    Case("fold-partial-overlap", "sqlite", _overlap),
+    Case("fold-duplicated", "sqlite", _duplicate),
+    Case("fold-unsuperseded", "sqlite", _unsupersede),
+    Case("fold-covers-latest-user", "sqlite", _cover_latest_user),
+    Case("facts-twice", "sqlite", _second_facts),
+    # Other fields and columns.
+    Case("fold-placement-unknown", "sqlite", _edit("summary", True, placement="sideways")),
+    Case("fold-placement-json-only", "sqlite", _edit("summary", placement="facts")),
+    Case("fold-view-other", "sqlite", _edit("summary", view="planner")),
+    Case("fold-id-other", "sqlite", _edit("summary", id="someone-else")),
+    Case("fold-data-string", "sqlite", _edit("summary", data="nope")),
+    Case("fold-created-at-text", "sqlite", _edit("summary", created_at="yesterday")),
+    Case("fold-usage-list", "sqlite", _edit("summary", usage=[1])),
+    Case("fold-text-null", "sqlite", _edit("summary", text=None)),
+    Case(
+        "fold-superseded-by-nowhere",
+        "sqlite",
+        lambda t: t.sql(
+            "UPDATE folds SET superseded_by = 'gone' WHERE id = ?", t.fold("summary").id
+        ),
+    ),
+    Case("fold-row-deleted", "sqlite", _delete_folds_row),
+    Case("folds-all-deleted", "sqlite", _sql("DELETE FROM folds")),
+    Case("fold-version-deleted", "sqlite", _sql("DELETE FROM fold_versions")),
+    Case("fold-version-negative", "sqlite", _sql("UPDATE fold_versions SET version = -3")),
+    Case("fold-all-json-garbage", "sqlite", _sql("UPDATE folds SET fold = 'garbage'")),
+    # The log: a deleted row heals (its seq is never handed out again); a damaged one is an error.
+    Case("message-last-deleted", "sqlite", _delete_last_message),
+    Case("message-json-bad", "sqlite", _message_json("{bad"), "error"),
+    Case("message-json-list", "sqlite", _message_json("[]"), "error"),
+    Case(
+        "message-role-unknown",
+        "sqlite",
+        _message_json('{"role": "robot", "content": "x"}'),
+        "error",
+    ),
+    Case(
+        "message-tokens-text",
+        "sqlite",
+        lambda t: t.sql("UPDATE messages SET tokens = 'many' WHERE seq = ?", len(t.log) - 3),
+        "error",
+    ),
+    # Files that are not a contextfold database of this version.
+    Case("file-random-bytes", "file", lambda t: _write(t, os.urandom(8192)), "error"),
+    Case("file-other-app", "file", _foreign, "error"),
+    Case("file-newer-schema", "file", lambda t: _newer(t), "error"),
+    Case("file-truncated", "file", _truncated, "error"),
+    Case("file-empty", "file", lambda t: _write(t, b"")),
+    # The RAM store's internals.
+    Case("ram-fold-replaced-by-dict", "ram", _ram_replace("summary", {"id": "x", "start": 1})),
+    Case("ram-fold-replaced-by-none", "ram", _ram_replace("last", None)),
+    Case("ram-tokens-under", "ram", _ram("biggest", tokens_after=1)),
+    Case("ram-past-log", "ram", lambda t: t.ram_set("last", end=len(t.log) + 9)),
+    Case("ram-messages-empty", "ram", _ram("summary", messages=())),
+    Case("ram-role-unknown", "ram", _ram("summary", messages=({"role": "robot", "content": "x"},))),
+    Case("ram-start-text", "ram", _ram("first", start="x")),
+    Case("ram-data-none", "ram", _ram("summary", data=None)),
+    Case("ram-unsuperseded", "ram", _ram_unsupersede),
+    Case("ram-overlap", "ram", _ram_overlap),
+    Case(
+        "ram-folds-cleared",
+        "ram",
+        lambda t: t.ram._folds[(SESSION, VIEW)].clear() if t.ram else None,
+    ),
+    Case("ram-message-last-deleted", "ram", _ram_delete_last),
+]
+
+
+def _drop_key(t: Target, which: str, key: str) -> None:
+    fold = t.fold(which)
+    assert t.conn is not None
+    body = json.loads(
+        t.conn.execute("SELECT fold FROM folds WHERE id = ?", (fold.id,)).fetchone()[0]
+    )
+    body.pop(key)
+    t.sql("UPDATE folds SET fold = ? WHERE id = ?", json.dumps(body), fold.id)
+
+
+def _newer(t: Target) -> None:
+    conn = sqlite3.connect(t.path)
+    conn.execute("INSERT INTO _migrations VALUES ('999_from_the_future', 0)")
+    conn.commit()
+    conn.close()
+
+
+def template(n: int, workdir: str) -> str:
+    """The compacted session as a SQLite file, made once and copied by each case."""
+    path = os.path.join(workdir, "template.db")
+    memory = Memory(path)
+    build(memory, n)
+    memory.close()
+    return path
+
+
+def run_all(n: int, cases: list[Case] | None = None) -> list[Outcome]:
+    with tempfile.TemporaryDirectory() as workdir:
+        made = template(n, workdir)
+        return [run(case, n, made, workdir) for case in (CASES if cases is None else cases)]
