@@ -10,7 +10,7 @@ import pytest
 from conftest import load_rows
 from test_render import SYSTEM, agent_run, chat, markers, session_of
 
-from contextfold import InvalidInput, Memory
+from contextfold import BudgetError, InvalidInput, Memory
 from contextfold.core.messages import Message
 from contextfold.core.units import tool_unit_faults, whole_units
 from contextfold.strategies import Pipeline
@@ -121,7 +121,10 @@ def test_compaction_never_changes_the_log(preset: str) -> None:
         view = session.view("v", preset=preset)
         full = view.state().tokens
         for fraction in (0.8, 0.5, 0.3):
-            view.compact(int(full * fraction))
+            try:
+                view.compact(int(full * fraction))
+            except BudgetError:
+                pass  # below system prompt + latest user message: refused, nothing folded
         assert session.history() == before
         assert json.dumps(session.history()) == json.dumps(before)
 
