@@ -22,8 +22,10 @@ from contextfold.core.artifacts import missing_artifacts
 from contextfold.core.entries import Entry
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message
+from contextfold.core.tokens import get_counter
 from contextfold.llm.base import Completion
-from contextfold.strategies.checked import SummaryRejected, must_keep, rejection, summarize_checked
+from contextfold.strategies.answers import Expected, judge
+from contextfold.strategies.checked import SummaryRejected, must_keep_facts, summarize_checked
 from contextfold.strategies.transcript import material, transcript
 from contextfold.testing import ScriptedModel
 
@@ -49,9 +51,10 @@ def dropping_reply(rng: random.Random, drop: float, error_rate: float):  # type:
     def reply(messages: Sequence[Message]) -> str:
         if rng.random() < error_rate:
             return ERROR_ANSWER
-        text = str(messages[-1]["content"])
+        # The material's message: a retry appends the rejected answer and a note after it.
+        text = next(str(m["content"]) for m in messages if "<history>" in str(m["content"]))
         source = text.split("<history>\n", 1)[-1].rsplit("\n</history>", 1)[0]
-        for item in sorted(set(must_keep(source)), key=len, reverse=True):
+        for item in sorted({f.text for f in must_keep_facts(source)}, key=len, reverse=True):
             if rng.random() < drop:
                 source = re.sub(re.escape(item), "", source)
         return source[: 4 * 600]
@@ -65,16 +68,18 @@ def main() -> None:
     rows = [*conversations("taubench_airline_dev", limit), *conversations("openhands_example")]
     texts = chunks(rows)
     drop, error_rate = 0.5, 0.1
+    counter = get_counter()
     items_total = kept_plain = kept_checked = items_checked = 0
     errors_committed_plain = errors_committed_checked = rejected_jobs = retries = 0
     for seed, source in enumerate(texts):
-        items = must_keep(source)
+        # A fact is kept when its value is (a pin shows it with its key).
+        items = [f.text for f in must_keep_facts(source)]
         if not items:
             continue
         prompt: list[Message] = [{"role": "user", "content": f"Summarize.\n{material(source)}"}]
         plain = ScriptedModel(default=dropping_reply(random.Random(seed), drop, error_rate))
         answer: Completion = plain.complete(prompt, max_tokens=600)
-        if rejection(answer, max_chars=600 * 4 + 200, want_json=False) is not None:
+        if judge(answer, Expected(source, 600, counter.text)).answer is None:
             errors_committed_plain += 1
         items_total += len(items)
         kept_plain += len(items) - len(missing_artifacts(items, answer.text))

@@ -55,8 +55,9 @@ def openai_reply(
     model: str = "gpt-4o-mini-2024-07-18",
     prompt_tokens: int = 12,
     completion_tokens: int = 3,
+    refusal: str | None = None,
 ) -> Reply:
-    """A chat completion as OpenAI sends it."""
+    """A chat completion as OpenAI sends it; a ``refusal`` comes with null content, as OpenAI's does."""
     return Reply(
         body={
             "id": "chatcmpl-abc123",
@@ -66,7 +67,11 @@ def openai_reply(
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text, "refusal": None},
+                    "message": {
+                        "role": "assistant",
+                        "content": None if refusal is not None else text,
+                        "refusal": refusal,
+                    },
                     "logprobs": None,
                     "finish_reason": "stop",
                 }
@@ -88,6 +93,7 @@ def anthropic_reply(
     model: str = "claude-haiku-4-5-20251001",
     input_tokens: int = 14,
     output_tokens: int = 4,
+    stop_reason: str = "end_turn",
 ) -> Reply:
     """A Messages API response as Anthropic sends it."""
     return Reply(
@@ -97,7 +103,7 @@ def anthropic_reply(
             "role": "assistant",
             "model": model,
             "content": [{"type": "text", "text": text}],
-            "stop_reason": "end_turn",
+            "stop_reason": stop_reason,
             "stop_sequence": None,
             "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
         },

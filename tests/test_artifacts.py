@@ -6,6 +6,7 @@ from contextfold.core.artifacts import (
     KINDS,
     extract_artifacts,
     find_artifacts,
+    find_facts,
     is_constraint,
     missing_artifacts,
 )
@@ -125,3 +126,28 @@ def test_extraction_is_deterministic() -> None:
     text = "FAILED run 3f9a2c1b on 2024-01-02; don't use src/old.py, cost $5, took 3 s."
     assert extract_artifacts(text) == extract_artifacts(text)
     assert missing_artifacts(extract_artifacts(text), text) == []
+
+
+TOOL_OUTPUT = (
+    '{"user_id": "omar_davis_3817", "first_name": "Omar", "address": {"address1": '
+    '"281 Spruce Street", "zip": "92164"}, "payment_methods": {"gift_card_3481935": '
+    '{"source": "gift_card", "amount": 22, "id": "gift_card_3481935"}}, "reservations": '
+    '["JG7FMM", "LQ940Q"], "membership": "gold", "seats": 31}'
+)
+
+
+def test_json_keys_are_never_items() -> None:
+    found = extract_artifacts(TOOL_OUTPUT)
+    for key in ("user_id", "first_name", "payment_methods", "address1"):
+        assert key not in found
+    assert "omar_davis_3817" in found and "JG7FMM" in found
+
+
+def test_facts_give_values_their_key_and_drop_bare_numbers() -> None:
+    facts = [f.shown for f in find_facts(TOOL_OUTPUT + "\nThe 22 bags and 31 seats, build 4711.")]
+    assert "user_id" not in facts and "first_name" not in facts
+    assert "user_id: omar_davis_3817" in facts and "id: gift_card_3481935" in facts
+    assert "amount: 22" in facts and "seats: 31" in facts and "zip: 92164" in facts
+    assert "build: 4711" in facts and "JG7FMM" in facts
+    # 281 is part of an address, not its value; bare 22 and 31 say nothing on their own.
+    assert not any(f in ("281", "22", "31", "address1: 281") for f in facts)

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+from conftest import load_rows
+
+from contextfold.core.entries import Entry
 from contextfold.core.errors import ModelError
+from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message
 from contextfold.llm.base import material
 from contextfold.strategies.checked import PINNED_HEADER, SummaryRejected, summarize_checked
+from contextfold.strategies.transcript import transcript
 from contextfold.testing import ScriptedModel
 
 SOURCE = (
@@ -103,3 +109,31 @@ def test_pins_are_capped_keeping_the_newest_items() -> None:
         ScriptedModel(["Read many modules."]), prompt, source=source, max_tokens=50, pin_chars=10**6
     )
     assert len(uncapped.pinned) == 200 and uncapped.pins_dropped == 0
+
+
+def test_pins_of_tool_output_are_facts_not_json_keys_or_bare_numbers() -> None:
+    for row in load_rows("taubench_airline_dev", limit=10):
+        part = [m for m in row["messages"] if m["role"] != "system"]
+        entries = [Entry.of_message(LoggedMessage(i + 1, m, 0)) for i, m in enumerate(part)]
+        source = transcript(entries)
+        keys: set[str] = set()
+        for message in part:
+            if message["role"] == "tool":
+                try:
+                    keys |= _keys(json.loads(str(message["content"])))
+                except ValueError:
+                    continue
+        checked = summarize_checked(
+            ScriptedModel(["I helped the user."]), PROMPT, source=source, max_tokens=2000
+        )
+        for item in checked.pinned:
+            assert item not in keys, item
+            assert not item.replace(",", "").replace(".", "").isdigit(), item
+
+
+def _keys(value: object) -> set[str]:
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in _keys(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in _keys(v)}
+    return set()

@@ -137,8 +137,8 @@ def test_tool_results_come_first_in_their_user_turn() -> None:
         [
             {"role": "user", "content": "go"},
             {"role": "assistant", "content": None, "tool_calls": [call("c1")]},
-            {"role": "user", "content": "hurry up"},
             tool("c1", "done"),
+            {"role": "user", "content": "hurry up"},
         ]
     )
     assert msgs[2]["content"] == [

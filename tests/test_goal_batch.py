@@ -17,7 +17,7 @@ from contextfold.core.folds import Fold
 from contextfold.core.messages import Message
 from contextfold.core.units import tool_unit_faults
 from contextfold.strategies import Pipeline
-from contextfold.strategies.goal_batch import SCHEMA, GoalBatchCompaction
+from contextfold.strategies.goal_batch import SCHEMA, SECTIONS, GoalBatchCompaction
 from contextfold.strategies.tool_calls import ToolCallSummarization
 from contextfold.testing import ScriptedModel
 
@@ -323,7 +323,9 @@ def test_artifacts_the_goal_batch_drops_are_pinned() -> None:
     def answer(messages: Sequence[Message]) -> str:
         if "[GOAL BATCH]" not in str(messages[-1]["content"]):
             return faithful(messages)
-        return json.dumps({"goal_arc": "I fixed src/t0.py and src/t2.py.", "key_artifacts": ""})
+        return json.dumps(
+            {key: "" for key, _ in SECTIONS} | {"goal_arc": "I fixed src/t0.py and src/t2.py."}
+        )
 
     _, view, _ = setup(13, ScriptedModel(default=answer))
     view.compact()
@@ -338,7 +340,8 @@ def test_the_summaries_pinned_lists_are_shown_but_not_pinned_again() -> None:
     def answer(messages: Sequence[Message]) -> str:
         if "[GOAL BATCH]" not in str(messages[-1]["content"]):
             return grouped("## Strategy\nI read the module.")(messages)
-        return json.dumps({"goal_arc": "I fixed " + ", ".join(f"src/t{k}.py" for k in range(6))})
+        fixed = "I fixed " + ", ".join(f"src/t{k}.py" for k in range(6))
+        return json.dumps({key: "" for key, _ in SECTIONS} | {"goal_arc": fixed})
 
     model = ScriptedModel(default=answer)
     _, view, _ = setup(13, model)

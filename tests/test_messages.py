@@ -231,10 +231,20 @@ def test_reused_ids_answer_the_nearest_earlier_call() -> None:
         {"role": "assistant", "content": "", "tool_calls": [call("c1", "a")]},
         {"role": "tool", "tool_call_id": "c1", "content": ""},
         {"role": "assistant", "content": "", "tool_calls": [call("c1", "b")]},
-        {"role": "tool", "tool_call_id": "c1", "content": "second"},
-        {"role": "tool", "tool_call_id": "c1", "content": "a second answer", "meta": {"x": 1}},
+        {"role": "tool", "tool_call_id": "c1", "content": "second", "meta": {"x": 1}},
     ]
     assert validate_messages(msgs) == msgs
+
+
+def test_a_call_is_answered_once() -> None:
+    msgs: list[dict[str, Any]] = [
+        USER,
+        {"role": "assistant", "content": "", "tool_calls": [call("c1", "a")]},
+        {"role": "tool", "tool_call_id": "c1", "content": "first"},
+        {"role": "tool", "tool_call_id": "c1", "content": "a second answer"},
+    ]
+    exc = refused(msgs)
+    assert (exc.index, exc.field) == (3, "tool_call_id")
 
 
 @pytest.mark.parametrize("name", DATA_FILES)

@@ -194,7 +194,7 @@ def test_retry_then_accept_and_pins_what_the_summary_dropped() -> None:
     assert fold.data["attempts"] == 2
     assert fold.usage is not None and fold.usage["calls"] == 2
     assert "/srv/app/config.yaml" in fold.data["pinned"]
-    assert "4711" in fold.data["pinned"]
+    assert "build: 4711" in fold.data["pinned"]
     assert "- /srv/app/config.yaml" in fold.text
     assert fold.data["summary"].startswith("Step one configured the app.\n\nPinned")
 

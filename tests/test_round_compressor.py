@@ -197,7 +197,7 @@ def test_offline_stand_in_runs_without_a_model() -> None:
 
 
 def test_prompt_override_and_tool_units_stay_whole() -> None:
-    model = ScriptedModel(default=answer("S."))
+    model = ScriptedModel(default=answer("S.", []))
     strategy = RoundCompressor(kind="code", prompt="Before: {previous_summary}\nRounds: {content}")
     session, view = build(5, strategy, model, code=True)
     fold = view.compact().folds[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from typing import Any
@@ -70,8 +71,10 @@ def test_tool_result_may_answer_a_call_appended_in_an_earlier_extend() -> None:
     session = Memory().session("s")
     session.extend([{"role": "user", "content": "find it"}, call("c1")])
     session.extend([result("c1", "found")])
-    session.append(result("c1", "found again"))
-    assert [m["role"] for m in session.history()] == ["user", "assistant", "tool", "tool"]
+    with pytest.raises(InvalidInput) as info:  # answered already: a result answers its call once
+        session.append(result("c1", "found again"))
+    assert (info.value.index, info.value.field) == (3, "tool_call_id")
+    assert [m["role"] for m in session.history()] == ["user", "assistant", "tool"]
 
 
 @pytest.mark.parametrize(
@@ -121,10 +124,9 @@ def test_compaction_never_changes_the_log(preset: str) -> None:
         view = session.view("v", preset=preset)
         full = view.state().tokens
         for fraction in (0.8, 0.5, 0.3):
-            try:
+            # Below system prompt + latest user message it is refused, and nothing is folded.
+            with contextlib.suppress(BudgetError):
                 view.compact(int(full * fraction))
-            except BudgetError:
-                pass  # below system prompt + latest user message: refused, nothing folded
         assert session.history() == before
         assert json.dumps(session.history()) == json.dumps(before)
 

@@ -169,7 +169,7 @@ def test_a_block_holds_tool_units_and_text_and_the_prompt_carries_the_request() 
 
 
 def test_a_trigger_replaces_the_threshold() -> None:
-    messages = [m for t in "abcd" for m in chat_turn(t, words=5)]
+    messages = [m for t in "abcd" for m in chat_turn(t, words=15)]
     strategy = ThresholdSummarization(trigger=MessageCount(9), keep_recent=1, min_tokens=0)
     _, view, _ = setup(messages, [strategy], ScriptedModel(default=grouped(ANSWER)))
     assert view.compact().folds == ()  # 9 rendered messages, not more than 9

@@ -251,17 +251,18 @@ def test_artifacts_the_model_drops_are_pinned_verbatim() -> None:
     _, view, _ = setup(turn("a", 2) + turn("b", 1), strategy, model)
     view.compact()
     fold = next(f for f in view.folds() if f.data["tool_units"] == 2)
-    # The answer keeps src/a_0.py; every other path, name and identifier is pinned.
+    # The answer keeps src/a_0.py; every other path, name and identifier is pinned,
+    # a value of the call's arguments with its key.
     assert fold.data["pinned"] == [
         "read_file",
         "f_a_0",
-        "src/a_1_0.py",
-        "src/a_1_1.py",
+        "path: src/a_1_0.py",
+        "path: src/a_1_1.py",
         "f_a_1_0",
         "f_a_1_1",
     ]
     assert "Pinned (verbatim from the folded messages):\n- " in fold.text
-    assert "- src/a_1_0.py" in fold.text
+    assert "- path: src/a_1_0.py" in fold.text
 
 
 def test_without_a_model_the_offline_stand_in_summarizes_and_says_so() -> None:

@@ -8,11 +8,18 @@ check its summary with ``missing_artifacts`` and pin whatever went missing.
 
 Kinds, in the order an overlap is settled (an earlier kind claims the span):
 ``url``, ``date``, ``time``, ``path``, ``money``, ``quantity``, ``ticket``,
-``hex``, ``identifier``, ``number`` (two digits or more: a lone digit is
-rarely worth pinning). Two more kinds are whole lines or
-sentences and may contain the others: ``error`` (tracebacks, ``Error:``,
-``FAILED``, exit codes) and ``constraint`` (directives with don't, do not,
-must, never, always, should not, only).
+``hex``, ``code`` (an upper-case code with digits: ``ZFA04Y``, ``HAT281``),
+``identifier``, ``number`` (two digits or more: a lone digit is rarely worth
+pinning). Two more kinds are whole lines or sentences and may contain the
+others: ``error`` (tracebacks, ``Error:``, ``FAILED``, exit codes) and
+``constraint`` (directives with don't, do not, must, never, always, should not,
+only). The key of a JSON object (``"user_id":``) is never an item: it names a
+field, it is not a fact.
+
+``find_facts`` narrows the items to the facts a summary must keep
+(``strategies.checked`` pins them): a value inside a JSON object carries its
+key (``user_id: mia_li_3668``, ``price: 281``), and a bare number outside one
+is no fact (``281`` alone tells a reader nothing).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import functools
 import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 TOKEN_KINDS = (
     "url",
@@ -32,6 +39,7 @@ TOKEN_KINDS = (
     "quantity",
     "ticket",
     "hex",
+    "code",
     "identifier",
     "number",
 )
@@ -96,6 +104,7 @@ _TOKEN_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             re.IGNORECASE,
         ),
     ),
+    ("code", re.compile(r"\b(?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z][A-Z0-9]{4,11}\b")),
     (
         "identifier",
         re.compile(
@@ -144,6 +153,15 @@ _CONSTRAINT = re.compile(
     r"(?!have\b|feel\b|be\s+(?:so|really|very|such|a|an|\w+ing)\b)",
     re.IGNORECASE,
 )
+# A JSON or Python-dict key: the quoted name and its colon.
+_KEY_AFTER = re.compile(r"""["']\s*:""")
+_KEY_BEFORE = re.compile(r"""["']([A-Za-z_][\w.-]{0,60})["']\s*:\s*["']?$""")
+_VALUE_END = re.compile(r"""["']?\s*(?:[,}\]]|$)""", re.MULTILINE)
+_NUMBER_NOUN = re.compile(
+    r"\b(build|port|pid|version|issue|pr|ticket|order|reservation|booking|flight|room|job"
+    r"|run|release|account|invoice|case|step|attempt|id|number|no\.|code|status)\s*[:#]?\s*$",
+    re.IGNORECASE,
+)
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|\n+")
 _TRAILING = ".,;:!?)]}'\""
 _SEGMENT_CHARS = 1024
@@ -151,11 +169,17 @@ _SEGMENT_CHARS = 1024
 
 @dataclass(frozen=True)
 class Artifact:
-    """One must-keep item: its kind, its text and where it starts in the source."""
+    """One must-keep item: its kind, its text, where it starts, and its JSON key if it has one."""
 
     kind: str
     text: str
     start: int
+    key: str | None = None
+
+    @property
+    def shown(self) -> str:
+        """The item as a reader needs it: with its key (``user_id: mia_li_3668``) when it has one."""
+        return f"{self.key}: {self.text}" if self.key else self.text
 
 
 def find_artifacts(text: str, kinds: Iterable[str] = KINDS) -> list[Artifact]:
@@ -210,14 +234,46 @@ def _token_artifacts(segment: str, offset: int, wanted: set[str]) -> list[Artifa
             if not item or any(begin < e and s < end for s, e in taken):
                 continue
             taken.append((begin, end))
-            if kind in wanted:
-                found.append(Artifact(kind, item, offset + begin))
+            if kind in wanted and not _is_key(segment, begin, end):
+                key = _KEY_BEFORE.search(segment, max(begin - 80, 0), begin)
+                found.append(Artifact(kind, item, offset + begin, key[1] if key else None))
     return found
+
+
+def _is_key(segment: str, begin: int, end: int) -> bool:
+    """Whether ``segment[begin:end]`` is the quoted key of a JSON or dict entry."""
+    return begin > 0 and segment[begin - 1] in "\"'" and bool(_KEY_AFTER.match(segment, end))
 
 
 def extract_artifacts(text: str, kinds: Iterable[str] = KINDS) -> list[str]:
     """The texts of ``find_artifacts``: what a summary of ``text`` must keep."""
     return [a.text for a in find_artifacts(text, kinds)]
+
+
+def find_facts(text: str) -> list[Artifact]:
+    """The items a summary of ``text`` must keep: every artifact but a bare number.
+
+    A number is a fact only as the whole value of a key (``price: 281``, not
+    the 281 of ``"address1": "281 Main St"``) or after a noun naming it
+    (``build 4711``); each fact is listed once, by what it shows.
+    """
+    seen: set[str] = set()
+    facts: list[Artifact] = []
+    for found in find_artifacts(text):
+        fact = _named_number(text, found) if found.kind == "number" else found
+        if fact is not None and fact.shown not in seen:
+            seen.add(fact.shown)
+            facts.append(fact)
+    return facts
+
+
+def _named_number(text: str, number: Artifact) -> Artifact | None:
+    """A number with what names it: a key's whole value, or a noun before it ("build 4711")."""
+    if number.key is not None:
+        whole = _VALUE_END.match(text, number.start + len(number.text)) is not None
+        return number if whole else None
+    noun = _NUMBER_NOUN.search(text, max(number.start - 40, 0), number.start)
+    return replace(number, key=noun[1]) if noun else None
 
 
 def missing_artifacts(items: Sequence[str], text: str) -> list[str]:

@@ -10,8 +10,14 @@ until an assistant message without tool calls closes it.
 All spans are inclusive index ranges ``(i, j)`` into a list of entries.
 
 This is the one module that knows how results pair with calls: planning
-(``unit_spans``), render (``units_newest_first``), view filters
-(``whole_units``) and prompt checks (``tool_unit_faults``) all call it.
+(``unit_spans``), render (``units_newest_first``, ``answer_missing``), view
+filters (``whole_units``) and prompt checks (``tool_unit_faults``) all call it.
+
+A call the log never answers (an agent stopped, a tool crashed, the user spoke
+first) is invalid in a prompt for every major provider; the log keeps it as it
+is, and render answers it with a synthetic result saying so (as OpenHands does),
+once another message follows it. A call at the end of the log is in progress
+and left alone.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ from typing import Any, TypeVar
 
 from contextfold.core.entries import Entry
 from contextfold.core.messages import Message
+from contextfold.core.tokens import TokenCounter
+
+NO_RESULT = "[contextfold: no result was logged for this call]"
 
 _T = TypeVar("_T")
 
@@ -117,6 +126,65 @@ def units_newest_first(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
             yield orphans[::-1]
 
 
+def answer_missing(newest_first: Iterable[Entry], counter: TokenCounter) -> Iterator[Entry]:
+    """Entries read newest first, with a synthetic result for every call left unanswered.
+
+    A call is unanswered when the run of tool messages right after it lacks
+    one of its ids and another message follows; the synthetic results
+    (``NO_RESULT``) are entries at the call's seq, rendered right after it. In
+    a fold's messages the same is done inside the fold. The tail of the log,
+    a call still waiting for its results, is left as it is.
+    """
+    answered: set[str] = set()
+    closed = False  # a non-tool message is newer than the current run
+    for entry in newest_first:
+        if entry.fold is not None:
+            messages, answered, closed = _answered_within(entry.messages, answered, closed)
+            if len(messages) == len(entry.messages):
+                yield entry
+            else:
+                added = sum(counter.message(m) for m in messages) - sum(
+                    counter.message(m) for m in entry.messages
+                )
+                yield Entry(entry.start, entry.end, entry.tokens + added, messages, entry.fold)
+            continue
+        msg = entry.messages[0]
+        if msg["role"] == "tool":
+            answered.add(str(msg.get("tool_call_id")))
+        else:
+            for missing in reversed(_missing_ids(msg, answered) if closed else []):
+                result = _no_result(missing)
+                yield Entry(entry.start, entry.end, counter.message(result), (result,))
+            answered, closed = set(), True
+        yield entry
+
+
+def _answered_within(
+    messages: Sequence[Message], answered: set[str], closed: bool
+) -> tuple[tuple[Message, ...], set[str], bool]:
+    """A fold's messages with its unanswered calls answered, and the state after them."""
+    out: list[Message] = []
+    for msg in reversed(messages):
+        if msg["role"] == "tool":
+            answered = answered | {str(msg.get("tool_call_id"))}
+        else:
+            if closed:
+                out.extend(_no_result(i) for i in reversed(_missing_ids(msg, answered)))
+            answered, closed = set(), True
+        out.append(msg)
+    return tuple(out[::-1]), answered, closed
+
+
+def _missing_ids(message: Message, answered: set[str]) -> list[str]:
+    if message["role"] != "assistant":
+        return []
+    return [str(c["id"]) for c in message.get("tool_calls") or () if c["id"] not in answered]
+
+
+def _no_result(call_id: str) -> Message:
+    return {"role": "tool", "tool_call_id": call_id, "content": NO_RESULT}
+
+
 def whole_units(
     newest_first: Iterable[_T],
     message_of: Callable[[_T], Message | None],
@@ -202,6 +270,18 @@ def call_for(result: Message, before: Iterable[Message]) -> Mapping[str, Any] | 
             if call.get("id") == result.get("tool_call_id"):
                 found = call
     return found
+
+
+def waits_for_results(messages: Sequence[Message]) -> bool:
+    """Whether ``messages`` end with a call some of whose results have not come yet
+    (so a message other than a result, coming next, leaves it unanswered)."""
+    answered: set[str] = set()
+    for message in reversed(messages):
+        if message["role"] == "tool":
+            answered.add(str(message.get("tool_call_id")))
+            continue
+        return bool(_missing_ids(message, answered))
+    return False
 
 
 def answers_tail(messages: Sequence[Message], result: Message) -> bool:

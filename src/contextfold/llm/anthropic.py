@@ -144,4 +144,7 @@ class AnthropicModel(Model):
         model = data.get("model")
         name = model if isinstance(model, str) and model else self.name
         usage_record = Usage(name, input_tokens=sum(inputs), output_tokens=output)
-        return Completion("".join(str(t) for t in texts), usage_record)
+        text = "".join(str(t) for t in texts)
+        # Claude's safety stop: whatever text came before it is no answer.
+        refusal = (text or "stop_reason: refusal") if data.get("stop_reason") == "refusal" else None
+        return Completion(text, usage_record, refusal=refusal)

@@ -76,9 +76,12 @@ class Usage:
 
 @dataclass(frozen=True)
 class Completion:
+    """A model's answer; ``refusal`` is set when the provider says the model refused."""
+
     text: str
     usage: Usage
     data: Any = None
+    refusal: str | None = None
 
 
 @runtime_checkable
@@ -309,7 +312,7 @@ def _finish(
     data = completion.data
     if schema is not None and data is None:
         data = parse_json(completion.text)
-    return Completion(completion.text, usage, data)
+    return Completion(completion.text, usage, data, completion.refusal)
 
 
 def parse_json(text: str) -> Any:

@@ -150,8 +150,9 @@ class OpenAIModel(Model):
         if not isinstance(message, dict):
             raise ModelError(f"{self.name}: response has no message", body=body_text(data))
         content, refusal = message.get("content"), message.get("refusal")
-        # A refusal is returned as text, so checked compaction sees and rejects it.
-        text = content if isinstance(content, str) else refusal if isinstance(refusal, str) else ""
+        text = content if isinstance(content, str) else ""
+        # The refusal travels apart from the text, so no check of the text can miss it.
+        refused = str(refusal) if refusal else None
         # Some compatible servers leave usage out; a malformed one is an error.
         usage = data.get("usage") or {}
         if not isinstance(usage, dict):
@@ -161,7 +162,9 @@ class OpenAIModel(Model):
             raise ModelError(f"{self.name}: response usage is malformed", body=body_text(data))
         model = data.get("model")
         name = model if isinstance(model, str) and model else self.name
-        return Completion(text, Usage(name, input_tokens=prompt, output_tokens=output))
+        return Completion(
+            text, Usage(name, input_tokens=prompt, output_tokens=output), refusal=refused
+        )
 
 
 def _with_system(messages: list[Message], instruction: str) -> list[Message]:

@@ -21,7 +21,7 @@ from contextfold.core.entries import Entry
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import for_model
 from contextfold.core.render import Rendered
-from contextfold.core.units import answers_tail
+from contextfold.core.units import answers_tail, waits_for_results
 from contextfold.memory.filters import MessageFilter
 from contextfold.store.base import Head
 from contextfold.strategies.base import ViewState
@@ -92,6 +92,8 @@ class PromptCache:
             for logged in new:
                 if logged.role == "tool" and not answers_tail(messages, logged.message):
                     return None
+                if logged.role != "tool" and waits_for_results(messages):
+                    return None  # render answers that call now (``answer_missing``)
                 messages.append(for_model(logged.message))
             tokens = base.tokens + sum(m.tokens for m in new)
             if budget is not None and tokens > budget:

@@ -11,12 +11,15 @@ the budget, renders it, and says what it did in a ``CompactResult``.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from contextfold.core.checks import batch_of, check_budget
 from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message, validate_messages
@@ -88,13 +91,27 @@ class CompactResult:
 
 
 def write_prompt(path: str | Path, messages: Sequence[Message]) -> None:
-    """Write a rendered prompt as a JSON list."""
+    """Write a rendered prompt as a JSON list, whole or not at all.
+
+    The text is made first, then written to a temporary file beside ``path``
+    and renamed over it, so on any error an existing file is left as it was.
+    """
+    target = Path(path)
     try:
-        Path(path).write_text(
-            json.dumps(list(messages), ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
-        )
+        data = (json.dumps(list(messages), ensure_ascii=False, indent=1) + "\n").encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"cannot write {target}: the prompt is not JSON text: {exc}") from exc
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as exc:
-        raise InvalidInput(f"cannot write {path}: {exc.strerror or exc}") from exc
+        raise InvalidInput(f"cannot write {target}: {exc.strerror or exc}", field="out") from exc
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, target)
+    except OSError as exc:
+        os.unlink(tmp)
+        raise InvalidInput(f"cannot write {target}: {exc.strerror or exc}", field="out") from exc
 
 
 def fold_summary(fold: Fold) -> dict[str, Any]:
@@ -114,6 +131,12 @@ def fold_summary(fold: Fold) -> dict[str, Any]:
 
 def load_conversation(path: str | Path, *, index: int | None = None) -> Conversation:
     """Read one conversation; ``index`` picks a line of a JSONL file (default the first)."""
+    if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
+        raise InvalidInput(f"--index must be a whole number, not {index!r}", field="index")
+    if not isinstance(path, str | os.PathLike):
+        raise InvalidInput(
+            f"path must be a string or a path, not {type(path).__name__}", field="path"
+        )
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -123,10 +146,12 @@ def load_conversation(path: str | Path, *, index: int | None = None) -> Conversa
         raise InvalidInput(f"cannot read {p}: {exc.strerror or exc}") from exc
     if index is not None and index < 0:
         raise InvalidInput(f"--index must be 0 or more, got {index}")
+    if not text.strip():
+        raise InvalidInput(f"{p}: the file is empty", field="messages")
     if p.suffix == ".jsonl":
         return _from_jsonl(p, text, index or 0)
     try:
-        data = json.loads(text)
+        data = _json(text, str(p))
     except json.JSONDecodeError as exc:
         if exc.msg == "Extra data" and _parses(text.split("\n", 1)[0]):
             return _from_jsonl(p, text, index or 0)
@@ -138,10 +163,26 @@ def load_conversation(path: str | Path, *, index: int | None = None) -> Conversa
     return _conversation(data, str(p), str(p))
 
 
+def _json(text: str, where: str) -> Any:
+    """``json.loads``, with the JSON it cannot take as data refused by name.
+
+    ``json.JSONDecodeError`` passes through for the caller to place; nesting
+    too deep for the parser and integers too long to read are ``InvalidInput``.
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise InvalidInput(f"{where}: JSON nested too deeply to read") from None
+    except ValueError as exc:  # an integer over Python's 4,300-digit limit
+        raise InvalidInput(f"{where}: JSON holds a value that cannot be read: {exc}") from None
+
+
 def _parses(text: str) -> bool:
     try:
-        json.loads(text)
-    except json.JSONDecodeError:
+        _json(text, "")
+    except (json.JSONDecodeError, InvalidInput):
         return False
     return True
 
@@ -155,7 +196,7 @@ def _from_jsonl(p: Path, text: str, index: int) -> Conversation:
     lineno, line = rows[index]
     where = f"{p}, line {lineno}"
     try:
-        data = json.loads(line)
+        data = _json(line, where)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"{where}: malformed JSON at column {exc.colno}: {exc.msg}") from exc
     return _conversation(data, where, f"{p}:{lineno}")
@@ -196,6 +237,11 @@ def compact_messages(
     offline stand-in and the result says so (``stand_in``).
     """
     started = time.perf_counter()
+    if check_budget(budget) is None:
+        raise InvalidInput("a budget is required", field="budget")
+    if progress is not None and not callable(progress):
+        raise InvalidInput("progress must be a function (stage, done, total)", field="progress")
+    messages = batch_of(messages, "messages")
     memory = Memory(encoding=encoding)
     session = memory.session("compact")
     tokens = REPLY_PRIMING

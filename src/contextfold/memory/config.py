@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
+from contextfold.core.checks import check_budget
 from contextfold.core.errors import InvalidInput
 from contextfold.memory.filters import MessageFilter, check_filter, compile_filter
 from contextfold.strategies.base import HIGH_WATER, LOW_WATER
@@ -24,6 +26,7 @@ from contextfold.strategies.registry import (
     pipeline_to_data,
     to_data,
 )
+from contextfold.strategies.templates import check_template, load_template
 
 
 @dataclass(frozen=True)
@@ -50,12 +53,7 @@ class ViewConfig:
                 f"unknown preset {self.preset!r} (expected one of {', '.join(preset_names())})",
                 field="preset",
             )
-        if self.budget is not None and (
-            not isinstance(self.budget, int) or isinstance(self.budget, bool) or self.budget <= 0
-        ):
-            raise InvalidInput(
-                f"budget must be a positive integer, not {self.budget!r}", field="budget"
-            )
+        check_budget(self.budget)
         if self.model is not None and (not isinstance(self.model, str) or not self.model):
             raise InvalidInput(
                 "model is a get_model string such as 'openai:gpt-4o-mini'", field="model"
@@ -68,7 +66,17 @@ class ViewConfig:
                 raise InvalidInput(f"{name} is a share of the budget in (0, 1]", field=name)
         if self.low_water >= self.high_water:
             raise InvalidInput("low_water must be below high_water", field="low_water")
-        self.build_pipeline()  # a record that cannot be built is refused before it is stored
+        # A record that cannot be built, or whose prompt templates cannot be
+        # filled, is refused before it is stored.
+        pipeline = self.build_pipeline()
+        for i, strategy in enumerate(pipeline.strategies if pipeline is not None else ()):
+            prompt = getattr(strategy, "prompt", None)
+            if isinstance(prompt, str | Path):
+                try:
+                    check_template(load_template(strategy.name, prompt))
+                except InvalidInput as exc:
+                    where = "options.prompt" if self.preset else f"strategies[{i}].options.prompt"
+                    raise InvalidInput(exc.reason, field=f"pipeline.{where}") from None
 
     @classmethod
     def of(
@@ -105,6 +113,9 @@ class ViewConfig:
         return None if self.filter is None else compile_filter(self.filter)
 
     def changed(self, **changes: Any) -> ViewConfig:
+        unknown = sorted(set(changes) - {f.name for f in fields(self)})
+        if unknown:
+            raise InvalidInput(f"unknown view setting {unknown[0]!r}", field=unknown[0])
         return replace(self, **changes)
 
     def to_data(self) -> dict[str, Any]:

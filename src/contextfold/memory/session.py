@@ -20,9 +20,10 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from contextfold.core.checks import batch_of, check_key, check_name
 from contextfold.core.errors import InvalidInput
 from contextfold.core.log import LoggedMessage, NewMessage
-from contextfold.core.messages import Message, validate_messages
+from contextfold.core.messages import Message, check_json, validate_messages
 from contextfold.core.tokens import TokenCounter, get_counter
 from contextfold.llm.base import LLM
 from contextfold.memory.config import ViewConfig
@@ -33,6 +34,8 @@ from contextfold.store.registry import open_store
 from contextfold.store.wake import LocalWake, wake_for
 from contextfold.strategies.pipeline import Pipeline
 
+_RUN_PAGE = 16
+
 
 class Memory:
     """Where sessions live: a store (by object or URL), a token encoding, and what this
@@ -41,9 +44,15 @@ class Memory:
     def __init__(
         self, store: Store | str | os.PathLike[str] | None = None, *, encoding: str = "o200k_base"
     ) -> None:
-        self.store: Store = (
-            open_store(store) if store is None or isinstance(store, str | os.PathLike) else store
-        )
+        get_counter(check_name(encoding, "encoding"))
+        if store is None or isinstance(store, str | os.PathLike):
+            store = open_store(store)
+        elif not all(callable(getattr(store, m, None)) for m in ("create_session", "append")):
+            raise InvalidInput(
+                f"store must be a Store, a URL or a path, not {type(store).__name__}",
+                field="store",
+            )
+        self.store: Store = store
         self.encoding = encoding
         self.wake: LocalWake = wake_for(self.store)
         self._lock = threading.Lock()
@@ -57,11 +66,31 @@ class Memory:
         encoding: str | None = None,
         meta: dict[str, Any] | None = None,
     ) -> Session:
-        """Open a session, creating it (with ``system`` as its first message) if new."""
-        record = self.store.create_session(
-            session_id, encoding=encoding or self.encoding, meta=meta
-        )
-        session = Session(self, record.id, get_counter(record.encoding))
+        """Open a session, creating it (with ``system`` as its first message) if new.
+
+        Every argument is checked before anything is created. The system prompt
+        is appended under an idempotency key, so threads and processes opening
+        one new session at once log it once. An existing session keeps the
+        encoding it was created with: its stored counts are in it.
+        """
+        check_name(session_id, "session_id")
+        if system is not None and not isinstance(system, str):
+            raise InvalidInput("system must be a string", field="system")
+        if system is not None:
+            check_json(system, "system")
+        if meta is not None and not isinstance(meta, Mapping):
+            raise InvalidInput("meta must be an object", field="meta")
+        meta = None if meta is None else check_json(meta, "meta")
+        wanted = get_counter(check_name(encoding or self.encoding, "encoding"))
+        record = self.store.create_session(session_id, encoding=wanted.name, meta=meta)
+        if encoding is not None and record.encoding != encoding:
+            raise InvalidInput(
+                f"session {session_id!r} counts tokens with {record.encoding!r}, "
+                f"not {encoding!r}: its stored counts are in that encoding",
+                field="encoding",
+            )
+        counter = wanted if record.encoding == wanted.name else get_counter(record.encoding)
+        session = Session(self, record.id, counter)
         if system is not None and self.store.last_seq(record.id) == 0:
             session.append({"role": "system", "content": system}, key="contextfold:system")
         return session
@@ -81,6 +110,16 @@ class Memory:
         self.close()
 
 
+def _open_after(messages: list[Message], pending: set[str]) -> set[str]:
+    """The call ids left open once ``messages`` follow a tail with ``pending`` open."""
+    for message in messages:
+        if message["role"] == "tool":
+            pending = pending - {message["tool_call_id"]}
+        else:
+            pending = {c["id"] for c in message.get("tool_calls") or ()}
+    return pending
+
+
 class Session:
     """One conversation: an append-only log and the views over it."""
 
@@ -89,6 +128,9 @@ class Session:
         self.store = memory.store
         self.id = session_id
         self.counter = counter
+        # The last seq this handle appended and the call ids still open there, so
+        # the next batch of results needs no read of the log's tail.
+        self._tail: tuple[int, frozenset[str]] | None = None
 
     @property
     def wake(self) -> LocalWake:
@@ -97,35 +139,70 @@ class Session:
 
     def append(self, message: Mapping[str, Any], *, key: str | None = None) -> LoggedMessage:
         """Validate, count and log one message; ``key`` makes a retried append a no-op."""
-        return self.extend([message], keys=[key])[0]
+        return self.extend([message], keys=[check_key(key)])[0]
 
     def extend(
         self, messages: Iterable[Mapping[str, Any]], *, keys: Iterable[str | None] | None = None
     ) -> list[LoggedMessage]:
         """Append a batch atomically: all are stored or, on any error, none.
 
-        Then every runner compacting one of this session's views, in this
-        process or (through the store) another, is woken.
+        ``messages`` is any iterable of messages (a list, a generator); a single
+        message, a string or None is refused. Then every runner compacting one
+        of this session's views, in this process or (through the store)
+        another, is woken.
         """
-        batch = list(messages)
-        key_list = None if keys is None else list(keys)
-        if key_list is not None and len(key_list) != len(batch):
-            raise InvalidInput("keys must match messages one to one", field="keys")
+        batch = batch_of(messages, "messages")
+        key_list = None
+        if keys is not None:
+            key_list = [check_key(k, f"keys[{i}]") for i, k in enumerate(batch_of(keys, "keys"))]
+            if len(key_list) != len(batch):
+                raise InvalidInput("keys must match messages one to one", field="keys")
         answered = {
             str(m.get("tool_call_id"))
             for m in batch
             if isinstance(m, Mapping) and m.get("role") == "tool" and m.get("tool_call_id")
         }
         offset = self.store.last_seq(self.id)
-        open_calls = self.store.called_ids(self.id, answered) if answered else set()
-        valid = validate_messages(batch, open_calls=open_calls, offset=offset)
+        called = self.store.called_ids(self.id, answered) if answered else set()
+        first = batch[0] if batch else None
+        pending: set[str] = set()
+        if isinstance(first, Mapping) and first.get("role") == "tool":
+            tail = self._tail
+            pending = (
+                set(tail[1]) if tail is not None and tail[0] == offset else self._unanswered(offset)
+            )
+        valid = validate_messages(batch, open_calls=pending, called=called, offset=offset)
         new = [
             NewMessage(m, self.counter.message(m), key_list[i] if key_list else None)
             for i, m in enumerate(valid)
         ]
         logged = self.store.append(self.id, new)
+        self._tail = None
+        if [m.seq for m in logged] == list(range(offset + 1, offset + 1 + len(valid))):
+            self._tail = (offset + len(valid), frozenset(_open_after(valid, pending)))
         self.wake.notify(self.id)
         return logged
+
+    def _unanswered(self, last_seq: int) -> set[str]:
+        """Ids of the call the log ends with that no result has answered yet.
+
+        Read backwards through the run of tool messages at the end of the log;
+        empty when the log does not end with a call and its results so far.
+        """
+        answered: set[str] = set()
+        before = last_seq + 1
+        while before > 1:
+            page = self.store.messages_before(self.id, before, _RUN_PAGE)
+            if not page:
+                break
+            for logged in page:
+                msg = logged.message
+                if msg["role"] == "tool":
+                    answered.add(str(msg.get("tool_call_id")))
+                    continue
+                return {c["id"] for c in msg.get("tool_calls") or ()} - answered
+            before = page[-1].seq
+        return set()
 
     def history(self) -> list[Message]:
         """The whole log, never folded."""
@@ -162,6 +239,16 @@ class Session:
         trigger, an unregistered strategy); without ``local`` such a pipeline
         is refused, naming the field.
         """
+        check_name(name, "view")
+        if pipeline is not None and not isinstance(pipeline, Pipeline):
+            raise InvalidInput("pipeline must be a Pipeline", field="pipeline")
+        if not (llm is None or isinstance(llm, str) or callable(getattr(llm, "complete", None))):
+            raise InvalidInput(
+                f"llm must be a model (an LLM) or a get_model string, not {type(llm).__name__}",
+                field="llm",
+            )
+        if not isinstance(local, bool):
+            raise InvalidInput("local must be True or False", field="local")
         handle = View(self, name, self.memory.binding(self.id, name))
         if callable(filter):
             handle.binding.filter = filter

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from contextfold.core.checks import check_budget
 from contextfold.core.entries import Entry, entries_of
 from contextfold.core.errors import InvalidInput
 from contextfold.core.events import EventCallback
@@ -26,7 +27,7 @@ from contextfold.core.folds import Fold, active_facts, active_in_place
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message
 from contextfold.core.render import Rendered, render
-from contextfold.core.units import whole_units
+from contextfold.core.units import answer_missing, whole_units
 from contextfold.llm.base import LLM
 from contextfold.llm.registry import get_model
 from contextfold.memory.cache import PromptCache, StateCache
@@ -162,6 +163,10 @@ class View:
         ``expected_version`` makes the update conditional (``ViewConflict`` when
         another update came first).
         """
+        if expected_version is not None and (
+            isinstance(expected_version, bool) or not isinstance(expected_version, int)
+        ):
+            raise InvalidInput("expected_version must be an integer", field="expected_version")
         at = self._head().view_version
         current = self._built(at)[0]
         config = current.changed(**changes)
@@ -196,6 +201,7 @@ class View:
         ``folding`` says a cycle already committed a fold: budget-driven
         strategies go on down to the low-water mark.
         """
+        check_budget(budget)
         head = self._head()
         config, _, keep = self._built(head.view_version)
         cached = self.binding.states.extend(
@@ -254,6 +260,7 @@ class View:
         prompt plus the new messages, when they fit: no fold moved, so nothing
         before them can differ. Anything else renders afresh.
         """
+        check_budget(budget)
         head = self._head()
         config, _, keep = self._built(head.view_version)
         wanted = budget if budget is not None else config.budget
@@ -286,7 +293,7 @@ class View:
             entries = whole_units(entries, lambda e: e.message, keep)
         return render(
             system=[m.message for m in system],
-            newest_first=entries,
+            newest_first=answer_missing(entries, self.session.counter),
             counter=self.session.counter,
             budget=budget,
             facts=active_facts(folds),
@@ -321,4 +328,4 @@ class View:
 
     def compact(self, budget: int | None = None) -> CompactionReport:
         """Run the compaction cycle inline until no strategy plans a job."""
-        return compact(self, budget=budget)
+        return compact(self, budget=check_budget(budget))

@@ -1,17 +1,25 @@
 """Checked compaction: a model's summary is verified before it can become a fold.
 
-1. The answer is rejected, and asked for again, when it is empty, looks like an
-   error message or a refusal, exceeds its length cap, or is not valid JSON
-   where JSON was asked for. After ``attempts`` rejections (or failed calls) the
-   job is dropped with ``SummaryRejected``: the view keeps its previous folds,
-   and a failed call never becomes a fold.
-2. Must-keep items are extracted deterministically from the folded range with
-   the same extractor the offline strategy uses (paths, URLs, identifiers,
-   numbers with units, dates, error strings, user constraints); every item
-   missing from the answer is appended verbatim in a ``Pinned`` list. Pins
-   get as many characters as the answer may have (``pin_chars``), the newest
-   items first, so a fold folded again and again cannot grow without bound;
-   the rest stay in the log and are counted in ``pins_dropped``.
+1. Every answer goes through the one judge of model answers
+   (``contextfold.strategies.answers``): refusals, error pages and bodies,
+   error or refusal wording that is not the folded material's, null values,
+   answers that miss the strategy's schema or sections, answers longer than
+   their cap or than the range they replace. An over-long prose answer is
+   trimmed at a sentence end when the trimmed answer passes.
+2. A rejected answer is asked for again, and the retry says what was wrong:
+   the prompt gains the previous answer (clipped) and a note naming the reason
+   and the length cap, which is also sent as ``max_tokens``. A failed call is
+   retried as it was. After ``attempts`` rejections (or failed calls) the job
+   is dropped with ``SummaryRejected``: the view keeps its previous folds, and
+   no rejected answer ever becomes a fold.
+3. Must-keep items are extracted deterministically from the folded range with
+   the same extractor the offline strategy uses (``core.artifacts.must_keep``:
+   paths, URLs, identifiers with their key, quantities, dates, error lines,
+   user constraints); every item missing from the answer is appended verbatim in
+   a ``Pinned`` list. Pins get as many characters as the answer may have
+   (``pin_chars``), the newest items first, so a fold folded again and again
+   cannot grow without bound; the rest stay in the log and are counted in
+   ``pins_dropped``.
 """
 
 from __future__ import annotations
@@ -21,20 +29,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contextfold.core.artifacts import extract_artifacts, missing_artifacts
+from contextfold.core.artifacts import Artifact, find_facts, missing_artifacts
 from contextfold.core.errors import ModelError
 from contextfold.core.messages import Message
+from contextfold.core.tokens import TokenCounter
 from contextfold.llm.base import LLM, Completion, Usage
+from contextfold.strategies.answers import Expected, judge, material_of
 
 PINNED_HEADER = "Pinned (verbatim from the folded messages):"
 # A transcript's speaker labels ("[assistant Planner -> User]: ") frame the
 # material; they are not part of it, so nothing in them is pinned.
 _LABEL = re.compile(r"^[ \t]*\[[^\]\n]{1,80}\]: ", re.MULTILINE)
-_ERRORISH = re.compile(
-    r"^\s*(?:error\b|exception\b|traceback \(most recent call last\)|internal server error"
-    r"|rate limit|i'?m sorry\b|i cannot\b|i can'?t\b|as an ai\b|<!doctype html|<html)",
-    re.IGNORECASE,
-)
+ECHO_CHARS = 600
+"""How much of a rejected answer its retry shows the model."""
 
 
 class SummaryRejected(ModelError):
@@ -58,20 +65,6 @@ class Checked:
     pins_dropped: int = 0
 
 
-def rejection(completion: Completion, *, max_chars: int, want_json: bool) -> str | None:
-    """Why an answer is unusable, or None when it may become a fold."""
-    text = completion.text.strip()
-    if not text:
-        return "empty answer"
-    if _ERRORISH.search(text):
-        return f"answer looks like an error message: {text[:80]!r}"
-    if len(text) > max_chars:
-        return f"answer of {len(text)} characters exceeds the cap of {max_chars}"
-    if want_json and not isinstance(completion.data, Mapping):
-        return "answer is not the JSON object that was asked for"
-    return None
-
-
 def summarize_checked(
     llm: LLM,
     messages: Sequence[Message],
@@ -83,36 +76,48 @@ def summarize_checked(
     pin: bool = True,
     pin_chars: int | None = None,
     accept: Callable[[Completion], str | None] | None = None,
+    tokens_before: int | None = None,
+    counter: TokenCounter | None = None,
 ) -> Checked:
-    """Ask ``llm``, check the answer, pin what it dropped from ``source``.
+    """Ask ``llm``, judge the answer, pin what it dropped from ``source``.
 
-    ``accept`` adds a strategy's own check (it returns a reason to reject).
-    Answers are capped at about four characters a token of ``max_tokens``.
+    ``accept`` adds a strategy's own check (it returns a reason to reject);
+    ``tokens_before`` is what the folded range costs, which no answer may
+    exceed. Tokens are ``counter``'s, or about four characters each without one.
     """
+    expected = Expected(
+        material_of(messages),
+        max_tokens,
+        counter.text if counter is not None else estimated_tokens,
+        tokens_before,
+        schema,
+        accept,
+    )
     reasons: list[str] = []
     usage: Usage | None = None
-    max_chars = answer_chars(max_tokens)
+    asked = list(messages)
     for attempt in range(1, attempts + 1):
         try:
-            completion = llm.complete(messages, max_tokens=max_tokens, schema=schema)
+            completion = llm.complete(asked, max_tokens=max_tokens, schema=schema)
         except ModelError as exc:
             reasons.append(f"call failed: {exc}")
             continue
         usage = completion.usage if usage is None else usage + completion.usage
-        reason = rejection(completion, max_chars=max_chars, want_json=schema is not None)
-        if reason is None and accept is not None:
-            reason = accept(completion)
-        if reason is not None:
+        verdict = judge(completion, expected)
+        if verdict.answer is None:
+            reason = str(verdict.reason)
             reasons.append(reason)
+            asked = [*messages, *follow_up(completion.text, reason, expected.limit, schema)]
             continue
+        answer = verdict.answer
         pinned, dropped = (
-            pins(source, completion.text, max_chars if pin_chars is None else pin_chars)
+            pins(source, answer.text, answer_chars(max_tokens) if pin_chars is None else pin_chars)
             if pin
             else ((), 0)
         )
         return Checked(
-            with_pins(completion.text.strip(), pinned),
-            completion.data,
+            with_pins(answer.text.strip(), pinned),
+            answer.data,
             pinned,
             usage,
             attempt,
@@ -121,18 +126,50 @@ def summarize_checked(
     raise SummaryRejected(reasons, usage)
 
 
+def follow_up(
+    answer: str, reason: str, limit: int, schema: Mapping[str, Any] | None
+) -> list[Message]:
+    """What a retry adds to the prompt: the rejected answer, clipped, and what was wrong.
+
+    ``limit`` is the tokens the answer may have; the note asks for words, about
+    three words for four tokens.
+    """
+    shown = answer.strip()
+    if len(shown) > ECHO_CHARS:
+        shown = shown[:ECHO_CHARS] + " [...]"
+    form = "one JSON object that follows the schema" if schema is not None else "plain text"
+    return [
+        {"role": "assistant", "content": shown or "(no answer)"},
+        {
+            "role": "user",
+            "content": (
+                f"That answer cannot be used: {reason}. Answer again with only the summary "
+                f"of the history above, as {form}, in at most {limit * 3 // 4} words."
+            ),
+        },
+    ]
+
+
+def estimated_tokens(text: str) -> int:
+    """About four characters a token, for a caller without a token counter."""
+    return len(text) // 4 + 1
+
+
 def answer_chars(max_tokens: int) -> int:
     """The most characters an answer of ``max_tokens`` may have (about four a token)."""
     return max_tokens * 4 + 200
 
 
 def pins(source: str, answer: str, chars: int) -> tuple[tuple[str, ...], int]:
-    """The must-keep items of ``source`` missing from ``answer``, newest first within ``chars``.
+    """The must-keep facts of ``source`` missing from ``answer``, newest first within ``chars``.
 
-    Also how many missing items did not fit. An answer that summarizes
-    several ranges at once pins each range against its own part.
+    Also how many missing facts did not fit. A fact with a key is missing when
+    its value is (the answer may word the key as it likes). An answer that
+    summarizes several ranges at once pins each range against its own part.
     """
-    missing = missing_artifacts(must_keep(source), answer)
+    facts = must_keep_facts(source)
+    absent = set(missing_artifacts([f.text for f in facts], answer))
+    missing = [f.shown for f in facts if f.text in absent]
     pinned = newest_within(missing, chars)
     return pinned, len(missing) - len(pinned)
 
@@ -155,9 +192,14 @@ def newest_within(
     return tuple(reversed(kept))
 
 
+def must_keep_facts(source: str) -> list[Artifact]:
+    """The facts a summary of ``source`` must keep, speaker labels aside."""
+    return find_facts(_LABEL.sub("", source))
+
+
 def must_keep(source: str) -> list[str]:
-    """The items a summary of ``source`` must keep: artifacts of its material, labels aside."""
-    return extract_artifacts(_LABEL.sub("", source))
+    """The items a summary of ``source`` must keep, as they are pinned (a value with its key)."""
+    return [fact.shown for fact in must_keep_facts(source)]
 
 
 def with_pins(text: str, pinned: Sequence[str]) -> str:

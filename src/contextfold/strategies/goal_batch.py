@@ -178,6 +178,8 @@ class GoalBatchCompaction:
             max_tokens=self.max_tokens,
             schema=SCHEMA,
             accept=_accept,
+            tokens_before=job.tokens_before,
+            counter=counter,
         )
         sections = sections_of(checked.data) or {}
         body = "\n\n".join(f"## {title}\n{text}" for title, text in sections.items())
@@ -300,9 +302,10 @@ def sections_of(data: Any) -> dict[str, str] | None:
 
 
 def _accept(completion: Completion) -> str | None:
+    """What a goal batch needs: its six sections as text (the schema requires each), a goal arc."""
     sections = sections_of(completion.data)
     if sections is None:
         return "a [GOAL BATCH] section is not text"
-    if not sections:
-        return "every [GOAL BATCH] section is empty"
+    if "Goal Arc" not in sections:
+        return "the [GOAL BATCH] Goal Arc section is empty"
     return None

@@ -34,6 +34,7 @@ from contextfold.core.folds import Fold
 from contextfold.core.messages import Message
 from contextfold.core.tokens import TokenCounter
 from contextfold.llm.base import LLM, Completion
+from contextfold.strategies.answers import prose_problem
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold, sub_job
 from contextfold.strategies.checked import summarize_checked, with_pins
 from contextfold.strategies.pipeline import Pipeline
@@ -199,6 +200,9 @@ class WholeHistory:
             _ask(fill(load_template("koog_tldr", self.prompt), history=material(history))),
             source=history,
             max_tokens=self.max_tokens,
+            accept=prose_problem,
+            tokens_before=part.tokens_before,
+            counter=counter,
         )
         message: Message = {"role": "user", "content": f"{TLDR_HEADER}\n{checked.text}"}
         return one_message_fold(
@@ -297,6 +301,8 @@ class RetrieveFacts:
             max_tokens=self.max_tokens,
             schema=self.schema,
             accept=self._problem,
+            tokens_before=sum(p.tokens_before for p in parts) + job.params["previous_facts_tokens"],
+            counter=counter,
         )
         answers = {c.id: _answer(c, checked.data[c.id]) for c in self.concepts}
         text = with_pins(facts_text(self.concepts, answers), checked.pinned)

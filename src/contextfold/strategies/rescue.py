@@ -21,6 +21,7 @@ from contextfold.core.folds import Fold
 from contextfold.core.messages import Message, text_of
 from contextfold.core.tokens import TokenCounter
 from contextfold.llm.base import LLM
+from contextfold.strategies.answers import prose_problem
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
 from contextfold.strategies.checked import summarize_checked
 from contextfold.strategies.templates import fill, load_template
@@ -112,6 +113,9 @@ class Rescue:
             source=history,
             max_tokens=room,
             pin_chars=room,
+            accept=prose_problem,
+            tokens_before=sum(e.tokens for e in entries),
+            counter=counter,
         )
         data = {"pinned": list(checked.pinned), "attempts": checked.attempts}
         return _as_fold(

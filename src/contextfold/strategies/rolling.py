@@ -27,7 +27,8 @@ from contextfold.core.folds import Fold
 from contextfold.core.messages import Message, text_of
 from contextfold.core.tokens import TokenCounter
 from contextfold.core.units import round_spans
-from contextfold.llm.base import LLM
+from contextfold.llm.base import LLM, Completion
+from contextfold.strategies.answers import prose_problem
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
 from contextfold.strategies.checked import summarize_checked
 from contextfold.strategies.templates import fill, load_template
@@ -91,6 +92,9 @@ class RollingCompactor:
             source=transcript(raw),
             max_tokens=self.max_tokens,
             attempts=self.attempts,
+            accept=_accept,
+            tokens_before=job.tokens_before,
+            counter=counter,
         )
         text = f"[Conversation History Summary (Rounds 1-{end})]\n{checked.text}"
         message: Message = {"role": "system", "content": text}
@@ -144,6 +148,14 @@ class RollingCompactor:
         if self.post_chars is None or len(text) <= self.post_chars:
             return text
         return text[: self.post_chars] + "…"
+
+
+def _accept(completion: Completion) -> str | None:
+    """What the rolling fold needs: prose, without a header of its own (the fold adds it)."""
+    opening = completion.text.lstrip()
+    if opening.startswith(("[Conversation History Summary", "[Previous Summary")):
+        return "the answer copies a summary header; the fold adds its own"
+    return prose_problem(completion)
 
 
 def _previous(entries: Sequence[Entry]) -> Entry | None:

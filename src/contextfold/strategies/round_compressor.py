@@ -150,6 +150,8 @@ class RoundCompressor:
             schema=SCHEMAS[self.kind],
             attempts=self.attempts,
             accept=self._accept,
+            tokens_before=job.tokens_before,
+            counter=counter,
         )
         summary, variables = _parsed(checked.data)
         body = self._body(end, summary, variables)

@@ -267,6 +267,8 @@ class TokenBudget:
             max_tokens=TOKENS_PER_WORD * high + self.extraction_max_tokens,
             schema=SCHEMA,
             accept=_answer_problem,
+            tokens_before=job.tokens_before + job.params["previous_data_tokens"],
+            counter=counter,
         )
         extracted = {k: v for k, v in answer.data.items() if k != SUMMARY_FIELD}
         merged = merge_important_data(job.params["previous_data"], important_data(extracted))

@@ -304,7 +304,7 @@ def summarize_groups(
     checked = summarize_checked(
         llm,
         episodic_prompt(system, prompt),
-        source="",
+        source=transcript(job.entries),
         max_tokens=max_tokens * len(groups),
         schema={
             "type": "object",
@@ -314,6 +314,8 @@ def summarize_groups(
         },
         pin=False,
         accept=lambda completion: _groups_problem(completion, keys),
+        tokens_before=job.tokens_before,
+        counter=counter,
     )
     folds: list[Fold] = []
     for n, ((first, last), key, extra) in enumerate(zip(groups, keys, data, strict=True)):

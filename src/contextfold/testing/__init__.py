@@ -1,7 +1,8 @@
 """Test seams shipped with the package, so users can test their own pipelines.
 
 ``ScriptedModel`` answers from a queue: strings, dicts (JSON answers),
-exceptions (raised), or functions of the messages. It records every call.
+``Completion`` records (a refusal, say), exceptions (raised), or functions of
+the messages. It records every call.
 
 ``block_model_calls()`` makes every ``Model``-based adapter refuse to call a
 server that is not on 127.0.0.1 or localhost, so a test cannot reach a paid
@@ -22,7 +23,7 @@ from contextfold.core.errors import ModelError
 from contextfold.core.messages import Message, text_of
 from contextfold.llm.base import Completion, Usage, parse_json, set_blocked
 
-Reply = str | Mapping[str, Any] | BaseException | Callable[[Sequence[Message]], str]
+Reply = str | Mapping[str, Any] | Completion | BaseException | Callable[[Sequence[Message]], str]
 
 
 @dataclass
@@ -63,6 +64,8 @@ class ScriptedModel:
             raise ModelError(f"{self.name}: no scripted reply left for call {len(self.calls)}")
         if isinstance(reply, BaseException):
             raise reply
+        if isinstance(reply, Completion):
+            return reply
         if callable(reply):
             reply = reply(messages)
         text = reply if isinstance(reply, str) else json.dumps(reply)

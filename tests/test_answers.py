@@ -1,0 +1,342 @@
+"""The one judge of model answers: no bad answer becomes a fold; a summary quoting errors does.
+
+The bad answers are the corpus in ``tests/data/bad_answers.txt`` (one a line).
+Each is served, as it is and filled into the JSON a strategy asks for, to every
+model preset by a scripted model, and through a real HTTP server on 127.0.0.1
+speaking OpenAI's protocol (answering 200 with it, or with the ``refusal`` field).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import load_rows
+from fake_providers import FakeProvider, anthropic_reply, openai_reply
+
+from contextfold import Memory, preset_names
+from contextfold.core.messages import Message
+from contextfold.core.tokens import get_counter
+from contextfold.llm import OpenAIModel, OpenAIProvider, RetryPolicy
+from contextfold.llm.anthropic import AnthropicModel, AnthropicProvider
+from contextfold.llm.base import Completion, Usage, material, parse_json
+from contextfold.strategies.answers import Expected, judge
+from contextfold.strategies.checked import SummaryRejected, summarize_checked
+from contextfold.testing import ScriptedModel
+
+CORPUS = Path(__file__).resolve().parent / "data" / "bad_answers.txt"
+NO_MODEL = frozenset({"offline", "keep-recent", "disabled"})
+# Koog's presets fire past 200 messages; the session here has about 150.
+OPTIONS: dict[str, dict[str, int]] = {
+    p: {"max_messages": 50} for p in ("whole-history", "retrieve-facts", "code-agent")
+}
+MODEL_PRESETS = [p for p in preset_names() if p not in NO_MODEL]
+COUNTER = get_counter()
+
+
+def bad_answers() -> list[str]:
+    """The corpus: one answer a line, ``\\n`` ``\\r`` ``\\t`` escaped, ``\\e`` the empty one."""
+    cases = []
+    for line in CORPUS.read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        text = line.replace("\\n", "\n").replace("\\r", "\r").replace("\\t", "\t")
+        cases.append("" if line == "\\e" else text)
+    return cases
+
+
+BAD = bad_answers()
+
+
+def agent_runs(runs: int = 6) -> list[Message]:
+    """Tau-bench runs in one session: real tool output, refusals and errors among it."""
+    rows = load_rows("taubench_airline_dev", limit=runs)
+    rest = [m for row in rows for m in row["messages"] if m["role"] != "system"]
+    return [rows[0]["messages"][0], *rest]
+
+
+def filled(schema: Mapping[str, Any], case: str) -> dict[str, Any]:
+    """The JSON ``schema`` asks for, with ``case`` in every field."""
+    out: dict[str, Any] = {}
+    for key, spec in schema.get("properties", {}).items():
+        kind = spec.get("type")
+        out[key] = [case] if kind == "array" else {"note": case} if kind == "object" else case
+    return out
+
+
+class SchemaFilling:
+    """A model that answers ``case`` in the shape asked for: as text, or in every JSON field."""
+
+    name = "schema-filling"
+
+    def __init__(self, case: str) -> None:
+        self.case = case
+        self.calls = 0
+
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int | None = None,
+        schema: Mapping[str, Any] | None = None,
+    ) -> Completion:
+        self.calls += 1
+        text = self.case if schema is None else json.dumps(filled(schema, self.case))
+        return Completion(text, Usage(self.name), parse_json(text) if schema else None)
+
+    async def acomplete(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int | None = None,
+        schema: Mapping[str, Any] | None = None,
+    ) -> Completion:
+        return self.complete(messages, max_tokens=max_tokens, schema=schema)
+
+
+def test_the_corpus_holds_the_issues_texts_and_more() -> None:
+    assert len(BAD) >= 40
+    for text in ("Sorry, I can't help with that.", "I can\u2019t", "502 Bad Gateway", "null", ""):
+        assert text in BAD
+
+
+@pytest.mark.parametrize("preset", MODEL_PRESETS)
+def test_no_bad_answer_becomes_a_fold_in_any_model_preset(preset: str) -> None:
+    session = Memory().session("s")
+    session.extend(agent_runs())
+    # Room for the whole log: the strategies fire on their own, the rescue never.
+    budget = session.view("all").render_report().tokens + 500
+    for n, case in enumerate(BAD):
+        for model in (ScriptedModel(default=case), SchemaFilling(case)):
+            name = f"v{n}-{type(model).__name__}"
+            view = session.view(name, preset=preset, budget=budget, **OPTIONS.get(preset, {}))
+            view.binding.llm = model
+            report = view.compact()
+            asked = len(model.calls) if isinstance(model, ScriptedModel) else model.calls
+            assert asked > 0, (preset, case)
+            assert view.folds() == [], (preset, type(model).__name__, case)
+            assert report.failed, (preset, case)
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_the_judge_rejects_every_bad_answer_whatever_the_material(case: str) -> None:
+    material_text = "\n".join(str(m.get("content") or "") for m in agent_runs()[:60])
+    expected = Expected(material_text, 600, COUNTER.text)
+    verdict = judge(Completion(case, Usage("m")), expected)
+    assert verdict.answer is None and verdict.reason
+
+
+@pytest.fixture
+def openai_server() -> FakeProvider:
+    with FakeProvider("openai") as fake:
+        yield fake  # type: ignore[misc]
+
+
+def test_bad_answers_over_real_http_commit_nothing(openai_server: FakeProvider) -> None:
+    provider = OpenAIProvider(base_url=openai_server.url, compatible=True)
+    llm = OpenAIModel("local", provider=provider, timeout=5, retry=RetryPolicy(attempts=1))
+    session = Memory().session("s")
+    session.extend(agent_runs(1))
+    for n, case in enumerate([*BAD, None]):
+        # None: an empty content with OpenAI's refusal field set.
+        reply = (
+            openai_reply("", refusal="I'm sorry, I can't assist with that.")
+            if case is None
+            else openai_reply(case)
+        )
+        openai_server.add(reply)
+        # One attempt a job: one request a case.
+        view = session.view(
+            f"v{n}", preset="rolling", threshold=1, retain_recent=1, attempts=1, llm=llm
+        )
+        report = view.compact()
+        assert view.folds() == [] and report.failed, case
+    assert len(openai_server.requests) == len(BAD) + 1
+
+
+def test_the_openai_refusal_field_is_carried_and_rejected(openai_server: FakeProvider) -> None:
+    provider = OpenAIProvider(base_url=openai_server.url, compatible=True)
+    llm = OpenAIModel("local", provider=provider, timeout=5, retry=RetryPolicy(attempts=1))
+    openai_server.add(openai_reply("A fine summary of the work.", refusal="I can't help."))
+    completion = llm.complete([{"role": "user", "content": "hi"}])
+    assert completion.refusal == "I can't help."
+    openai_server.add(openai_reply("x", refusal="No."), openai_reply("I fixed src/a.py."))
+    checked = summarize_checked(llm, PROMPT, source=SOURCE, max_tokens=200)
+    assert checked.attempts == 2 and checked.text.startswith("I fixed src/a.py.")
+
+
+def test_an_anthropic_refusal_stop_is_carried() -> None:
+    with FakeProvider("anthropic") as fake:
+        provider = AnthropicProvider(base_url=fake.url, api_key="k")
+        llm = AnthropicModel("claude", provider=provider, timeout=5, retry=RetryPolicy(attempts=1))
+        fake.add(anthropic_reply("Here is", stop_reason="refusal"), anthropic_reply("Fine."))
+        assert llm.complete([{"role": "user", "content": "hi"}]).refusal == "Here is"
+        assert llm.complete([{"role": "user", "content": "hi"}]).refusal is None
+
+
+SOURCE = (
+    "[user]: The deploy of api/v2 keeps failing; never touch infra/prod.tf.\n"
+    "[tool run]: curl https://api.example.org/v2/health -> 502 Bad Gateway\n"
+    "[tool run]: Traceback (most recent call last):\n"
+    '  File "app/db.py", line 12, in connect\n'
+    "ConnectionRefusedError: [Errno 111] Connection refused\n"
+    "[assistant]: I'm sorry, but I can't restart the production database myself."
+)
+PROMPT: list[Message] = [{"role": "user", "content": f"Summarize.\n{material(SOURCE)}"}]
+GOOD = [
+    "502 Bad Gateway from https://api.example.org/v2/health: the API could not reach its "
+    "database (app/db.py line 12, ConnectionRefusedError: Connection refused).",
+    "The user asked why the api/v2 deploy fails. The health check answered 502 Bad Gateway; "
+    "a Traceback showed Connection refused in app/db.py. I said I can't restart the "
+    "production database myself. Never touch infra/prod.tf.",
+    "I'm sorry, but I can't restart the production database myself, I told the user, after "
+    "the health check of api/v2 gave 502 Bad Gateway and app/db.py failed with "
+    "ConnectionRefusedError.",
+    "I cannot reproduce the failure locally and I am unable to complete the deploy of api/v2 "
+    "until the database accepts connections again.",
+]
+
+
+@pytest.mark.parametrize("summary", GOOD)
+def test_a_summary_quoting_the_errors_it_folds_passes(summary: str) -> None:
+    checked = summarize_checked(ScriptedModel([summary]), PROMPT, source=SOURCE, max_tokens=200)
+    assert checked.attempts == 1 and checked.text.startswith(summary)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "The deploy of api/v2 failed. Rate limit exceeded, try again later.",
+        "Summary: the deploy failed. I'm sorry, but I can't help with that.",
+        "Service Unavailable: the server is temporarily unable to service your request.",
+    ],
+)
+def test_error_wording_the_folded_material_lacks_is_rejected(answer: str) -> None:
+    with pytest.raises(SummaryRejected):
+        summarize_checked(ScriptedModel([answer] * 3), PROMPT, source=SOURCE, max_tokens=200)
+
+
+def test_a_long_summary_opening_with_a_foreign_refusal_is_rejected() -> None:
+    body = " ".join(f"Step {n} checked app/db.py again." for n in range(30))
+    answer = f"As an AI language model, I cannot access your servers. {body}"
+    verdict = judge(Completion(answer, Usage("m")), Expected(SOURCE, 2000, COUNTER.text))
+    assert verdict.answer is None and "opening" in str(verdict.reason)
+    assert judge(Completion(body, Usage("m")), Expected(SOURCE, 2000, COUNTER.text)).reason is None
+
+
+def test_a_retry_says_what_was_wrong_and_passes_the_cap() -> None:
+    model = ScriptedModel(["Sorry, I can\u2019t help with that.", "I fixed app/db.py."])
+    summarize_checked(model, PROMPT, source=SOURCE, max_tokens=120)
+    first, second = model.calls
+    assert first.messages == PROMPT and first.max_tokens == 120
+    assert second.max_tokens == 120
+    assert second.messages[: len(PROMPT)] == PROMPT
+    echoed, note = second.messages[len(PROMPT) :]
+    assert echoed == {"role": "assistant", "content": "Sorry, I can\u2019t help with that."}
+    assert note["role"] == "user"
+    assert "refusal" in str(note["content"]) and "at most 90 words" in str(note["content"])
+
+
+def test_a_failed_call_is_asked_again_unchanged() -> None:
+    from contextfold.core.errors import ModelError
+
+    model = ScriptedModel([ModelError("HTTP 503"), "I fixed app/db.py."])
+    summarize_checked(model, PROMPT, source=SOURCE, max_tokens=120)
+    assert model.calls[0].messages == model.calls[1].messages == PROMPT
+
+
+def test_an_over_long_answer_is_trimmed_at_a_sentence_end() -> None:
+    sentences = [f"I checked module number {n} of app/db.py and it was fine." for n in range(40)]
+    model = ScriptedModel([" ".join(sentences)])
+    checked = summarize_checked(
+        model, PROMPT, source=SOURCE, max_tokens=60, pin=False, counter=COUNTER
+    )
+    assert checked.attempts == 1 and len(model.calls) == 1
+    assert checked.text.endswith("fine.") and COUNTER.text(checked.text) <= 60
+    assert checked.text == " ".join(sentences[: checked.text.count("fine.")])
+
+
+def test_an_over_long_json_answer_is_trimmed_string_by_string() -> None:
+    schema = {"type": "object", "required": ["summary", "facts"]}
+    long = " ".join(f"Step {n} of the deploy of api/v2 went fine." for n in range(60))
+    model = ScriptedModel([{"summary": long, "facts": ["app/db.py refused connections."]}])
+    checked = summarize_checked(
+        model, PROMPT, source=SOURCE, max_tokens=150, schema=schema, counter=COUNTER
+    )
+    assert checked.attempts == 1
+    assert checked.data["summary"].startswith("Step 0 of") and checked.data["summary"] in long
+    assert checked.data["facts"] == ["app/db.py refused connections."]
+    assert COUNTER.text(json.dumps(checked.data)) <= 150
+
+
+def test_an_answer_longer_than_the_range_it_replaces_is_rejected() -> None:
+    answer = "I fixed app/db.py " + "and checked the logs again " * 10 + "and stopped"
+    model = ScriptedModel([answer] * 3)
+    with pytest.raises(SummaryRejected) as info:
+        summarize_checked(model, PROMPT, source=SOURCE, max_tokens=500, tokens_before=20)
+    assert "range it replaces" in info.value.reasons[0]
+
+
+def test_json_answers_need_the_schemas_required_keys() -> None:
+    schema = {"type": "object", "required": ["summary", "facts"]}
+    model = ScriptedModel([{"summary": "I fixed app/db.py."}, {"summary": "ok", "facts": []}])
+    checked = summarize_checked(model, PROMPT, source=SOURCE, max_tokens=200, schema=schema)
+    assert checked.attempts == 2
+    assert "facts" in str(model.calls[1].messages[-1]["content"])
+
+
+def test_a_refusal_inside_json_is_a_refusal() -> None:
+    schema = {"type": "object", "required": ["summary"]}
+    model = ScriptedModel([{"summary": "I\u2019m unable to help with that."}] * 3)
+    with pytest.raises(SummaryRejected) as info:
+        summarize_checked(model, PROMPT, source=SOURCE, max_tokens=200, schema=schema)
+    assert "refusal" in info.value.reasons[0]
+
+
+def test_a_scripted_refusal_field_is_rejected() -> None:
+    refused = Completion("A summary.", Usage("m"), refusal="I must decline.")
+    model = ScriptedModel([refused, "I fixed app/db.py."])
+    checked = summarize_checked(model, PROMPT, source=SOURCE, max_tokens=200)
+    assert checked.attempts == 2
+
+
+@pytest.mark.parametrize("case", ["Sorry, I can\u2019t help with that.", "502 Bad Gateway", "null"])
+def test_the_rescue_never_folds_a_bad_answer(case: str) -> None:
+    session = Memory().session("s")
+    session.extend(agent_runs(2))
+    model = ScriptedModel(default=case)
+    # Rolling never fires here; the rescue folds what the budget cannot hold,
+    # with the view's model first.
+    view = session.view("v", preset="rolling", threshold=1000, budget=3000, llm=model)
+    view.compact()
+    rescued = [f for f in view.folds() if f.strategy == "rescue"]
+    assert rescued and len(model.calls) >= 3
+    for fold in rescued:
+        assert (fold.usage or {}).get("model") != model.name
+        assert case not in fold.text
+
+
+def test_a_schema_asking_for_error_fields_gets_them() -> None:
+    schema = {"type": "object", "properties": {"errors": {}, "status": {}}, "required": ["errors"]}
+    answer = {"errors": ["app/db.py refused connections"], "status": "deploy blocked"}
+    checked = summarize_checked(
+        ScriptedModel([answer]), PROMPT, source=SOURCE, max_tokens=200, schema=schema
+    )
+    assert checked.attempts == 1 and checked.data == answer
+
+
+def test_a_rejected_answer_is_a_failed_job_and_a_degraded_view() -> None:
+    session = Memory().session("s")
+    session.extend(agent_runs(1))
+    model = ScriptedModel(default="I\u2019m sorry, but I can\u2019t help with that.")
+    view = session.view("v", preset="rolling", threshold=1, retain_recent=1, llm=model)
+    events: list[Any] = []
+    view.on_event.append(events.append)
+    report = view.compact()
+    assert report.folds == () and view.folds() == []
+    kinds = [e.kind for e in events]
+    assert kinds[-2:] == ["failed", "degraded"] and "committed" not in kinds
+    assert "summary rejected" in events[-2].detail and "refusal" in events[-2].detail
