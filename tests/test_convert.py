@@ -607,3 +607,15 @@ def test_a_refusal_without_text_is_sent_as_text() -> None:
         ]
     )
     assert msgs[1]["content"] == [{"type": "text", "text": "I can't help with that."}]
+
+
+def test_a_refusal_part_is_sent_as_text() -> None:
+    _, msgs = to_anthropic(
+        [
+            {"role": "user", "content": "Do the thing."},
+            {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't."}]},
+            {"role": "user", "content": "Why?"},
+        ]
+    )
+    assert msgs[1]["content"] == [{"type": "text", "text": "I can't."}]
+    assert prompt_faults(msgs, "anthropic") == []

@@ -365,3 +365,9 @@ def test_a_refusal_is_within_the_budget_render_keeps() -> None:
     # Independently: the whole prompt as JSON, every field and quote included.
     assert counter.text(json.dumps(prompt)) <= 500
     assert view.render_report().tokens == counter.messages(prompt)
+
+
+def test_a_refusal_part_counts_as_its_text() -> None:
+    refusal = "I can't help with that. " * 40
+    msg = {"role": "assistant", "content": [{"type": "refusal", "refusal": refusal}]}
+    assert WORDS.message(msg) == 3 + 1 + words(refusal)

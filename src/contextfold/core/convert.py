@@ -175,9 +175,10 @@ def _content_blocks(content: str | list[dict[str, Any]] | None, index: int) -> l
         return [{"type": "text", "text": content}] if content.strip() else []
     blocks: list[Block] = []
     for j, part in enumerate(content):
-        if part["type"] == "text":
-            if part["text"].strip():
-                blocks.append({"type": "text", "text": part["text"]})
+        if part["type"] in ("text", "refusal"):
+            # An assistant's refusal part is what it said: Anthropic has only text for it.
+            if part[part["type"]].strip():
+                blocks.append({"type": "text", "text": part[part["type"]]})
         elif part["type"] == "image_url":
             blocks.append(_image(part, index, j))
         else:

@@ -180,8 +180,9 @@ class TokenCounter:
             return self.tokenizer.count(_sent_text(content))
         total = 0
         for part in content:
-            if part.get("type") == "text":
-                total += self.tokenizer.count(part.get("text", ""))
+            kind = part.get("type")
+            if kind in ("text", "refusal"):
+                total += self.tokenizer.count(_sent_text(part.get(kind, "")))
             else:
                 total += IMAGE_TOKENS
         return total
