@@ -24,7 +24,8 @@ each rule below exists because its API refuses the plain translation:
 ``meta`` is never sent and ``name`` has no Anthropic equivalent; both are
 dropped, except that ``meta["is_error"]`` on a tool message becomes the
 ``is_error`` flag of its ``tool_result``, and back again. An assistant's
-``refusal`` is sent as its text when it has no text of its own.
+refusal part is sent as text, and its ``refusal`` field too when it has no
+text of its own.
 
 What comes out passes ``prompt_check.prompt_faults(..., "anthropic")``.
 """
