@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from conftest import load_rows
 
-from contextfold.core.convert import from_anthropic, to_anthropic
+from contextfold.core.convert import LEADING_USER_TEXT, from_anthropic, to_anthropic
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message, validate_messages
+from contextfold.core.prompt_check import check_prompt, prompt_faults
 
 
 def call(call_id: str, name: str = "lookup", arguments: str = "{}") -> dict[str, Any]:
@@ -504,6 +505,7 @@ def agent_runs() -> list[tuple[str, list[Message]]]:
 @pytest.mark.parametrize(("run_id", "original"), agent_runs())
 def test_round_trip_over_real_agent_runs(run_id: str, original: list[Message]) -> None:
     system, sent = to_anthropic(original)
+    check_prompt(sent, "anthropic", system=system)
     roles = [m["role"] for m in sent]
     assert all(a != b for a, b in itertools.pairwise(roles)), "roles must alternate"
     uses = [b["id"] for m in sent for b in m["content"] if b["type"] == "tool_use"]
@@ -538,3 +540,82 @@ def test_round_trip_over_real_agent_runs(run_id: str, original: list[Message]) -
                 assert after["tool_call_id"] == before["tool_call_id"]
             assert after["name"] == before["name"]
     assert nearest_calls(back) == nearest_calls(original)
+
+
+LEADING = {"role": "user", "content": [{"type": "text", "text": LEADING_USER_TEXT}]}
+
+
+def test_a_prompt_opening_with_an_assistant_turn_gets_a_user_turn_first() -> None:
+    # Issue 9: after a goal batch the first turn was the assistant's [GOAL BATCH].
+    prompt = [
+        {"role": "system", "content": "You are an airline agent."},
+        {"role": "assistant", "content": "[GOAL BATCH]\n## Goal Arc\nRebook the flight."},
+        {"role": "user", "content": "And the seat?"},
+    ]
+    plain = [
+        {"role": "assistant", "content": [{"type": "text", "text": prompt[1]["content"]}]},
+        {"role": "user", "content": [{"type": "text", "text": "And the seat?"}]},
+    ]
+    assert prompt_faults(plain, "anthropic")[0].reason == "the first turn must be a user turn"
+    system, msgs = to_anthropic(prompt)
+    assert msgs == [LEADING, *plain]
+    assert prompt_faults(msgs, "anthropic", system=system) == []
+
+
+def test_a_prompt_with_no_turn_gets_the_user_turn_alone() -> None:
+    system, msgs = to_anthropic([{"role": "system", "content": "Be brief."}])
+    assert (system, msgs) == ("Be brief.", [LEADING])
+    assert to_anthropic([])[1] == [LEADING]
+
+
+def test_blank_text_is_not_sent() -> None:
+    system, msgs = to_anthropic(
+        [
+            {"role": "system", "content": " \n"},
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": "  ", "tool_calls": [call("c1")]},
+            tool("c1", "\n\n"),
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "\t"}, {"type": "text", "text": "ok"}],
+            },
+        ]
+    )
+    assert system is None
+    assert msgs[1]["content"] == [{"type": "tool_use", "id": "c1", "name": "lookup", "input": {}}]
+    assert msgs[2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "c1"},
+        {"type": "text", "text": "ok"},
+    ]
+    assert prompt_faults(msgs, "anthropic") == []
+
+
+def test_a_final_assistant_turn_does_not_end_with_whitespace() -> None:
+    _, msgs = to_anthropic(
+        [{"role": "user", "content": "Write a haiku."}, {"role": "assistant", "content": "Snow \n"}]
+    )
+    assert msgs[-1] == {"role": "assistant", "content": [{"type": "text", "text": "Snow"}]}
+    assert prompt_faults(msgs, "anthropic") == []
+
+
+def test_a_refusal_without_text_is_sent_as_text() -> None:
+    _, msgs = to_anthropic(
+        [
+            {"role": "user", "content": "Do the thing."},
+            {"role": "assistant", "content": "", "refusal": "I can't help with that."},
+            {"role": "user", "content": "Why?"},
+        ]
+    )
+    assert msgs[1]["content"] == [{"type": "text", "text": "I can't help with that."}]
+
+
+def test_a_refusal_part_is_sent_as_text() -> None:
+    _, msgs = to_anthropic(
+        [
+            {"role": "user", "content": "Do the thing."},
+            {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't."}]},
+            {"role": "user", "content": "Why?"},
+        ]
+    )
+    assert msgs[1]["content"] == [{"type": "text", "text": "I can't."}]
+    assert prompt_faults(msgs, "anthropic") == []

@@ -7,11 +7,11 @@ import random
 import pytest
 from conftest import load_rows
 
-from contextfold import Memory, ModelError
+from contextfold import BudgetError, Memory, ModelError
 from contextfold.core.events import Event
 from contextfold.core.units import tool_unit_faults
 from contextfold.memory.cache import PromptCache, StateCache
-from contextfold.memory.cycle import RESCUE, compact
+from contextfold.memory.cycle import RESCUE, compact, plan
 from contextfold.strategies import Pipeline, RollingCompactor, preset_names
 from contextfold.testing import ScriptedModel
 
@@ -164,3 +164,31 @@ def test_with_no_usable_summary_the_rescue_leaves_each_messages_opening() -> Non
     assert fold.data["digest"] and fold.strategy == "rescue"
     assert fold.text.startswith(f"[Folded to fit the token budget: a summary of seq {job.start}-")
     assert "user: question 0: w0 w1" in fold.text
+
+
+@pytest.mark.parametrize(
+    ("preset", "options"),
+    [
+        ("offline", {}),
+        ("rolling", {"threshold": 3, "retain_recent": 1}),
+        ("whole-history", {"max_messages": 10}),
+    ],
+)
+def test_a_budget_below_system_and_latest_user_changes_nothing_and_says_why(
+    preset: str, options: dict[str, int]
+) -> None:
+    # Issue 9: compact() committed folds for a budget no prompt could meet.
+    events: list[Event] = []
+    session = Memory().session("s", system="You are a careful agent. " * 20)
+    session.extend(chat(30))
+    view = session.view("v", preset=preset, **options)
+    view.on_event.append(events.append)
+    system_and_user = view.state().fixed + session.counter.message(session.history()[-2])
+    budget = system_and_user - 1
+    with pytest.raises(BudgetError) as info:
+        view.compact(budget)
+    assert (info.value.budget, info.value.required) == (budget, system_and_user)
+    assert view.folds(include_superseded=True) == [] and events == []
+    # A runner plans nothing for it either, and a budget that holds both does fold.
+    assert plan(view.require_pipeline().strategies, view.state(budget)) is None
+    assert view.compact(system_and_user + 2_000).folds

@@ -361,3 +361,38 @@ def test_converges_when_the_trigger_still_fires_after_folding() -> None:
     assert len(facts.compact().folds) == 2
     assert tldr.compact().folds == facts.compact().folds == ()
     assert len(model.calls) == len(facts_model.calls) == 1
+
+
+def steps(n: int, start: int = 0) -> list[dict[str, Any]]:
+    """An agent's steps after its task: tool calls and their results, no user message."""
+    out: list[dict[str, Any]] = []
+    for k in range(start, start + n):
+        call_id = f"c{tag(k)}"
+        call = {"id": call_id, "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+        out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        out.append({"role": "tool", "tool_call_id": call_id, "content": f"Listing {tag(k)}."})
+    return out
+
+
+@pytest.mark.parametrize("preset", ["whole-history", "retrieve-facts", "code-agent"])
+def test_the_latest_user_message_is_never_folded(preset: str) -> None:
+    # Issue 9: these presets folded away the user's current task in agent runs.
+    task = {"role": "user", "content": "Fix the failing test in the loader, please."}
+    session = new_session([*chat(6), task, *steps(15)], system="You code.")
+    seq = 8  # system, six chat messages, then the task
+    assert session.history()[seq - 1] == task
+    view = session.view("v", preset=preset, max_messages=20)
+    for more in range(3):
+        report = view.compact()
+        assert report.folds, "each cycle folds something"
+        in_place = [f for f in view.folds() if f.placement == "in_place"]
+        assert not [f for f in in_place if f.start <= seq <= f.end]
+        assert [f for f in in_place if f.end < seq], "what came before the task is folded"
+        assert [f for f in in_place if f.start > seq], "and so are the steps after it"
+        prompt = view.render()
+        assert prompt.count(task) == 1
+        assert prompt[-10:] == session.history()[-10:]
+        session.extend(steps(8, 15 + 8 * more))
+    # The side before the task holds nothing new after the first cycle: it is not folded again.
+    before = [f for f in view.folds(include_superseded=True) if f.end < seq]
+    assert len({(f.start, f.end) for f in before}) == 1

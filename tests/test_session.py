@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from typing import Any
@@ -10,7 +11,7 @@ import pytest
 from conftest import load_rows
 from test_render import SYSTEM, agent_run, chat, markers, session_of
 
-from contextfold import InvalidInput, Memory
+from contextfold import BudgetError, InvalidInput, Memory
 from contextfold.core.messages import Message
 from contextfold.core.units import tool_unit_faults, whole_units
 from contextfold.strategies import Pipeline
@@ -123,7 +124,9 @@ def test_compaction_never_changes_the_log(preset: str) -> None:
         view = session.view("v", preset=preset)
         full = view.state().tokens
         for fraction in (0.8, 0.5, 0.3):
-            view.compact(int(full * fraction))
+            # Below system prompt + latest user message it is refused, and nothing is folded.
+            with contextlib.suppress(BudgetError):
+                view.compact(int(full * fraction))
         assert session.history() == before
         assert json.dumps(session.history()) == json.dumps(before)
 

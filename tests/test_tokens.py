@@ -21,7 +21,7 @@ import pytest
 from conftest import load_rows
 
 from contextfold.core.errors import InvalidInput
-from contextfold.core.messages import text_of
+from contextfold.core.messages import for_model, text_of
 from contextfold.core.tokens import (
     ApproxTokenizer,
     FunctionTokenizer,
@@ -168,8 +168,10 @@ def reference_message_count(enc: Any, msg: Mapping[str, Any]) -> int:
     total = 3 + n(msg["role"]) + n(content)
     if msg.get("name"):
         total += 1 + n(msg["name"])
+    if msg.get("tool_call_id"):
+        total += n(msg["tool_call_id"])
     for c in msg.get("tool_calls") or ():
-        total += 3 + n(c["function"]["name"]) + n(c["function"]["arguments"])
+        total += 3 + n(c["id"]) + n(c["function"]["name"]) + n(c["function"]["arguments"])
     return total
 
 
@@ -202,7 +204,7 @@ def test_message_overhead_by_hand() -> None:
     # text parts count as text, other parts a flat 85
     parts = [{"type": "text", "text": "a b"}, {"type": "image_url", "image_url": {"url": "x"}}]
     assert WORDS.message({"role": "user", "content": parts}) == 3 + 1 + 2 + 85
-    # per tool call: 3 + name + arguments; content None counts nothing
+    # per tool call: 3 + id + name + arguments; content None counts nothing
     msg = {
         "role": "assistant",
         "content": None,
@@ -211,10 +213,10 @@ def test_message_overhead_by_hand() -> None:
             {"id": "c2", "type": "function", "function": {"name": "g", "arguments": ""}},
         ],
     }
-    assert WORDS.message(msg) == 3 + 1 + (3 + 1 + 3) + (3 + 1 + 0)
-    # a tool result: its id is not billed, its name is
+    assert WORDS.message(msg) == 3 + 1 + (3 + 1 + 1 + 3) + (3 + 1 + 1 + 0)
+    # a tool result: its id and its name are sent, so both count
     tool = {"role": "tool", "tool_call_id": "c1", "name": "f", "content": "x y"}
-    assert WORDS.message(tool) == 3 + 1 + 2 + 1 + 1
+    assert WORDS.message(tool) == 3 + 1 + 2 + 1 + 1 + 1
 
 
 def test_messages_add_reply_priming() -> None:
@@ -333,3 +335,39 @@ def test_each_message_is_counted_once_when_appended() -> None:
     session.history()
     assert [m.tokens for m in stored] == [7]
     assert calls == ["user", "one two three"]
+
+
+def test_every_sent_field_counts_and_meta_does_not() -> None:
+    # The counter sees what ``for_model`` sends: every key but meta.
+    refusal = "I can't help with that. " * 50
+    msg = {"role": "assistant", "content": "no", "refusal": refusal, "meta": {"k": "v " * 99}}
+    assert WORDS.message(msg) == 3 + 1 + 1 + words(refusal)
+    assert WORDS.message(for_model(msg)) == WORDS.message(msg)
+    # A field without a rule of its own counts as its text, or its JSON.
+    extra = {"role": "assistant", "content": "x", "audio": {"id": "a b"}}
+    assert WORDS.message(extra) == 3 + 1 + 1 + words(json.dumps({"id": "a b"}))
+
+
+def test_a_refusal_is_within_the_budget_render_keeps() -> None:
+    # Issue 9: a 20k-token refusal field went out uncounted for a 500-token budget.
+    counter = get_counter("o200k_base")
+    session = Memory().session("s", system="Be brief.")
+    refusal = "I'm sorry, but I can't assist with that request. " * 2000
+    session.extend(
+        [
+            {"role": "user", "content": "Please do the thing."},
+            {"role": "assistant", "content": "Sorry.", "refusal": refusal},
+            {"role": "user", "content": "Then tell me the time."},
+        ]
+    )
+    view = session.view("v", preset="disabled", budget=500)
+    prompt = view.render()
+    # Independently: the whole prompt as JSON, every field and quote included.
+    assert counter.text(json.dumps(prompt)) <= 500
+    assert view.render_report().tokens == counter.messages(prompt)
+
+
+def test_a_refusal_part_counts_as_its_text() -> None:
+    refusal = "I can't help with that. " * 40
+    msg = {"role": "assistant", "content": [{"type": "refusal", "refusal": refusal}]}
+    assert WORDS.message(msg) == 3 + 1 + words(refusal)

@@ -24,6 +24,7 @@ from contextfold.core.errors import (
 )
 from contextfold.core.events import Event
 from contextfold.core.folds import Fold
+from contextfold.core.prompt_check import PromptFault, check_prompt, prompt_faults
 from contextfold.core.render import Rendered, render
 from contextfold.core.tokens import TokenCounter, get_counter
 from contextfold.llm import LLM, Completion, Usage, get_model, register_provider
@@ -64,6 +65,7 @@ __all__ = [
     "ModelError",
     "NotFound",
     "ProcessRunner",
+    "PromptFault",
     "Rendered",
     "Session",
     "Stats",
@@ -75,6 +77,7 @@ __all__ = [
     "View",
     "ViewConfig",
     "ViewConflict",
+    "check_prompt",
     "compact_messages",
     "from_anthropic",
     "get_counter",
@@ -82,6 +85,7 @@ __all__ = [
     "get_preset",
     "open_store",
     "preset_names",
+    "prompt_faults",
     "register_preset",
     "register_provider",
     "register_store",

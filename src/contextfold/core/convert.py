@@ -9,15 +9,25 @@ each rule below exists because its API refuses the plain translation:
   JSON object; results are ``tool_result`` blocks in the user turn after it,
   placed before any text of that turn.
 - Roles must alternate, so consecutive messages of one role are merged.
+- The first turn must be a user turn. When the prompt opens with an assistant
+  turn (a ``[GOAL BATCH]`` or ``[SUMMARIZED]`` fold, or a chat the other
+  party began), or has no turn at all, a user turn reading
+  ``LEADING_USER_TEXT`` is put first.
 - ``tool_use`` ids must be unique in a request and match ``[A-Za-z0-9_-]+``.
   Real logs reuse ids across turns, so a reused or ill-formed id gets a fresh
   one, and each result follows the nearest earlier call with its old id.
-- Text blocks must not be empty: empty text is dropped, and so is a message
-  left with no block at all.
+- Text blocks must hold some non-whitespace text: empty or blank text is
+  dropped, and so is a message left with no block at all.
+- A final assistant turn is a prefill and must not end with whitespace: its
+  last text is stripped on the right.
 
 ``meta`` is never sent and ``name`` has no Anthropic equivalent; both are
 dropped, except that ``meta["is_error"]`` on a tool message becomes the
-``is_error`` flag of its ``tool_result``, and back again.
+``is_error`` flag of its ``tool_result``, and back again. An assistant's
+refusal part is sent as text, and its ``refusal`` field too when it has no
+text of its own.
+
+What comes out passes ``prompt_check.prompt_faults(..., "anthropic")``.
 """
 
 from __future__ import annotations
@@ -37,6 +47,8 @@ _ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 # Anthropic's reasoning blocks: OpenAI chat format has nowhere to keep them.
 _DROPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 _JOIN = "\n"  # as ``text_of`` joins text parts, so a round trip keeps the text
+LEADING_USER_TEXT = "[contextfold: the conversation so far]"
+"""The user turn put first when a prompt would open with an assistant turn."""
 
 
 def to_anthropic(
@@ -52,7 +64,7 @@ def to_anthropic(
     system: list[str] = []
     while first < len(msgs) and msgs[first]["role"] in _SYSTEM_ROLES:
         text = _plain_text(msgs[first]["content"])
-        if text:
+        if text.strip():
             system.append(text)
         first += 1
     ids = _CallIds()
@@ -64,6 +76,8 @@ def to_anthropic(
             _add(turns, "user", [_tool_result(msg, ids)])
         elif role == "assistant":
             blocks = _content_blocks(msg["content"], index)
+            if not blocks and isinstance(msg.get("refusal"), str):
+                blocks = _content_blocks(msg["refusal"], index)
             blocks += [
                 _tool_use(call, index, j, ids) for j, call in enumerate(msg.get("tool_calls") or ())
             ]
@@ -73,6 +87,11 @@ def to_anthropic(
     for turn in turns:
         if turn["role"] == "user":
             turn["content"].sort(key=lambda block: block["type"] != "tool_result")
+    if turns and turns[-1]["role"] == "assistant" and turns[-1]["content"][-1]["type"] == "text":
+        last = turns[-1]["content"][-1]
+        last["text"] = last["text"].rstrip()
+    if not turns or turns[0]["role"] != "user":
+        turns.insert(0, {"role": "user", "content": [{"type": "text", "text": LEADING_USER_TEXT}]})
     return ("\n\n".join(system) or None), turns
 
 
@@ -154,12 +173,13 @@ def _content_blocks(content: str | list[dict[str, Any]] | None, index: int) -> l
     if content is None:
         return []
     if isinstance(content, str):
-        return [{"type": "text", "text": content}] if content else []
+        return [{"type": "text", "text": content}] if content.strip() else []
     blocks: list[Block] = []
     for j, part in enumerate(content):
-        if part["type"] == "text":
-            if part["text"]:
-                blocks.append({"type": "text", "text": part["text"]})
+        if part["type"] in ("text", "refusal"):
+            # An assistant's refusal part is what it said: Anthropic has only text for it.
+            if part[part["type"]].strip():
+                blocks.append({"type": "text", "text": part[part["type"]]})
         elif part["type"] == "image_url":
             blocks.append(_image(part, index, j))
         else:
@@ -214,10 +234,10 @@ def _tool_result(msg: Mapping[str, Any], ids: _CallIds) -> Block:
     block: Block = {"type": "tool_result", "tool_use_id": ids.result(msg["tool_call_id"])}
     content = msg["content"]
     if isinstance(content, str):
-        if content:
+        if content.strip():
             block["content"] = content
     else:
-        texts = [{"type": "text", "text": p["text"]} for p in content if p["text"]]
+        texts = [{"type": "text", "text": p["text"]} for p in content if p["text"].strip()]
         if texts:
             block["content"] = texts
     if msg.get("meta", {}).get("is_error") is True:

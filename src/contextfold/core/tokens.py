@@ -7,8 +7,9 @@ fast ``Encoding`` from them in-process: exact counts, no network, no cache dir.
 
 Message overhead follows OpenAI's published accounting for chat models: 3 tokens
 a message, 1 more when it has a name, 3 to prime the reply. Tool calls are billed
-by a format OpenAI does not publish; we count each call's name and arguments plus
-3 tokens, which matches the provider within a few tokens a call.
+by a format OpenAI does not publish; we count each call's id, name and arguments
+plus 3 tokens. Every other field that is sent (a tool result's ``tool_call_id``,
+an assistant's ``refusal``) counts as its text, so a budget covers all of it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import base64
 import gzip
 import importlib.resources
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
@@ -150,28 +152,58 @@ class TokenCounter:
         return self.tokenizer.count(text)
 
     def message(self, message: Mapping[str, Any]) -> int:
+        """What ``message`` costs as sent: every field but ``meta``, which is never sent.
+
+        Fields without a rule of their own (``role``, ``tool_call_id``,
+        ``refusal``, and any a provider adds) count as their text, or their
+        JSON when not a string, so nothing that goes out is left uncounted.
+        """
         count = self.tokenizer.count
-        total = TOKENS_PER_MESSAGE + count(str(message.get("role", "")))
-        content = message.get("content")
-        if isinstance(content, str):
-            total += count(content)
-        elif isinstance(content, list):
-            for part in content:
-                if part.get("type") == "text":
-                    total += count(part.get("text", ""))
-                else:
-                    total += IMAGE_TOKENS
-        name = message.get("name")
-        if name:
-            total += TOKENS_PER_NAME + count(name)
-        for call in message.get("tool_calls") or ():
-            fn = call["function"]
-            total += TOKENS_PER_CALL + count(fn["name"]) + count(fn.get("arguments", ""))
+        total = TOKENS_PER_MESSAGE
+        for key, value in message.items():
+            if key == "meta" or value is None:
+                continue
+            if key == "content":
+                total += self._content(value)
+            elif key == "name":
+                total += TOKENS_PER_NAME + count(value) if value else 0
+            elif key == "tool_calls":
+                total += sum(self._call(call) for call in value)
+            else:
+                total += count(_sent_text(value))
         return total
+
+    def _content(self, content: Any) -> int:
+        if isinstance(content, str):
+            return self.tokenizer.count(content)
+        if not isinstance(content, list):
+            return self.tokenizer.count(_sent_text(content))
+        total = 0
+        for part in content:
+            kind = part.get("type")
+            if kind in ("text", "refusal"):
+                total += self.tokenizer.count(_sent_text(part.get(kind, "")))
+            else:
+                total += IMAGE_TOKENS
+        return total
+
+    def _call(self, call: Mapping[str, Any]) -> int:
+        count = self.tokenizer.count
+        fn = call["function"]
+        return (
+            TOKENS_PER_CALL
+            + count(str(call.get("id") or ""))
+            + count(fn["name"])
+            + count(fn.get("arguments", ""))
+        )
 
     def messages(self, messages: Iterable[Mapping[str, Any]]) -> int:
         """Prompt tokens of a whole request, reply priming included."""
         return REPLY_PRIMING + sum(self.message(m) for m in messages)
+
+
+def _sent_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def get_counter(name: str | Tokenizer = "o200k_base") -> TokenCounter:

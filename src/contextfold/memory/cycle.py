@@ -33,7 +33,7 @@ from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from contextfold.core.errors import ContextfoldError, FoldConflict, InvalidInput
+from contextfold.core.errors import BudgetError, ContextfoldError, FoldConflict, InvalidInput
 from contextfold.core.events import Event, EventCallback, EventKind, emit, log
 from contextfold.core.folds import Fold
 from contextfold.core.tokens import TokenCounter
@@ -117,6 +117,10 @@ def compact(
 ) -> CompactionReport:
     """Plan and run jobs until none is planned; a strategy that failed is not asked again.
 
+    A budget that cannot hold the system prompt and the latest user message is
+    a ``BudgetError``, raised before anything is planned: no fold could make
+    the view fit it, so none is made.
+
     A runner that is stopping answers no to ``may_plan`` (no new job starts)
     and, when it gives up on running jobs, to ``may_commit`` (nothing more is
     committed). ``exclusive`` (the view's lease, for an inline compaction) is
@@ -129,6 +133,9 @@ def compact(
     failed: list[str] = []
     reasons: list[str] = []
     state = view.state(budget)
+    required = required_tokens(state)
+    if state.budget is not None and required > state.budget:
+        raise BudgetError(state.budget, required)
     before = state.tokens
     model = view.model()
     with ExitStack() as held:
@@ -167,8 +174,11 @@ def plan(
 ) -> tuple[Strategy, Job] | None:
     """The first job a strategy plans; else the rescue of what render would cut.
 
-    A view with no strategies (the ``disabled`` preset) never folds, not even to rescue.
+    A view with no strategies (the ``disabled`` preset) never folds, not even to rescue,
+    and nothing is planned for a budget below ``required_tokens``.
     """
+    if state.budget is not None and required_tokens(state) > state.budget:
+        return None
     for strategy in strategies:
         if strategy.name in skip:
             continue
@@ -179,6 +189,13 @@ def plan(
         return None
     job = RESCUE.plan(state)
     return None if job is None else (RESCUE, job)
+
+
+def required_tokens(state: ViewState) -> int:
+    """What every prompt of the view holds whatever is folded: system prompt, reply
+    priming and the latest user message (as render requires them)."""
+    user = state.latest_user
+    return state.fixed + (0 if user is None else state.entries[user].tokens)
 
 
 def _step(

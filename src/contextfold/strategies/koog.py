@@ -3,16 +3,19 @@
 Both fire when the view has more than ``max_messages`` messages or
 ``max_characters`` characters, or when a user predicate says so, and fold
 everything but the last ``keep_last`` messages (the boundary moves back to the
-start of a tool unit, so a unit is never split).
+start of a tool unit, so a unit is never split). The latest user message, the
+task being worked on, is never folded: when it lies in that range, the range
+is split around it and each side gets its own fold (an agent run's one task,
+followed by a hundred steps, keeps its task verbatim).
 
-- ``WholeHistory`` folds the range into one TL;DR, in place. The next cycle's
+- ``WholeHistory`` folds the range into one TL;DR a side, in place. The next cycle's
   range starts with that TL;DR, so the model folds it in and the new one
   supersedes it.
 - ``RetrieveFacts`` asks the model its concept questions in one call (JSON:
   a string per ``single`` concept, a list of strings per ``multiple`` one).
   Koog replaces the history with the answers, so a cycle commits two folds
   together: a facts fold with the answers, rendered after the system prompt,
-  and a one-line in-place marker where the folded messages were. The next
+  and a one-line in-place marker where the folded messages were (one a side). The next
   cycle shows the model the previous answers with the messages folded since.
 
 ``CODE_AGENT_CONCEPTS`` are the seed's five concepts for code agents.
@@ -32,7 +35,7 @@ from contextfold.core.messages import Message
 from contextfold.core.tokens import TokenCounter
 from contextfold.llm.base import LLM, Completion
 from contextfold.strategies.answers import prose_problem
-from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
+from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold, sub_job
 from contextfold.strategies.checked import summarize_checked, with_pins
 from contextfold.strategies.pipeline import Pipeline
 from contextfold.strategies.templates import fill, load_template
@@ -118,7 +121,11 @@ def plan_keep_last(
 ) -> Job | None:
     """A job over all entries before the last ``keep_last`` messages, moved back to a unit start.
 
-    None when nothing but the strategy's own previous fold (``own``) lies before them.
+    The latest user message (the task being worked on) is never folded: when
+    it lies in that range, the range is split around it, as the rescue does,
+    into ``params["spans"]`` (entry index ranges relative to the job, one fold
+    each). A span that is only the strategy's own previous fold (``own``) has
+    nothing new and is left out; None when no span is left.
     """
     kept = 0
     start = len(state.entries)
@@ -127,9 +134,23 @@ def plan_keep_last(
             break
         kept += sum(len(e.messages) for e in state.entries[first : last + 1])
         start = first
-    if start == 0 or (start == 1 and own(state.entries[0])):
+    spans = [(0, start - 1)]
+    user = state.latest_user
+    if user is not None and user < start:
+        # The unit holding it, which is the message alone unless a log put it inside a tool unit.
+        first, last = next((a, b) for a, b in state.units if a <= user <= b)
+        spans = [(0, first - 1), (last + 1, start - 1)]
+    spans = [(a, b) for a, b in spans if a <= b and not (a == b and own(state.entries[a]))]
+    if not spans:
         return None
-    return job_for(strategy, state, 0, start - 1, **params)
+    base = spans[0][0]
+    relative = [(a - base, b - base) for a, b in spans]
+    return job_for(strategy, state, base, spans[-1][1], spans=relative, **params)
+
+
+def span_jobs(job: Job) -> list[Job]:
+    """The job's parts that ``plan_keep_last`` split around the latest user message."""
+    return [sub_job(job, a, b) for a, b in job.params["spans"]]
 
 
 def folded_count(entries: Sequence[Entry], own: Callable[[Entry], bool]) -> int:
@@ -170,31 +191,32 @@ class WholeHistory:
         return plan_keep_last(self.name, state, self.keep_last, self._own)
 
     def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
-        history = transcript(job.entries)
+        return [self._tldr(part, llm, counter) for part in span_jobs(job)]
+
+    def _tldr(self, part: Job, llm: LLM, counter: TokenCounter) -> Fold:
+        history = transcript(part.entries)
         checked = summarize_checked(
             llm,
             _ask(fill(load_template("koog_tldr", self.prompt), history=material(history))),
             source=history,
             max_tokens=self.max_tokens,
             accept=prose_problem,
-            tokens_before=job.tokens_before,
+            tokens_before=part.tokens_before,
             counter=counter,
         )
         message: Message = {"role": "user", "content": f"{TLDR_HEADER}\n{checked.text}"}
-        return [
-            one_message_fold(
-                job,
-                self.name,
-                message,
-                counter,
-                kind="summary",
-                data={
-                    "messages_folded": folded_count(job.entries, self._own),
-                    "pinned": list(checked.pinned),
-                },
-                usage=checked.usage.to_dict(),
-            )
-        ]
+        return one_message_fold(
+            part,
+            self.name,
+            message,
+            counter,
+            kind="summary",
+            data={
+                "messages_folded": folded_count(part.entries, self._own),
+                "pinned": list(checked.pinned),
+            },
+            usage=checked.usage.to_dict(),
+        )
 
     def _own(self, entry: Entry) -> bool:
         return entry.fold is not None and entry.fold.strategy == self.name
@@ -257,8 +279,9 @@ class RetrieveFacts:
 
     def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
         previous: str | None = job.params["previous_facts"]
+        parts = span_jobs(job)
         # The marker of our previous cycle says nothing; the facts it points to do.
-        history = transcript([e for e in job.entries if not self._own(e)])
+        history = transcript([e for p in parts for e in p.entries if not self._own(e)])
         if previous:
             history = f"{EARLIER_FACTS}\n{previous}\n\n{history}"
         questions = "\n".join(
@@ -278,39 +301,39 @@ class RetrieveFacts:
             max_tokens=self.max_tokens,
             schema=self.schema,
             accept=self._problem,
-            tokens_before=job.tokens_before + job.params["previous_facts_tokens"],
+            tokens_before=sum(p.tokens_before for p in parts) + job.params["previous_facts_tokens"],
             counter=counter,
         )
         answers = {c.id: _answer(c, checked.data[c.id]) for c in self.concepts}
         text = with_pins(facts_text(self.concepts, answers), checked.pinned)
-        count = folded_count(job.entries, self._own)
-        facts_message: Message = {"role": "user", "content": text}
-        marker: Message = {
-            "role": "system",
-            "content": f"[{count} earlier messages compressed into the retrieved facts above]",
-        }
-        data = {"messages_folded": count, "pinned": list(checked.pinned)}
-        return [
+        counts = [folded_count(p.entries, self._own) for p in parts]
+        pinned = list(checked.pinned)
+        facts = one_message_fold(
+            job,
+            self.name,
+            {"role": "user", "content": text},
+            counter,
+            kind="facts",
+            tokens_before=job.params["previous_facts_tokens"],
+            placement="facts",
+            data={"facts": answers, "messages_folded": sum(counts), "pinned": pinned},
+            usage=checked.usage.to_dict(),
+        )
+        markers = [
             one_message_fold(
-                job,
+                part,
                 self.name,
-                facts_message,
-                counter,
-                kind="facts",
-                tokens_before=job.params["previous_facts_tokens"],
-                placement="facts",
-                data={"facts": answers, **data},
-                usage=checked.usage.to_dict(),
-            ),
-            one_message_fold(
-                job,
-                self.name,
-                marker,
+                {
+                    "role": "system",
+                    "content": f"[{count} earlier messages compressed into the retrieved facts above]",
+                },
                 counter,
                 kind="facts_marker",
-                data=data,
-            ),
+                data={"messages_folded": count, "pinned": pinned},
+            )
+            for part, count in zip(parts, counts, strict=True)
         ]
+        return [facts, *markers]
 
     def _own(self, entry: Entry) -> bool:
         return entry.fold is not None and entry.fold.strategy == self.name
