@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import marshal
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,23 +57,24 @@ def json_copy(value: Any) -> Any:
     """A copy of JSON data (dicts, lists, scalars) sharing nothing mutable with ``value``.
 
     What stores and caches hand out, so editing it changes nothing they keep.
-    ``marshal`` copies plain data in C, several times faster than
-    ``copy.deepcopy``; anything it cannot write (a dict subclass) is walked.
+    Only the containers are rebuilt: strings and numbers cannot be edited, so
+    they are shared, which keeps a prompt's copy cheap however long its texts.
     """
-    try:
-        return marshal.loads(marshal.dumps(value))
-    except ValueError:
-        return _walked(value)
-
-
-def _walked(value: Any) -> Any:
-    if type(value) is dict:
-        return {k: v if type(v) is str else _walked(v) for k, v in value.items()}
-    if type(value) is list or type(value) is tuple:
-        return [v if type(v) is str else _walked(v) for v in value]
+    kind = type(value)
+    if kind is dict:
+        out = value.copy()
+        for key, item in value.items():
+            if type(item) not in _SCALARS:
+                out[key] = json_copy(item)
+        return out
+    if kind is list or kind is tuple:
+        return [item if type(item) in _SCALARS else json_copy(item) for item in value]
     if isinstance(value, dict):
-        return {k: _walked(v) for k, v in value.items()}
+        return {key: json_copy(item) for key, item in value.items()}
     return value
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def copies(records: list[LoggedMessage]) -> list[LoggedMessage]:
