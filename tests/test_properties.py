@@ -97,12 +97,17 @@ CASES = [(p, "none") for p in preset_names()] + [
     (p, "scripted") for p in preset_names() if p not in MODEL_FREE
 ]
 
+ANTHROPIC_BUG = (
+    "issue 9 point 6 (provider): render's cut can leave an assistant message first after "
+    "the system prompt and the marker, and to_anthropic passes it on"
+)
 KNOWN_BUGS: dict[tuple[str, str], str] = {
     ("*", "copies"): "issue 9 point 8 (state): the RAM store hands out its own dicts, "
     "so editing what history() returns edits the log; the prompt cache hands out its own "
     "list, so editing what render() returned edits the next render()",
     ("*", "below_floor"): "issue 9 point 8 (provider): compact() at a budget below the system "
-    "prompt plus the latest user message commits folds (the rescue folds on, 200 a cycle)",
+    "prompt plus the latest user message commits folds",
+    ("*", "anthropic"): ANTHROPIC_BUG,
     **{
         (p, "latest_user"): f"issue 9 point 8 (provider): {p} folds the latest user message "
         "when it is older than its keep_last messages"
@@ -126,6 +131,7 @@ class FormModel(ScriptedModel):
         return super().complete(messages, max_tokens=max_tokens, schema=schema)  # type: ignore[arg-type]
 
 
+MARKER = "[contextfold: 999999999 earlier messages left out to fit the token budget]"
 SUMMARY = "The user asked for a fix and the agent read the files and ran the tests."
 
 
@@ -169,19 +175,21 @@ def build(
     session = memory.session("s", system=conv.system)
     llm = FormModel(name="form") if model == "scripted" else None
     view = session.view("v", preset=preset, budget=budget, llm=llm, **options)
-    # A known bug spins compaction below the floor; not compacting there saves the time.
-    fold = "below_floor" not in skip or budget >= floor_of(conv)
-    for batch in conv.batches():
+    # Folds committed by a compact() at a budget below the floor of the moment.
+    grown = 0
+    appended: list[dict[str, Any]] = []
+    for batch in [*conv.batches(), []]:  # the last compact() follows no new batch
         session.extend(copy.deepcopy(batch))
+        appended.extend(batch)
+        below = budget < floor_of(Conversation(conv.system, appended, ()))
+        if below and "below_floor" in skip:
+            continue  # a known bug spins compaction there; skipping it saves the time
+        before = len(view.folds(include_superseded=True))
         # A clear error is one allowed answer to a budget below the floor.
         with contextlib.suppress(BudgetError):
-            if fold:
-                view.compact()
-    before = len(view.folds(include_superseded=True))
-    with contextlib.suppress(BudgetError):
-        if fold:
             view.compact()
-    grown = len(view.folds(include_superseded=True)) - before
+        if below:
+            grown += len(view.folds(include_superseded=True)) - before
     try:
         prompt: list[dict[str, Any]] | None = copy.deepcopy(view.render())
         error = None
@@ -222,8 +230,8 @@ def violations(conv: Conversation, budget: int, runs: Sequence[Run]) -> dict[str
             out["history"] = f"{label}: history() differs from what was appended"
         if run.copies:
             out["copies"] = f"{label}: {run.copies}"
-        if budget < floor and run.below_floor_folds:
-            out["below_floor"] = f"{label}: {run.below_floor_folds} folds at {budget} < {floor}"
+        if run.below_floor_folds:
+            out["below_floor"] = f"{label}: {run.below_floor_folds} folds below the floor"
         if (budget < floor) != (run.prompt is None):
             out["floor"] = f"{label}: budget {budget}, floor {floor}, got {run.error!r}"
         prompt = run.prompt
@@ -249,14 +257,19 @@ def violations(conv: Conversation, budget: int, runs: Sequence[Run]) -> dict[str
 
 @st.composite
 def scenarios(
-    draw: st.DrawFn, preset: str, below: bool
+    draw: st.DrawFn, preset: str, budget_kind: str = "any"
 ) -> tuple[Conversation, int, dict[str, Any], bool]:
-    """A conversation, a budget (``below``: under the floor), the preset's options, and
-    whether the SQLite store runs it too (every other example: it costs a file)."""
+    """A conversation, a budget (``below`` the floor, or ``any``), the
+    preset's options, and whether SQLite runs it too (every other example: it costs a file)."""
     conv = draw(conversations())
     floor = floor_of(conv)
     whole = prompt_tokens([{"role": "system", "content": conv.system}, *conv.messages])
-    budget = draw(st.integers(max(floor // 2, 1), floor - 1) if below else budgets(floor, whole))
+    budget = draw(
+        {
+            "below": st.integers(max(floor // 2, 1), floor - 1),
+            "any": budgets(floor, whole),
+        }[budget_kind]
+    )
     options = draw(st.sampled_from([{}, EAGER.get(preset, {})]))
     return conv, budget, options, draw(st.booleans())
 
@@ -265,7 +278,9 @@ def check(preset: str, model: str, wanted: set[str] | None, case: str) -> Any:
     """A hypothesis test of ``preset``: all properties but the known bugs, or only ``wanted``."""
     skip = {prop for (p, prop) in KNOWN_BUGS if p in (preset, "*")} if wanted is None else set()
 
-    @given(scenarios(preset, below=wanted == {"below_floor"}))
+    kind = "below" if wanted == {"below_floor"} else "any"
+
+    @given(scenarios(preset, kind))
     def test(scenario: tuple[Conversation, int, dict[str, Any], bool]) -> None:
         EXAMPLES_RUN[case] = EXAMPLES_RUN.get(case, 0) + 1
         conv, budget, options, on_sqlite = scenario
@@ -293,12 +308,14 @@ def test_preset_keeps_its_promises(preset: str, model: str) -> None:
     [
         pytest.param(p, prop, marks=pytest.mark.xfail(strict=True, reason=reason))
         for (p, prop), reason in KNOWN_BUGS.items()
+        if prop != "anthropic"  # rare in random prompts: test_anthropic_first_turn_is_user
     ],
 )
 def test_known_bug_is_still_there(preset: str, prop: str) -> None:
     case = f"known:{preset}/{prop}"
     on = "offline" if preset == "*" else preset
-    settings(BASE, max_examples=EXAMPLES)(check(on, "none", {prop}, case))()
+    examples = max(EXAMPLES, DEFAULT_EXAMPLES)  # enough to meet the bug, even when quick
+    settings(BASE, max_examples=examples)(check(on, "none", {prop}, case))()
 
 
 def _disabled_view(conv: Conversation, messages: list[dict[str, Any]], budget: int) -> Any:
@@ -344,3 +361,21 @@ def test_unanswered_call_is_refused_or_repaired(conv: Conversation) -> None:
     except InvalidInput:
         return  # refused at the boundary: one allowed answer
     assert not pairing_faults(view.render())
+
+
+@pytest.mark.xfail(strict=True, reason=ANTHROPIC_BUG)
+@settings(BASE, max_examples=EXAMPLES)
+@given(conversations(max_turns=3), st.integers(0, 20))
+def test_anthropic_first_turn_is_user(conv: Conversation, slack: int) -> None:
+    """A cut just before the previous answer: the prompt's first turn after the marker."""
+    EXAMPLES_RUN["anthropic"] = EXAMPLES_RUN.get("anthropic", 0) + 1
+    answer = {"role": "assistant", "content": "Done."}
+    ask = {"role": "user", "content": "Next?"}
+    big = {"role": "user", "content": "alpha bravo " * 150}
+    messages = [*conv.messages, big, answer, ask]
+    system = {"role": "system", "content": conv.system}
+    marker = {"role": "system", "content": MARKER}
+    room = message_tokens(answer) + message_tokens(marker)
+    budget = prompt_tokens([system]) + message_tokens(ask) + room + slack
+    prompt = _disabled_view(conv, messages, budget).render()
+    assert not anthropic_faults(*to_anthropic(prompt))
