@@ -1,8 +1,8 @@
 """The property tests' long run: tests/test_properties.py under the ``long`` profile.
 
 Runs pytest in this process with ``CONTEXTFOLD_HYPOTHESIS=long`` (randomized,
-``LONG_EXAMPLES`` examples a case; ``--quick``: the ``quick`` profile, a few a
-case) and reports the examples run, the cases that passed, failed, xfailed
+``LONG_EXAMPLES`` examples a case, or ``$CONTEXTFOLD_HYPOTHESIS_EXAMPLES``;
+``--quick``: the ``quick`` profile, a few a case) and reports the examples run, the cases that passed, failed, xfailed
 (known bugs still there) and xpassed (a known bug fixed: drop its entry from
 ``KNOWN_BUGS``), and each failure's first line.
 """
@@ -43,6 +43,8 @@ class Tally:
 def main() -> None:
     args = parse_args(__doc__ or "")
     os.environ["CONTEXTFOLD_HYPOTHESIS"] = "quick" if args.quick else "long"
+    # A shorter randomized run than the long profile's (examples a case), where time is short.
+    examples = os.environ.get("CONTEXTFOLD_HYPOTHESIS_EXAMPLES")
     sys.path.insert(0, str(TESTS))
     import pytest
 
@@ -58,6 +60,7 @@ def main() -> None:
     counts = {k: sum(1 for v in tally.outcomes.values() if v == k) for k in ("passed", "failed")}
     figures: dict[str, Any] = {
         "profile": os.environ["CONTEXTFOLD_HYPOTHESIS"],
+        "examples_a_case": int(examples) if examples else None,
         "examples_run": sum(examples.values()),
         "cases": len(tally.outcomes),
         "cases_passed": counts["passed"],

@@ -24,7 +24,8 @@ and rendered. Then:
 Profiles (``CONTEXTFOLD_HYPOTHESIS``): ``default`` runs ``DEFAULT_EXAMPLES``
 examples a case, derandomized (the same examples on every run, so CI is
 deterministic) and with no example database; ``long`` runs ``LONG_EXAMPLES``
-a case, randomized (``bench/properties.py`` runs it).
+a case, randomized (``bench/properties.py`` runs it);
+``CONTEXTFOLD_HYPOTHESIS_EXAMPLES`` sets another number a case.
 
 Known bugs fixed on other branches are listed in ``KNOWN_BUGS``: the main
 test skips that property for that preset, and a case of its own, marked
@@ -59,7 +60,10 @@ from contextfold.testing import ScriptedModel
 
 PROFILE = os.environ.get("CONTEXTFOLD_HYPOTHESIS", "default")
 DEFAULT_EXAMPLES, LONG_EXAMPLES = 6, 400
-EXAMPLES = {"default": DEFAULT_EXAMPLES, "long": LONG_EXAMPLES, "quick": 2}[PROFILE]
+EXAMPLES = int(
+    os.environ.get("CONTEXTFOLD_HYPOTHESIS_EXAMPLES")
+    or {"default": DEFAULT_EXAMPLES, "long": LONG_EXAMPLES, "quick": 2}[PROFILE]
+)
 BASE = settings(
     deadline=None,
     database=None,
