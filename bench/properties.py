@@ -44,7 +44,7 @@ def main() -> None:
     args = parse_args(__doc__ or "")
     os.environ["CONTEXTFOLD_HYPOTHESIS"] = "quick" if args.quick else "long"
     # A shorter randomized run than the long profile's (examples a case), where time is short.
-    examples = os.environ.get("CONTEXTFOLD_HYPOTHESIS_EXAMPLES")
+    a_case = os.environ.get("CONTEXTFOLD_HYPOTHESIS_EXAMPLES")
     sys.path.insert(0, str(TESTS))
     import pytest
 
@@ -60,7 +60,7 @@ def main() -> None:
     counts = {k: sum(1 for v in tally.outcomes.values() if v == k) for k in ("passed", "failed")}
     figures: dict[str, Any] = {
         "profile": os.environ["CONTEXTFOLD_HYPOTHESIS"],
-        "examples_a_case": int(examples) if examples else None,
+        "examples_a_case": int(a_case) if a_case else None,
         "examples_run": sum(examples.values()),
         "cases": len(tally.outcomes),
         "cases_passed": counts["passed"],
