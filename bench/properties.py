@@ -2,9 +2,8 @@
 
 Runs pytest in this process with ``CONTEXTFOLD_HYPOTHESIS=long`` (randomized,
 ``LONG_EXAMPLES`` examples a case, or ``$CONTEXTFOLD_HYPOTHESIS_EXAMPLES``;
-``--quick``: the ``quick`` profile, a few a case) and reports the examples run, the cases that passed, failed, xfailed
-(known bugs still there) and xpassed (a known bug fixed: drop its entry from
-``KNOWN_BUGS``), and each failure's first line.
+``--quick``: the ``quick`` profile, a few a case) and reports the examples run, the cases that passed and failed, and each
+failure's first line.
 """
 
 from __future__ import annotations
@@ -30,10 +29,7 @@ class Tally:
         if report.when != "call" and not (report.when == "setup" and report.failed):
             return
         case = report.nodeid.split("::")[-1]
-        if hasattr(report, "wasxfail"):
-            self.outcomes[case] = "xfailed" if report.skipped else "xpassed"
-        else:
-            self.outcomes[case] = report.outcome
+        self.outcomes[case] = report.outcome
         if report.failed:
             text = str(report.longrepr)
             gist = [line for line in text.splitlines() if line.startswith("E ")][:2]
@@ -65,8 +61,6 @@ def main() -> None:
         "cases": len(tally.outcomes),
         "cases_passed": counts["passed"],
         "cases_failed": counts["failed"],
-        "known_bugs_still_there": sorted(c for c, v in tally.outcomes.items() if v == "xfailed"),
-        "known_bugs_fixed": sorted(c for c, v in tally.outcomes.items() if v == "xpassed"),
         "failures": tally.failures,
         "pytest_exit_code": int(code),
         "seconds": round(seconds, 1),

@@ -28,10 +28,6 @@ a case, randomized (``bench/properties.py`` runs it; ``--quick``: ``quick``, 2 a
 derandomized);
 ``CONTEXTFOLD_HYPOTHESIS_EXAMPLES`` sets another number a case.
 
-Known bugs fixed on other branches are listed in ``KNOWN_BUGS``: the main
-test skips that property for that preset, and a case of its own, marked
-``xfail(strict=True)``, shows the bug is still there. When the fix lands,
-delete the entry: the xfail case goes away and the main test checks it.
 """
 
 from __future__ import annotations
@@ -102,24 +98,6 @@ CASES = [(p, "none") for p in preset_names()] + [
     (p, "scripted") for p in preset_names() if p not in MODEL_FREE
 ]
 
-ANTHROPIC_BUG = (
-    "issue 9 point 6 (provider): render's cut can leave an assistant message first after "
-    "the system prompt and the marker, and to_anthropic passes it on"
-)
-KNOWN_BUGS: dict[tuple[str, str], str] = {
-    ("*", "copies"): "issue 9 point 8 (state): the RAM store hands out its own dicts, "
-    "so editing what history() returns edits the log; the prompt cache hands out its own "
-    "list, so editing what render() returned edits the next render()",
-    ("*", "below_floor"): "issue 9 point 8 (provider): compact() at a budget below the system "
-    "prompt plus the latest user message commits folds",
-    ("*", "anthropic"): ANTHROPIC_BUG,
-    **{
-        (p, "latest_user"): f"issue 9 point 8 (provider): {p} folds the latest user message "
-        "when it is older than its keep_last messages"
-        for p in ("whole-history", "retrieve-facts", "code-agent")
-    },
-}
-
 
 class FormModel(ScriptedModel):
     """A scripted model that answers every strategy in the form it asks: JSON filled
@@ -174,7 +152,6 @@ def build(
     options: dict[str, Any],
     budget: int,
     path: Any,
-    skip: set[str],
 ) -> Run:
     memory = Memory(path)
     session = memory.session("s", system=conv.system)
@@ -187,8 +164,6 @@ def build(
         session.extend(copy.deepcopy(batch))
         appended.extend(batch)
         below = budget < floor_of(Conversation(conv.system, appended, ()))
-        if below and "below_floor" in skip:
-            continue  # a known bug spins compaction there; skipping it saves the time
         before = len(view.folds(include_superseded=True))
         # A clear error is one allowed answer to a budget below the floor.
         with contextlib.suppress(BudgetError):
@@ -261,42 +236,29 @@ def violations(conv: Conversation, budget: int, runs: Sequence[Run]) -> dict[str
 
 
 @st.composite
-def scenarios(
-    draw: st.DrawFn, preset: str, budget_kind: str = "any"
-) -> tuple[Conversation, int, dict[str, Any], bool]:
-    """A conversation, a budget (``below`` the floor, or ``any``), the
-    preset's options, and whether SQLite runs it too (every other example: it costs a file)."""
+def scenarios(draw: st.DrawFn, preset: str) -> tuple[Conversation, int, dict[str, Any], bool]:
+    """A conversation, a budget, the preset's options, and whether SQLite runs it
+    too (every other example: it costs a file)."""
     conv = draw(conversations())
     floor = floor_of(conv)
     whole = prompt_tokens([{"role": "system", "content": conv.system}, *conv.messages])
-    budget = draw(
-        {
-            "below": st.integers(max(floor // 2, 1), floor - 1),
-            "any": budgets(floor, whole),
-        }[budget_kind]
-    )
+    budget = draw(budgets(floor, whole))
     options = draw(st.sampled_from([{}, EAGER.get(preset, {})]))
     return conv, budget, options, draw(st.booleans())
 
 
-def check(preset: str, model: str, wanted: set[str] | None, case: str) -> Any:
-    """A hypothesis test of ``preset``: all properties but the known bugs, or only ``wanted``."""
-    skip = {prop for (p, prop) in KNOWN_BUGS if p in (preset, "*")} if wanted is None else set()
+def check(preset: str, model: str, case: str) -> Any:
+    """A hypothesis test of every property of ``preset``."""
 
-    kind = "below" if wanted == {"below_floor"} else "any"
-
-    @given(scenarios(preset, kind))
+    @given(scenarios(preset))
     def test(scenario: tuple[Conversation, int, dict[str, Any], bool]) -> None:
         EXAMPLES_RUN[case] = EXAMPLES_RUN.get(case, 0) + 1
         conv, budget, options, on_sqlite = scenario
-        runs = [build(conv, preset, model, options, budget, None, skip)]
+        runs = [build(conv, preset, model, options, budget, None)]
         if on_sqlite:
             with tempfile.TemporaryDirectory() as tmp:
-                runs.append(build(conv, preset, model, options, budget, Path(tmp) / "s.db", skip))
+                runs.append(build(conv, preset, model, options, budget, Path(tmp) / "s.db"))
         broken = violations(conv, budget, runs)
-        if wanted is not None:
-            broken = {k: v for k, v in broken.items() if k in wanted}
-        broken = {k: v for k, v in broken.items() if k not in skip}
         assert not broken, broken
 
     return test
@@ -305,22 +267,7 @@ def check(preset: str, model: str, wanted: set[str] | None, case: str) -> Any:
 @pytest.mark.parametrize(("preset", "model"), CASES)
 def test_preset_keeps_its_promises(preset: str, model: str) -> None:
     case = f"{preset}/{model}"
-    settings(BASE, max_examples=EXAMPLES)(check(preset, model, None, case))()
-
-
-@pytest.mark.parametrize(
-    ("preset", "prop"),
-    [
-        pytest.param(p, prop, marks=pytest.mark.xfail(strict=True, reason=reason))
-        for (p, prop), reason in KNOWN_BUGS.items()
-        if prop != "anthropic"  # rare in random prompts: test_anthropic_first_turn_is_user
-    ],
-)
-def test_known_bug_is_still_there(preset: str, prop: str) -> None:
-    case = f"known:{preset}/{prop}"
-    on = "offline" if preset == "*" else preset
-    examples = max(EXAMPLES, DEFAULT_EXAMPLES)  # enough to meet the bug, even when quick
-    settings(BASE, max_examples=examples)(check(on, "none", {prop}, case))()
+    settings(BASE, max_examples=EXAMPLES)(check(preset, model, case))()
 
 
 def _disabled_view(conv: Conversation, messages: list[dict[str, Any]], budget: int) -> Any:
@@ -329,11 +276,6 @@ def _disabled_view(conv: Conversation, messages: list[dict[str, Any]], budget: i
     return session.view("v", preset="disabled", budget=budget)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 9 point 8 (provider): an assistant message's refusal field is sent "
-    "but not counted, so a prompt holding one goes over its budget",
-)
 @settings(BASE, max_examples=EXAMPLES)
 @given(conversations(max_turns=3), st.integers(0, 40))
 def test_refusal_is_counted(conv: Conversation, slack: int) -> None:
@@ -349,11 +291,6 @@ def test_refusal_is_counted(conv: Conversation, slack: int) -> None:
     assert prompt_tokens(prompt) <= budget
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 9 point 4 (boundary): a tool call never answered (a user message "
-    "follows it) is accepted and rendered as is, an unanswered call OpenAI refuses",
-)
 @settings(BASE, max_examples=EXAMPLES)
 @given(conversations(max_turns=3))
 def test_unanswered_call_is_refused_or_repaired(conv: Conversation) -> None:
@@ -368,7 +305,6 @@ def test_unanswered_call_is_refused_or_repaired(conv: Conversation) -> None:
     assert not pairing_faults(view.render())
 
 
-@pytest.mark.xfail(strict=True, reason=ANTHROPIC_BUG)
 @settings(BASE, max_examples=EXAMPLES)
 @given(conversations(max_turns=3), st.integers(0, 20))
 def test_anthropic_first_turn_is_user(conv: Conversation, slack: int) -> None:
