@@ -67,6 +67,27 @@ ANSWER_HEAD = 240
 FALLBACK = "rescue answer unusable: folded without the model, no failed event"
 
 
+def sized_options(preset: str, messages: int) -> dict[str, Any]:
+    """Options that let a preset's own strategy fire on a run this short.
+
+    The seeds size their triggers for long chats (200 messages, 10 rounds);
+    the tau-bench run has 62 messages in 5 user turns, so without these only
+    the rescue would ever ask the model, and the presets' own prompts would go
+    untested.
+    """
+    # keep_last is 10: a fold about every 10 messages (every 2 in the quick run).
+    koog = {"max_messages": min(20, messages // 2)}
+    goal = {"min_turns_old_threshold": 10, "min_turns_to_compact": 2}
+    return {
+        "round-compressor": {"rounds_to_compress": 1, "rounds_to_retain": 1},
+        "rolling": {"threshold": 2, "retain_recent": 1},
+        "goal-batch": goal,
+        "adr-0041": {"goal_batch": goal},
+        "whole-history": koog,
+        "code-agent": koog,
+    }.get(preset, {})
+
+
 def model_presets() -> dict[str, list[str]]:
     """Presets whose pipeline holds a strategy that calls a model: its name, then its aliases."""
     distinct: dict[str, list[str]] = {}
@@ -158,6 +179,7 @@ class Tally:
     kinds: Counter[str] = field(default_factory=Counter)
     failures: dict[int, str] = field(default_factory=dict)
     fallbacks: set[int] = field(default_factory=set)
+    started: Counter[str] = field(default_factory=Counter)
     committed: list[tuple[str, int, bool]] = field(default_factory=list)
     """Per committed job: its strategy, its folds, whether our model made them."""
 
@@ -167,6 +189,7 @@ class Tally:
         if event.kind == "started":
             self.recorder.job += 1
             self.recorder.strategy = event.strategy
+            self.started[event.strategy] += 1
         elif event.kind == "failed":
             self.failures[job] = event.detail
         elif event.kind == "committed":
@@ -195,7 +218,8 @@ def run_preset(
     recorder = Recorder(llm)
     tally = Tally(recorder)
     session = Memory().session(f"real-model-{names[0]}")
-    view = session.view("default", preset=names[0], budget=budget, llm=recorder)
+    options = sized_options(names[0], len(messages))
+    view = session.view("default", preset=names[0], budget=budget, llm=recorder, **options)
     view.on_event.append(tally)
     folds: list[Fold] = []
     started = time.monotonic()
@@ -209,7 +233,8 @@ def run_preset(
         cycle = compact(view, may_plan=lambda: time.monotonic() < deadline)
         folds.extend(cycle.folds)
     elapsed = time.monotonic() - started
-    return summary(names, recorder, tally, folds, view.state(budget).tokens, appended, elapsed)
+    result = summary(names, recorder, tally, folds, view.state(budget).tokens, appended, elapsed)
+    return {**result, "options": options}
 
 
 def summary(
@@ -243,7 +268,7 @@ def summary(
         "calls": sum(a.calls for a in recorder.answers),
         "call_errors": sum(bool(a.error) for a in recorder.answers),
         "seconds": round(elapsed, 1),
-        "jobs": tally.kinds["started"],
+        "jobs": dict(tally.started),
         "failed_jobs": tally.kinds["failed"],
         "degraded": tally.kinds["degraded"],
         "rejected_answers": sum(reasons.values()),

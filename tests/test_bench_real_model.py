@@ -104,7 +104,9 @@ def test_usable_answers_become_model_folds(
     assert result["strategy_folds"] >= 1
     assert result["failed_jobs"] == result["fallback_folds"] == 0
     assert result["reasons"] == {}
-    assert result["calls"] == len(model.calls) >= result["jobs"]  # a rescue may ask twice
+    assert (
+        result["calls"] == len(model.calls) >= sum(result["jobs"].values())
+    )  # a rescue may ask twice
 
 
 def test_reasons_count_together_whatever_their_numbers(bench: ModuleType) -> None:
