@@ -339,7 +339,7 @@ def run_all(spec: str, model: str, args: argparse.Namespace) -> dict[str, Any]:
     results = []
     began = time.monotonic()
     for name in chosen:
-        llm = get_model(spec, timeout=CALL_TIMEOUT[args.quick])
+        llm = get_model(spec, timeout=args.call_timeout or CALL_TIMEOUT[args.quick])
         result = run_preset(presets.get(name, [name]), messages, llm, budget, seconds)
         print(describe(result), flush=True)
         results.append(result)
@@ -379,6 +379,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--presets", help="comma-separated presets (default: every model preset)")
     parser.add_argument("--preset-seconds", type=float, help="time bound of each preset")
     parser.add_argument("--n-ctx", type=int, default=N_CTX, help="the server's context size")
+    parser.add_argument("--call-timeout", type=float, help="seconds one model call may take")
 
 
 def show(figures: Mapping[str, Any], as_json: bool) -> None:
