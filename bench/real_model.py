@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import time
 from collections import Counter
@@ -409,6 +410,8 @@ def skipped(reason: str, as_json: bool) -> int:
 
 def main() -> int:
     args = parse_args(__doc__ or "", add_options)
+    # A plain kill still stops the server: SystemExit runs llama_server's cleanup.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.base_url:
         url, _, model = args.base_url.partition("#")
         figures = run_all(f"openai-compatible:{url}#{model or ALIAS}", model or ALIAS, args)
