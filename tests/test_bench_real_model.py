@@ -1,0 +1,118 @@
+"""bench/real_model.py: it skips cleanly without llama.cpp, and its figures count what happened.
+
+The real server is not needed here: the accounting (folds by the model,
+rescue folds without it, calls, rejected answers with their text) is checked
+with scripted models whose answers are known.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from conftest import load_rows
+
+from contextfold import preset_names
+from contextfold.core.messages import Message
+from contextfold.testing import ScriptedModel
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+ERROR_TEXT = "Error: upstream model overloaded, please retry later."
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    sys.path.insert(0, str(BENCH))
+    try:
+        return importlib.import_module("real_model")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+@pytest.fixture(scope="module")
+def tau_run() -> list[dict[str, Any]]:
+    rows = load_rows("taubench_airline_dev")
+    messages: list[dict[str, Any]] = max(rows, key=lambda r: len(r["messages"]))["messages"]
+    return messages
+
+
+def test_without_a_llama_server_it_says_why_and_exits_0(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-python"
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "real_model.py"), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={"CONTEXTFOLD_LLAMA_PYTHON": str(missing), "PATH": ""},
+    )
+    assert done.returncode == 0, done.stderr
+    last = json.loads(done.stdout.strip().splitlines()[-1])
+    assert last["skipped"] is True
+    assert str(missing) in last["reason"]
+
+
+def test_every_model_preset_is_run_once_and_no_model_free_one(bench: ModuleType) -> None:
+    presets = bench.model_presets()
+    runs = [name for names in presets.values() for name in names]
+    assert len(runs) == len(set(runs))
+    assert set(runs) | {"offline", "keep-recent", "disabled"} == set(preset_names())
+    assert presets["rolling"] == ["rolling", "taskweaver"]
+    assert presets["token-budget"] == ["token-budget", "chat"]
+
+
+def test_error_answers_are_counted_as_rejected_with_their_text(
+    bench: ModuleType, tau_run: list[dict[str, Any]]
+) -> None:
+    model = ScriptedModel(default=ERROR_TEXT)
+    result = bench.run_preset(
+        ["tool-calls"], tau_run, model, bench.forcing_budget(tau_run), seconds=60
+    )
+    assert result["folds"] == 0
+    assert result["failed_jobs"] >= 1
+    assert result["calls"] == len(model.calls)
+    assert result["fallback_folds"] >= 1  # the rescue folded without the model
+    assert bench.FALLBACK in result["reasons"]
+    assert any("error" in reason for reason in result["reasons"])
+    assert result["rejected_answers"] == sum(result["reasons"].values())
+    assert result["examples"][0]["answer"] == ERROR_TEXT
+
+
+def test_usable_answers_become_model_folds(
+    bench: ModuleType, tau_run: list[dict[str, Any]]
+) -> None:
+    summary = "I looked up the reservation and the user's flights."
+
+    def reply(messages: Sequence[Message]) -> str:
+        # Tool-call batches ask for one summary a group (group_1, ...); the rescue for text.
+        if "group_1" not in json.dumps(messages):
+            return summary
+        return json.dumps({f"group_{n}": summary for n in range(1, 30)})
+
+    model = ScriptedModel(default=reply)
+    result = bench.run_preset(
+        ["tool-calls"], tau_run, model, bench.forcing_budget(tau_run), seconds=60
+    )
+    assert result["folds"] >= 1
+    assert result["strategy_folds"] >= 1
+    assert result["failed_jobs"] == result["fallback_folds"] == 0
+    assert result["reasons"] == {}
+    assert (
+        result["calls"] == len(model.calls) >= sum(result["jobs"].values())
+    )  # a rescue may ask twice
+
+
+def test_reasons_count_together_whatever_their_numbers(bench: ModuleType) -> None:
+    one = bench.reason_key("answer of 2,911 characters exceeds the cap of 2600")
+    two = bench.reason_key("answer of 4000 characters exceeds the cap of 1000")
+    assert one == two == "answer of N characters exceeds the cap of N"
+    assert bench.reason_key("answer looks like an error message: 'Error: x; y'") == (
+        "answer looks like an error message: '…'"
+    )
