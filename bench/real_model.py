@@ -48,7 +48,7 @@ from typing import Any
 from _common import conversations, parse_args, report
 from _llama import ALIAS, SMOLLM_DIST, ServerError, llama_missing, llama_server, shipped_gguf
 
-from contextfold import Memory, get_model, get_preset, preset_names
+from contextfold import JobLimits, Memory, get_model, get_preset, preset_names
 from contextfold.core.events import Event
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message, text_of
@@ -63,6 +63,8 @@ N_CTX = 8192
 QUICK_MESSAGES = 24
 PRESET_SECONDS = {True: 45.0, False: 600.0}
 CALL_TIMEOUT = {True: 40.0, False: 120.0}
+JOB_SECONDS = {True: 90.0, False: 240.0}
+"""A job's deadline (``JobLimits``): a job started near the preset's end ends by it."""
 EXAMPLES = 4
 ANSWER_HEAD = 240
 FALLBACK = "rescue answer unusable: folded without the model, no failed event"
@@ -213,7 +215,12 @@ def reasons_of(detail: str) -> list[str]:
 
 
 def run_preset(
-    names: Sequence[str], messages: Sequence[Message], llm: LLM, budget: int, seconds: float
+    names: Sequence[str],
+    messages: Sequence[Message],
+    llm: LLM,
+    budget: int,
+    seconds: float,
+    limits: JobLimits,
 ) -> dict[str, Any]:
     """One preset over the run, a cycle after each append, no job started after ``seconds``."""
     recorder = Recorder(llm)
@@ -231,7 +238,7 @@ def run_preset(
             break
         session.append(message)
         appended += 1
-        cycle = compact(view, may_plan=lambda: time.monotonic() < deadline)
+        cycle = compact(view, may_plan=lambda: time.monotonic() < deadline, limits=limits)
         folds.extend(cycle.folds)
     elapsed = time.monotonic() - started
     result = summary(names, recorder, tally, folds, view.state(budget).tokens, appended, elapsed)
@@ -341,7 +348,8 @@ def run_all(spec: str, model: str, args: argparse.Namespace) -> dict[str, Any]:
     began = time.monotonic()
     for name in chosen:
         llm = get_model(spec, timeout=args.call_timeout or CALL_TIMEOUT[args.quick])
-        result = run_preset(presets.get(name, [name]), messages, llm, budget, seconds)
+        limits = JobLimits(deadline_s=JOB_SECONDS[args.quick])
+        result = run_preset(presets.get(name, [name]), messages, llm, budget, seconds, limits)
         print(describe(result), flush=True)
         results.append(result)
     return {
@@ -350,6 +358,8 @@ def run_all(spec: str, model: str, args: argparse.Namespace) -> dict[str, Any]:
         "conversation_chars": sum(len(text_of(m)) for m in messages),
         "budget": budget,
         "preset_seconds": seconds,
+        "job_seconds": JOB_SECONDS[args.quick],
+        "job_max_calls": JobLimits().max_calls,
         "presets_folding": sum(r["folds"] > 0 for r in results),
         "presets_run": len(results),
         "seconds_total": round(time.monotonic() - began, 1),
