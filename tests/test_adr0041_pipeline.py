@@ -104,11 +104,14 @@ def model_reply(messages: Sequence[Message]) -> str:
         sections["what_was_achieved"] = "The modules read settings once and pass their tests."
         sections["key_artifacts"] = "\n".join(kept)
         return json.dumps(sections)
+    groups = group_histories(messages)
+    if not groups:  # the engine's rescue asks for prose, not groups
+        return "I reworked the modules one turn at a time; each now passes its tests."
     return json.dumps(
         {
             f"group_{n}": "## Strategy\nI read, grepped and tested the module.\n\n"
             "## Critical Artifacts\n" + "\n".join(extract_artifacts(history)[:4])
-            for n, history in enumerate(group_histories(messages), start=1)
+            for n, history in enumerate(groups, start=1)
         }
     )
 

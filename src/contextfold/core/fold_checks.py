@@ -35,7 +35,9 @@ def own_fault(fold: Fold, counter: TokenCounter) -> str | None:
         validate_messages(fold.messages)
     except InvalidInput as exc:
         return f"its messages are not valid: {exc}"
-    if tool_unit_faults(fold.messages):
+    # A call the log never answered is answered at render (``answer_missing``);
+    # a result without its call cannot be.
+    if tool_unit_faults(fold.messages, answered=()):
         return "its messages split a tool unit"
     counted = sum(counter.message(m) for m in fold.messages)
     if fold.tokens_after != counted:
