@@ -1,6 +1,6 @@
 """The one judge of model answers: bad answers committed, good summaries falsely rejected.
 
-- **Bad answers**: every case of ``tests/data/bad_answers.txt`` (refusals, error
+- **Bad answers**: every case of ``src/contextfold/testing/bad_answers.txt`` (refusals, error
   pages, JSON error bodies, null values, ...) is served by a scripted model to
   every model preset, as text and filled into every field of the JSON the
   strategy asks for, over six tau-bench runs in one session. Goal: 0 folds
@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from _common import ROOT, conversations, parse_args, report
+from _common import conversations, parse_args, report
 
 from contextfold import Memory, preset_names
 from contextfold.core.artifacts import extract_artifacts
@@ -38,27 +38,15 @@ from contextfold.llm.offline import OfflineModel
 from contextfold.strategies.answers import REFUSAL_PATTERNS, Expected, judge, normalized
 from contextfold.strategies.goal_batch import SCHEMA as GOAL_BATCH_SCHEMA
 from contextfold.strategies.transcript import transcript
-from contextfold.testing import ScriptedModel
+from contextfold.testing import ScriptedModel, bad_answers
 
 CHUNK = 12
 MAX_TOKENS = 600
-CORPUS = ROOT / "tests" / "data" / "bad_answers.txt"
 NO_MODEL = frozenset({"offline", "keep-recent", "disabled"})
 QUICK_PRESETS = ("rolling", "token-budget", "adr-0041", "retrieve-facts")
 KOOG = {p: {"max_messages": 50} for p in ("whole-history", "retrieve-facts", "code-agent")}
 _REFUSAL = re.compile("|".join(REFUSAL_PATTERNS))
 COUNTER = get_counter()
-
-
-def bad_answers() -> list[str]:
-    """The corpus, read as ``tests/test_answers.py`` reads it."""
-    cases = []
-    for line in CORPUS.read_text(encoding="utf-8").splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        text = line.replace("\\n", "\n").replace("\\r", "\r").replace("\\t", "\t")
-        cases.append("" if line == "\\e" else text)
-    return cases
 
 
 class SchemaFilling:

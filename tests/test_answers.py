@@ -1,6 +1,6 @@
 """The one judge of model answers: no bad answer becomes a fold; a summary quoting errors does.
 
-The bad answers are the corpus in ``tests/data/bad_answers.txt`` (one a line).
+The bad answers are the corpus in ``src/contextfold/testing/bad_answers.txt`` (one a line).
 Each is served, as it is and filled into the JSON a strategy asks for, to every
 model preset by a scripted model, and through a real HTTP server on 127.0.0.1
 speaking OpenAI's protocol (answering 200 with it, or with the ``refusal`` field).
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,9 +24,8 @@ from contextfold.llm.anthropic import AnthropicModel, AnthropicProvider
 from contextfold.llm.base import Completion, Usage, material, parse_json
 from contextfold.strategies.answers import Expected, judge
 from contextfold.strategies.checked import SummaryRejected, summarize_checked
-from contextfold.testing import ScriptedModel
+from contextfold.testing import ScriptedModel, bad_answers
 
-CORPUS = Path(__file__).resolve().parent / "data" / "bad_answers.txt"
 NO_MODEL = frozenset({"offline", "keep-recent", "disabled"})
 # Koog's presets fire past 200 messages; the session here has about 150.
 OPTIONS: dict[str, dict[str, int]] = {
@@ -35,17 +33,6 @@ OPTIONS: dict[str, dict[str, int]] = {
 }
 MODEL_PRESETS = [p for p in preset_names() if p not in NO_MODEL]
 COUNTER = get_counter()
-
-
-def bad_answers() -> list[str]:
-    """The corpus: one answer a line, ``\\n`` ``\\r`` ``\\t`` escaped, ``\\e`` the empty one."""
-    cases = []
-    for line in CORPUS.read_text(encoding="utf-8").splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        text = line.replace("\\n", "\n").replace("\\r", "\r").replace("\\t", "\t")
-        cases.append("" if line == "\\e" else text)
-    return cases
 
 
 BAD = bad_answers()

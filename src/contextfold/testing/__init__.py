@@ -8,10 +8,16 @@ the messages. It records every call.
 server that is not on 127.0.0.1 or localhost, so a test cannot reach a paid
 API by accident; ``CONTEXTFOLD_BLOCK_MODEL_CALLS=1`` does the same for a
 whole process (set it in CI).
+
+``bad_answers()`` is the corpus of model answers that must never become a fold
+(refusals, error pages and bodies, null): serve them to a pipeline of yours
+and check that nothing is committed. Adding a case is adding a line to
+``bad_answers.txt`` beside this module.
 """
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -96,3 +102,15 @@ def block_model_calls() -> Iterator[None]:
         yield
     finally:
         set_blocked(-1)
+
+
+def bad_answers() -> list[str]:
+    """The corpus: one answer a line, ``\\n`` ``\\r`` ``\\t`` escaped, ``\\e`` the empty one."""
+    corpus = importlib.resources.files("contextfold.testing").joinpath("bad_answers.txt")
+    cases = []
+    for line in corpus.read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        text = line.replace("\\n", "\n").replace("\\r", "\r").replace("\\t", "\t")
+        cases.append("" if line == "\\e" else text)
+    return cases
