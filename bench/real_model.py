@@ -15,8 +15,8 @@ no job starts after it, and the run goes on to the next preset.
 
 Figures per preset, from the events and from a recorder around the model:
 folds the model made (``folds``), rescue folds made without it
-(``fallback_folds``: the extractive stand-in or a digest, after the model's
-rescue answers were unusable), model calls, seconds, jobs that failed and why
+(``fallback_folds``: the extractive stand-in or a digest, after the rescue's
+model failed), model calls, seconds, jobs that failed and why
 (``reasons``, normalized: numbers become N, quoted text '…'), and examples of
 the answers that were turned down. ``--quick`` runs the first 24 messages,
 45 s a preset.
@@ -67,7 +67,6 @@ JOB_SECONDS = {True: 90.0, False: 240.0}
 """A job's deadline (``JobLimits``): a job started near the preset's end ends by it."""
 EXAMPLES = 4
 ANSWER_HEAD = 240
-FALLBACK = "rescue answer unusable: folded without the model, no failed event"
 
 
 def sized_options(preset: str, messages: int) -> dict[str, Any]:
@@ -173,15 +172,13 @@ class Recorder:
 class Tally:
     """The events of one preset's run; tells the recorder which job is running.
 
-    A rescue whose model answers are unusable falls back to the extractive
-    stand-in without a ``failed`` event; its committed usage names no model
-    of ours, so ``fallbacks`` holds those jobs.
+    A rescue whose model failed says so (``failed``) and then commits an
+    extractive fold; its committed usage names no model of ours.
     """
 
     recorder: Recorder
     kinds: Counter[str] = field(default_factory=Counter)
     failures: dict[int, str] = field(default_factory=dict)
-    fallbacks: set[int] = field(default_factory=set)
     started: Counter[str] = field(default_factory=Counter)
     committed: list[tuple[str, int, bool]] = field(default_factory=list)
     """Per committed job: its strategy, its folds, whether our model made them."""
@@ -198,8 +195,6 @@ class Tally:
         elif event.kind == "committed":
             by_model = (event.usage or {}).get("model") not in (None, "offline")
             self.committed.append((event.strategy, len(event.data.get("folds", ())), by_model))
-            if not by_model:
-                self.fallbacks.add(job)
 
 
 def reason_key(reason: str) -> str:
@@ -220,7 +215,7 @@ def run_preset(
     llm: LLM,
     budget: int,
     seconds: float,
-    limits: JobLimits,
+    limits: JobLimits = JobLimits(),  # noqa: B008 (frozen)
 ) -> dict[str, Any]:
     """One preset over the run, a cycle after each append, no job started after ``seconds``."""
     recorder = Recorder(llm)
@@ -261,9 +256,6 @@ def summary(
         reasons.update(reason_key(r) for r in job_reasons)
         asked = [a for a in recorder.answers if a.job == job]
         turned_down += zip(asked, job_reasons, strict=False)
-    fallback_answers = [a for a in recorder.answers if a.job in tally.fallbacks]
-    reasons.update(FALLBACK for _ in fallback_answers)
-    turned_down += ((a, FALLBACK) for a in fallback_answers)
     pins = [p for f in folds for p in (f.data or {}).get("pinned", ())]
     return {
         "preset": names[0],

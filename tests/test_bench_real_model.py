@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -79,7 +80,6 @@ def test_error_answers_are_counted_as_rejected_with_their_text(
     assert result["failed_jobs"] >= 1
     assert result["calls"] == len(model.calls)
     assert result["fallback_folds"] >= 1  # the rescue folded without the model
-    assert bench.FALLBACK in result["reasons"]
     assert any("error" in reason for reason in result["reasons"])
     assert result["rejected_answers"] == sum(result["reasons"].values())
     assert result["examples"][0]["answer"] == ERROR_TEXT
@@ -92,9 +92,10 @@ def test_usable_answers_become_model_folds(
 
     def reply(messages: Sequence[Message]) -> str:
         # Tool-call batches ask for one summary a group (group_1, ...); the rescue for text.
-        if "group_1" not in json.dumps(messages):
+        asked = {int(n) for n in re.findall(r"group_(\d+)", json.dumps(messages))}
+        if not asked:
             return summary
-        return json.dumps({f"group_{n}": summary for n in range(1, 30)})
+        return json.dumps({f"group_{n}": summary for n in sorted(asked)})
 
     model = ScriptedModel(default=reply)
     result = bench.run_preset(
