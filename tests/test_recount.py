@@ -162,7 +162,7 @@ def test_two_processes_open_an_old_file_at_once(tmp_path: Path, journal: str) ->
     switched by one of the two while the other waits.
     """
     path = tmp_path / "old.db"
-    log = _agent_log(300)
+    log = _agent_log(100)
     _old(path, log)
     with sqlite3.connect(path, isolation_level=None) as raw:
         assert raw.execute(f"PRAGMA journal_mode={journal}").fetchone() == (journal,)
