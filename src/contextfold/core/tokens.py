@@ -32,6 +32,11 @@ TOKENS_PER_NAME = 1
 TOKENS_PER_CALL = 3
 REPLY_PRIMING = 3
 IMAGE_TOKENS = 85
+# The version of ``TokenCounter.message``'s formula. Stores keep each message's
+# count, so bump this whenever a message may count differently: a SQLite file
+# recorded with an older version is recounted when opened (contextfold.store.recount).
+# 1: role, text content, name, calls' name and arguments; 2: every sent field.
+COUNT_VERSION = 2
 
 _PATTERNS = {
     "cl100k_base": (

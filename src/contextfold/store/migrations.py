@@ -2,8 +2,9 @@
 
 Each migration is applied once, in order, and recorded by name in
 ``_migrations``; all pending ones run in one transaction when a file is opened,
-so a file is never left half-migrated. Append new migrations at the end and
-never edit one that has shipped.
+so a file is never left half-migrated. The same transaction brings the stored
+token counts to the current formula (``contextfold.store.recount``). Append new
+migrations at the end and never edit one that has shipped.
 
 Statements run one at a time with ``execute``: ``executescript`` would commit
 the open transaction first.
@@ -15,6 +16,7 @@ import sqlite3
 import time
 
 from contextfold.core.errors import StoreError
+from contextfold.store.recount import recount
 
 MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
     (
@@ -106,6 +108,11 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
                 WHERE superseded_by IS NULL AND quarantined IS NULL""",
         ),
     ),
+    (
+        "005_count_version",
+        # The token count formula the stored counts follow (contextfold.store.recount).
+        ("CREATE TABLE _count_version (version INTEGER NOT NULL)",),
+    ),
 ]
 
 
@@ -150,6 +157,7 @@ def migrate(conn: sqlite3.Connection, path: str = "database") -> list[str]:
                 conn.execute(statement)
             conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))
             applied.append(name)
+        recount(conn, path)
         conn.execute("COMMIT")
     except BaseException:
         conn.rollback()

@@ -208,7 +208,7 @@ class SQLiteStore:
             try:
                 # Nothing is written (not even the journal mode) to a file that is not ours.
                 check_ours(conn, self.path)
-                conn.execute("PRAGMA journal_mode=WAL")
+                _use_wal(conn, timeout)
                 conn.execute(f"PRAGMA synchronous={SYNCHRONOUS[durability]}")
                 conn.execute("PRAGMA foreign_keys=ON")
                 migrate(conn, self.path)
@@ -505,6 +505,24 @@ class SQLiteStore:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+def _use_wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """Switch the file to WAL, waiting up to ``timeout`` for other processes.
+
+    Two processes switching one file at once each hold a read lock and want the
+    write lock; SQLite breaks that deadlock by answering one of them "locked" at
+    once, without waiting, so the switch is retried until the other is done.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _prepare(index: int, new: NewMessage) -> tuple[NewMessage, str, str, list[str]]:

@@ -1,0 +1,81 @@
+"""Stored token counts follow the current counting formula.
+
+Every message is stored with its token count, and render adds those counts up
+to keep a prompt within its budget; a count by an older formula (lower, say,
+because a field was not counted yet) could let a prompt overflow. A file
+therefore records which formula its counts follow (``COUNT_VERSION`` of
+``contextfold.core.tokens``) in ``_count_version``. ``recount`` runs inside the
+write transaction that migrates a file on open: a file recorded with an older
+version, or with none (written before versions were recorded), has every
+message's count redone with its session's encoding, and the new version is
+recorded in the same transaction. A second process opening the file at once
+waits for that transaction's write lock and then finds the version current.
+
+Only the ``tokens`` column changes: the message JSON is the log, kept byte for
+byte. Folds are left to the view's checks, which quarantine a fold whose stored
+count differs from a fresh count of its messages (``contextfold.core.fold_checks``)
+so the next compaction makes it again; that is rare, since folds are mostly
+summaries and a plain text message counts the same by every version.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from contextfold.core.errors import InvalidInput, StoreError
+from contextfold.core.tokens import COUNT_VERSION, TokenCounter, get_counter
+
+VERSION_SQL = "SELECT MAX(version) FROM _count_version"
+SESSIONS_SQL = "SELECT id, encoding FROM sessions ORDER BY id"
+MESSAGES_SQL = "SELECT seq, message, tokens FROM messages WHERE session_id = ? ORDER BY seq"
+SET_TOKENS_SQL = "UPDATE messages SET tokens = ? WHERE session_id = ? AND seq = ?"
+
+
+def recount(conn: sqlite3.Connection, path: str) -> int:
+    """Bring the file's message counts to ``COUNT_VERSION``; return how many changed.
+
+    Call inside a write transaction. Refuses a file whose counts follow a newer
+    formula than this code knows: it would misjudge every budget.
+    """
+    recorded = conn.execute(VERSION_SQL).fetchone()[0]
+    if recorded is not None and recorded > COUNT_VERSION:
+        raise StoreError(
+            f"{path} was written by a newer contextfold (token count version {recorded}, "
+            f"this one counts by version {COUNT_VERSION}); upgrade contextfold to open it"
+        )
+    if recorded == COUNT_VERSION:
+        return 0
+    changed = 0
+    for session_id, encoding in conn.execute(SESSIONS_SQL).fetchall():
+        counter = _counter(encoding)
+        if counter is None:
+            continue
+        updates = [
+            (fresh, session_id, seq)
+            for seq, text, tokens in conn.execute(MESSAGES_SQL, (session_id,))
+            if (fresh := _count(counter, text)) is not None and fresh != tokens
+        ]
+        conn.executemany(SET_TOKENS_SQL, updates)
+        changed += len(updates)
+    conn.execute("DELETE FROM _count_version")
+    conn.execute("INSERT INTO _count_version VALUES (?)", (COUNT_VERSION,))
+    return changed
+
+
+def _counter(encoding: Any) -> TokenCounter | None:
+    """The session's counter; None for an encoding no session can be opened with."""
+    try:
+        return get_counter(encoding) if isinstance(encoding, str) else None
+    except InvalidInput:
+        return None
+
+
+def _count(counter: TokenCounter, text: Any) -> int | None:
+    """A message's fresh count; None for a damaged row, left for a read to report."""
+    try:
+        message = json.loads(text)
+        return counter.message(message) if isinstance(message, dict) else None
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return None
