@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -192,8 +193,11 @@ def _offer_gil() -> None:
     A ``sleep(0)`` is a system call that, on a busy machine, can give the CPU
     away for a whole time slice; offered per segment it made the first
     compaction of a long log several times slower. Once a millisecond still
-    keeps a turn from waiting out the 5 ms switch interval.
+    keeps a turn from waiting out the 5 ms switch interval. With no other
+    thread there is no one to offer to (an inline compaction), and no call.
     """
+    if threading.active_count() == 1:
+        return
     now = time.perf_counter()
     if now - _offered[0] >= _OFFER_EVERY_S:
         _offered[0] = now

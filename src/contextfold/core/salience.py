@@ -99,32 +99,50 @@ class Candidate:
 
 
 def candidates_of(sources: Sequence[Source], counter: TokenCounter) -> list[Candidate]:
-    """Every sentence of ``sources`` (overlong ones as clauses) that has a content word."""
+    """Every sentence of ``sources`` (overlong ones as clauses) that has a content word.
+
+    A text read once is not read again: tool outputs and greetings repeat, and
+    its pieces are the same whatever source they come from.
+    """
     out: list[Candidate] = []
+    read: dict[tuple[str, bool, bool], list[Candidate]] = {}
     for index, source in enumerate(sources):
         prefix = counter.text(f"{source.speaker}: ") + 1
-        for _, sentence in sentences(source.text):
-            for piece in _pieces(sentence, counter):
-                found = _WORD.findall(piece.lower())
-                words = tuple(dict.fromkeys(w for w in found if w not in _STOPWORDS))
-                if not words:
-                    continue
-                names = {w.lower() for w in _CAPITALIZED.findall(piece)}
-                named = sum(w in names or w.isdigit() for w in words)
-                artifacts = [a.text for a in find_artifacts(piece, TOKEN_KINDS)]
-                if is_error_line(piece) or (source.user and is_constraint(piece)):
-                    artifacts.append(piece)
-                out.append(
-                    Candidate(
-                        source=index,
-                        text=piece,
-                        words=words,
-                        artifacts=tuple(artifacts),
-                        cost=prefix + counter.text(piece),
-                        bonus=NAME_BONUS * named
-                        + (TIME_BONUS if source.session and _RELATIVE_TIME.search(piece) else 0),
-                    )
+        key = (source.text, source.user, bool(source.session))
+        pieces = read.get(key)
+        if pieces is None:
+            pieces = read[key] = _read(source, counter)
+        out.extend(
+            Candidate(index, c.text, c.words, c.artifacts, prefix + c.cost, c.bonus) for c in pieces
+        )
+    return out
+
+
+def _read(source: Source, counter: TokenCounter) -> list[Candidate]:
+    """The candidates of one source, with ``source`` unset and ``cost`` without the prefix."""
+    out: list[Candidate] = []
+    for _, sentence in sentences(source.text):
+        for piece in _pieces(sentence, counter):
+            found = _WORD.findall(piece.lower())
+            words = tuple(dict.fromkeys(w for w in found if w not in _STOPWORDS))
+            if not words:
+                continue
+            names = {w.lower() for w in _CAPITALIZED.findall(piece)}
+            named = sum(w in names or w.isdigit() for w in words)
+            artifacts = [a.text for a in find_artifacts(piece, TOKEN_KINDS)]
+            if is_error_line(piece) or (source.user and is_constraint(piece)):
+                artifacts.append(piece)
+            out.append(
+                Candidate(
+                    source=-1,
+                    text=piece,
+                    words=words,
+                    artifacts=tuple(artifacts),
+                    cost=counter.text(piece),
+                    bonus=NAME_BONUS * named
+                    + (TIME_BONUS if source.session and _RELATIVE_TIME.search(piece) else 0),
                 )
+            )
     return out
 
 
