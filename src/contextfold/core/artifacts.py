@@ -193,10 +193,11 @@ def _offer_gil() -> None:
     A ``sleep(0)`` is a system call that, on a busy machine, can give the CPU
     away for a whole time slice; offered per segment it made the first
     compaction of a long log several times slower. Once a millisecond still
-    keeps a turn from waiting out the 5 ms switch interval. With no other
-    thread there is no one to offer to (an inline compaction), and no call.
+    keeps a turn from waiting out the 5 ms switch interval. Only a scan in the
+    background offers: on the main thread (an inline compaction) the scan is
+    the turn, and the threads beside it (a lease keeper) sleep.
     """
-    if threading.active_count() == 1:
+    if threading.current_thread() is threading.main_thread():
         return
     now = time.perf_counter()
     if now - _offered[0] >= _OFFER_EVERY_S:

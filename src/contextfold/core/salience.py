@@ -180,34 +180,40 @@ def select(
 
     Returns the chosen candidates with the gain per token they were chosen at.
     Every float is summed in an order fixed by the input, so the same input
-    gives the same choice in every process (no set is iterated).
+    gives the same choice in every process (no set is iterated). Selection
+    stops once the cheapest candidate no longer fits: none after it could.
     """
     in_source = dict.fromkeys((c.source, w) for c in candidates for w in c.words)
     df: Counter[str] = Counter(w for _, w in in_source)
     n = len(sources) + 1
     weight = {w: math.log(n / d) for w, d in df.items()}
+    weighed = [tuple((w, weight[w]) for w in c.words) for c in candidates]
     top = math.log(n)
     covered: set[str] = set()
     kept_artifacts: set[str] = set()
     sessions: set[str | None] = {None}
     must_room = must_share * room
+    cheapest = min((c.cost for c in candidates), default=0)
     used = 0
 
-    def gain(c: Candidate) -> float:
-        value = sum(weight[w] for w in c.words if w not in covered) + c.bonus
+    def gain(i: int) -> float:
+        c = candidates[i]
+        value = sum([x for w, x in weighed[i] if w not in covered]) + c.bonus
+        if not c.artifacts:
+            return value
         new_artifacts = len(set(c.artifacts) - kept_artifacts)
         value += ARTIFACT_WEIGHT * top * new_artifacts
         if new_artifacts and used + c.cost <= must_room:
             value += MUST_WEIGHT * top
         return value
 
-    heap = [(-gain(c) / c.cost, i) for i, c in enumerate(candidates)]
+    heap = [(-gain(i) / c.cost, i) for i, c in enumerate(candidates)]
     heapq.heapify(heap)
     chosen: dict[int, float] = {}
-    while heap:
+    while heap and used + cheapest <= room:
         _, i = heapq.heappop(heap)
         c = candidates[i]
-        fresh = gain(c)
+        fresh = gain(i)
         if all(w in covered for w in c.words) and kept_artifacts.issuperset(c.artifacts):
             continue
         if heap and fresh / c.cost < -heap[0][0] - 1e-12:
