@@ -86,7 +86,9 @@ def test_an_inline_scan_offers_no_gil_and_a_background_one_does(
     assert _offers(False, monkeypatch) > 1
 
 
-def _first_compaction_work(n: int, tmp_path: Path) -> tuple[int, int]:
+def _first_compaction_work(
+    n: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, int]:
     """Characters tokenized and texts scanned by the first compaction of ``n`` messages."""
     work = {"chars": 0, "scans": 0}
 
@@ -106,18 +108,18 @@ def _first_compaction_work(n: int, tmp_path: Path) -> tuple[int, int]:
     session.extend(agent_log(n))
     view = session.view("default", preset="offline", budget=2_000)
     work.update(chars=0, scans=0)
-    salience.find_artifacts = scan  # type: ignore[assignment]
-    try:
+    with monkeypatch.context() as patched:
+        patched.setattr(salience, "find_artifacts", scan)
         made = view.compact()
-    finally:
-        salience.find_artifacts = real
     memory.close()
     assert made.folds and made.tokens_after <= 2_000
     return work["chars"], work["scans"]
 
 
-def test_first_compaction_work_grows_linearly(tmp_path: Path) -> None:
-    small = _first_compaction_work(1_000, tmp_path)
-    large = _first_compaction_work(4_000, tmp_path)
+def test_first_compaction_work_grows_linearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small = _first_compaction_work(1_000, tmp_path, monkeypatch)
+    large = _first_compaction_work(4_000, tmp_path, monkeypatch)
     assert large[0] <= 4.4 * small[0]
     assert large[1] <= 4.4 * small[1]
