@@ -169,12 +169,34 @@ def _pieces(sentence: str, counter: TokenCounter) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class Weights:
+    """Each candidate's content words with their rarity, and the rarest a word can be.
+
+    They depend on the candidates alone, so a selection repeated with more room
+    (``ExtractiveSummary``'s refills) weighs them once.
+    """
+
+    words: list[tuple[tuple[str, float], ...]]
+    top: float
+
+
+def weigh(candidates: Sequence[Candidate], sources: Sequence[Source]) -> Weights:
+    """A word is worth log(sources / sources holding it): rare words carry the news."""
+    in_source = dict.fromkeys((c.source, w) for c in candidates for w in c.words)
+    df: Counter[str] = Counter(w for _, w in in_source)
+    n = len(sources) + 1
+    weight = {w: math.log(n / d) for w, d in df.items()}
+    return Weights([tuple((w, weight[w]) for w in c.words) for c in candidates], math.log(n))
+
+
 def select(
     candidates: Sequence[Candidate],
     sources: Sequence[Source],
     room: int,
     must_share: float,
     counter: TokenCounter,
+    weights: Weights | None = None,
 ) -> dict[int, float]:
     """Greedy by new information per token (lazy: a gain only falls as words are kept).
 
@@ -182,13 +204,11 @@ def select(
     Every float is summed in an order fixed by the input, so the same input
     gives the same choice in every process (no set is iterated). Selection
     stops once the cheapest candidate no longer fits: none after it could.
+    ``weights`` are ``weigh(candidates, sources)``, computed when not given.
     """
-    in_source = dict.fromkeys((c.source, w) for c in candidates for w in c.words)
-    df: Counter[str] = Counter(w for _, w in in_source)
-    n = len(sources) + 1
-    weight = {w: math.log(n / d) for w, d in df.items()}
-    weighed = [tuple((w, weight[w]) for w in c.words) for c in candidates]
-    top = math.log(n)
+    if weights is None:
+        weights = weigh(candidates, sources)
+    weighed, top = weights.words, weights.top
     covered: set[str] = set()
     kept_artifacts: set[str] = set()
     sessions: set[str | None] = {None}
