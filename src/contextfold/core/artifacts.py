@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -192,8 +193,12 @@ def _offer_gil() -> None:
     A ``sleep(0)`` is a system call that, on a busy machine, can give the CPU
     away for a whole time slice; offered per segment it made the first
     compaction of a long log several times slower. Once a millisecond still
-    keeps a turn from waiting out the 5 ms switch interval.
+    keeps a turn from waiting out the 5 ms switch interval. Only a scan in the
+    background offers: on the main thread (an inline compaction) the scan is
+    the turn, and the threads beside it (a lease keeper) sleep.
     """
+    if threading.current_thread() is threading.main_thread():
+        return
     now = time.perf_counter()
     if now - _offered[0] >= _OFFER_EVERY_S:
         _offered[0] = now

@@ -99,32 +99,50 @@ class Candidate:
 
 
 def candidates_of(sources: Sequence[Source], counter: TokenCounter) -> list[Candidate]:
-    """Every sentence of ``sources`` (overlong ones as clauses) that has a content word."""
+    """Every sentence of ``sources`` (overlong ones as clauses) that has a content word.
+
+    A text read once is not read again: tool outputs and greetings repeat, and
+    its pieces are the same whatever source they come from.
+    """
     out: list[Candidate] = []
+    read: dict[tuple[str, bool, bool], list[Candidate]] = {}
     for index, source in enumerate(sources):
         prefix = counter.text(f"{source.speaker}: ") + 1
-        for _, sentence in sentences(source.text):
-            for piece in _pieces(sentence, counter):
-                found = _WORD.findall(piece.lower())
-                words = tuple(dict.fromkeys(w for w in found if w not in _STOPWORDS))
-                if not words:
-                    continue
-                names = {w.lower() for w in _CAPITALIZED.findall(piece)}
-                named = sum(w in names or w.isdigit() for w in words)
-                artifacts = [a.text for a in find_artifacts(piece, TOKEN_KINDS)]
-                if is_error_line(piece) or (source.user and is_constraint(piece)):
-                    artifacts.append(piece)
-                out.append(
-                    Candidate(
-                        source=index,
-                        text=piece,
-                        words=words,
-                        artifacts=tuple(artifacts),
-                        cost=prefix + counter.text(piece),
-                        bonus=NAME_BONUS * named
-                        + (TIME_BONUS if source.session and _RELATIVE_TIME.search(piece) else 0),
-                    )
+        key = (source.text, source.user, bool(source.session))
+        pieces = read.get(key)
+        if pieces is None:
+            pieces = read[key] = _read(source, counter)
+        out.extend(
+            Candidate(index, c.text, c.words, c.artifacts, prefix + c.cost, c.bonus) for c in pieces
+        )
+    return out
+
+
+def _read(source: Source, counter: TokenCounter) -> list[Candidate]:
+    """The candidates of one source, with ``source`` unset and ``cost`` without the prefix."""
+    out: list[Candidate] = []
+    for _, sentence in sentences(source.text):
+        for piece in _pieces(sentence, counter):
+            found = _WORD.findall(piece.lower())
+            words = tuple(dict.fromkeys(w for w in found if w not in _STOPWORDS))
+            if not words:
+                continue
+            names = {w.lower() for w in _CAPITALIZED.findall(piece)}
+            named = sum(w in names or w.isdigit() for w in words)
+            artifacts = [a.text for a in find_artifacts(piece, TOKEN_KINDS)]
+            if is_error_line(piece) or (source.user and is_constraint(piece)):
+                artifacts.append(piece)
+            out.append(
+                Candidate(
+                    source=-1,
+                    text=piece,
+                    words=words,
+                    artifacts=tuple(artifacts),
+                    cost=counter.text(piece),
+                    bonus=NAME_BONUS * named
+                    + (TIME_BONUS if source.session and _RELATIVE_TIME.search(piece) else 0),
                 )
+            )
     return out
 
 
@@ -151,45 +169,71 @@ def _pieces(sentence: str, counter: TokenCounter) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class Weights:
+    """Each candidate's content words with their rarity, and the rarest a word can be.
+
+    They depend on the candidates alone, so a selection repeated with more room
+    (``ExtractiveSummary``'s refills) weighs them once.
+    """
+
+    words: list[tuple[tuple[str, float], ...]]
+    top: float
+
+
+def weigh(candidates: Sequence[Candidate], sources: Sequence[Source]) -> Weights:
+    """A word is worth log(sources / sources holding it): rare words carry the news."""
+    in_source = dict.fromkeys((c.source, w) for c in candidates for w in c.words)
+    df: Counter[str] = Counter(w for _, w in in_source)
+    n = len(sources) + 1
+    weight = {w: math.log(n / d) for w, d in df.items()}
+    return Weights([tuple((w, weight[w]) for w in c.words) for c in candidates], math.log(n))
+
+
 def select(
     candidates: Sequence[Candidate],
     sources: Sequence[Source],
     room: int,
     must_share: float,
     counter: TokenCounter,
+    weights: Weights | None = None,
 ) -> dict[int, float]:
     """Greedy by new information per token (lazy: a gain only falls as words are kept).
 
     Returns the chosen candidates with the gain per token they were chosen at.
     Every float is summed in an order fixed by the input, so the same input
-    gives the same choice in every process (no set is iterated).
+    gives the same choice in every process (no set is iterated). Selection
+    stops once the cheapest candidate no longer fits: none after it could.
+    ``weights`` are ``weigh(candidates, sources)``, computed when not given.
     """
-    in_source = dict.fromkeys((c.source, w) for c in candidates for w in c.words)
-    df: Counter[str] = Counter(w for _, w in in_source)
-    n = len(sources) + 1
-    weight = {w: math.log(n / d) for w, d in df.items()}
-    top = math.log(n)
+    if weights is None:
+        weights = weigh(candidates, sources)
+    weighed, top = weights.words, weights.top
     covered: set[str] = set()
     kept_artifacts: set[str] = set()
     sessions: set[str | None] = {None}
     must_room = must_share * room
+    cheapest = min((c.cost for c in candidates), default=0)
     used = 0
 
-    def gain(c: Candidate) -> float:
-        value = sum(weight[w] for w in c.words if w not in covered) + c.bonus
+    def gain(i: int) -> float:
+        c = candidates[i]
+        value = sum([x for w, x in weighed[i] if w not in covered]) + c.bonus
+        if not c.artifacts:
+            return value
         new_artifacts = len(set(c.artifacts) - kept_artifacts)
         value += ARTIFACT_WEIGHT * top * new_artifacts
         if new_artifacts and used + c.cost <= must_room:
             value += MUST_WEIGHT * top
         return value
 
-    heap = [(-gain(c) / c.cost, i) for i, c in enumerate(candidates)]
+    heap = [(-gain(i) / c.cost, i) for i, c in enumerate(candidates)]
     heapq.heapify(heap)
     chosen: dict[int, float] = {}
-    while heap:
+    while heap and used + cheapest <= room:
         _, i = heapq.heappop(heap)
         c = candidates[i]
-        fresh = gain(c)
+        fresh = gain(i)
         if all(w in covered for w in c.words) and kept_artifacts.issuperset(c.artifacts):
             continue
         if heap and fresh / c.cost < -heap[0][0] - 1e-12:

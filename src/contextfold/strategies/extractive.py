@@ -27,7 +27,7 @@ from typing import Any
 from contextfold.core.entries import Entry
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message, text_of
-from contextfold.core.salience import Candidate, Source, candidates_of, compose, select
+from contextfold.core.salience import Candidate, Source, candidates_of, compose, select, weigh
 from contextfold.core.tokens import TokenCounter
 from contextfold.llm.base import LLM
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
@@ -98,14 +98,15 @@ class ExtractiveSummary:
         room = target - counter.message(probe)
         sources = _sources(job.entries, self.name)
         candidates = candidates_of(sources, counter)
-        chosen = select(candidates, sources, room, self.must_share, counter)
+        weights = weigh(candidates, sources)
+        chosen = select(candidates, sources, room, self.must_share, counter, weights)
         lines, message, tokens_after = _message(header, chosen, candidates, sources, counter)
         for _ in range(REFILLS):
             # The estimate pays a speaker prefix a piece; joined lines cost less.
             if target - tokens_after < self.min_tokens // 4:
                 break
             room += target - tokens_after
-            chosen = select(candidates, sources, room, self.must_share, counter)
+            chosen = select(candidates, sources, room, self.must_share, counter, weights)
             lines, message, tokens_after = _message(header, chosen, candidates, sources, counter)
         while tokens_after > target and chosen:
             weakest = min(chosen, key=lambda i: (chosen[i], -i))

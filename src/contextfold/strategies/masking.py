@@ -41,17 +41,19 @@ class ObservationMasking:
         units = [(i, j) for i, j in state.units if _is_raw_tool_unit(state.entries[i : j + 1])]
         keep = max(self.keep_last, 0)
         eligible = units[: max(len(units) - keep, 0)]
-        chosen = [u for u in eligible if self._worth(state, u)]
+        worth = [(u, self._worth(state, u)) for u in eligible]
+        chosen = [u for u, saving in worth if saving > 0]
         if state.budget is not None:
             over = state.tokens - state.low_mark(state.budget)
             extra = units[len(eligible) : max(len(units) - self.min_keep, len(eligible))]
-            saved = sum(self._saving(state, u) for u in chosen)
+            saved = sum(saving for _, saving in worth if saving > 0)
             for u in extra:
                 if saved >= over:
                     break
-                if self._worth(state, u):
+                saving = self._worth(state, u)
+                if saving > 0:
                     chosen.append(u)
-                    saved += self._saving(state, u)
+                    saved += saving
         if not chosen:
             return None
         first, last = chosen[0][0], chosen[-1][1]
@@ -80,11 +82,12 @@ class ObservationMasking:
             )
         return folds
 
-    def _worth(self, state: ViewState, span: tuple[int, int]) -> bool:
+    def _worth(self, state: ViewState, span: tuple[int, int]) -> int:
+        """Tokens masking the unit saves; 0 for a unit of an excluded tool."""
         unit = state.entries[span[0] : span[1] + 1]
         if any(_tool_name(e, unit) in self.exclude_tools for e in unit if e.role == "tool"):
-            return False
-        return self._saving(state, span) > 0
+            return 0
+        return self._saving(state, span)
 
     def _saving(self, state: ViewState, span: tuple[int, int]) -> int:
         unit = state.entries[span[0] : span[1] + 1]
