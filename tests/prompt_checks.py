@@ -3,8 +3,9 @@ count and the tool-pairing rule a provider enforces.
 
 The count follows the rule ``contextfold.core.tokens`` documents (OpenAI's
 published accounting: 3 tokens a message plus its role and content, 1 more and
-the name when it has one, each tool call's name and arguments plus 3, 3 to
-prime the reply), plus every other text field that is sent (``refusal``), but
+the name when it has one, each tool call's id, name and arguments plus 3, 3 to
+prime the reply), plus every other text field that is sent (``refusal``,
+``tool_call_id``), but
 with an encoding built here by tiktoken's own ``o200k_base`` constructor: its
 own pattern and special tokens, and the vocabulary checked against tiktoken's
 pinned hash. The library builds its encoding from copies of those; a slip in
@@ -62,8 +63,10 @@ def message_tokens(message: Mapping[str, Any]) -> int:
             total += tokens(part["text"]) if part["type"] == "text" else PER_IMAGE
     if message.get("name"):
         total += PER_NAME + tokens(message["name"])
+    if message.get("tool_call_id"):
+        total += tokens(message["tool_call_id"])
     for call in message.get("tool_calls") or ():
-        total += PER_CALL + tokens(call["function"]["name"])
+        total += PER_CALL + tokens(call["id"]) + tokens(call["function"]["name"])
         total += tokens(call["function"]["arguments"])
     if message.get("refusal"):
         total += tokens(message["refusal"])
