@@ -148,17 +148,25 @@ class RAMStore:
                 for i, f in enumerate(self._folds.get((session_id, view), []))
                 if include_superseded or getattr(f, "superseded_by", None) is None
             ]
-            out = self._readable(session_id, view, kept, raising=True)
+            gone = dict(self._quarantined.get((session_id, view), {}))
+        # Folds are frozen and replaced, never edited: they are copied outside the
+        # lock, so a background reader does not hold up a turn's append.
+        out = self._readable(session_id, view, kept, gone, raising=True)
         return sorted(out, key=lambda f: (f.start, f.created_at))
 
     def _readable(
-        self, session_id: str, view: str, kept: Sequence[tuple[int, Any]], *, raising: bool
+        self,
+        session_id: str,
+        view: str,
+        kept: Sequence[tuple[int, Any]],
+        gone: Mapping[str, str],
+        *,
+        raising: bool,
     ) -> list[Fold]:
         """Copies of the view's unquarantined folds, each read back as a stored row is.
 
         A fold that does not read back is ``DamagedFold`` when ``raising``, else left out.
         """
-        gone = self._quarantined.get((session_id, view), {})
         out: list[Fold] = []
         for index, item in kept:
             fold_id = _id_of(item, index)
@@ -209,7 +217,10 @@ class RAMStore:
             stored = {_id_of(f, i) for i, f in enumerate(current)}
             if any(f.id in stored for f in folds):
                 raise InvalidInput("fold id is already stored", field="id")
-            readable = self._readable(session_id, view, list(enumerate(current)), raising=False)
+            marked = self._quarantined.get(key, {})
+            readable = self._readable(
+                session_id, view, list(enumerate(current)), marked, raising=False
+            )
             active = [f for f in readable if f.superseded_by is None]
             superseded: dict[str, str] = {}
             for fold, gone in plan_commit(active, view, folds, self._last[session_id]):
