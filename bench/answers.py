@@ -22,7 +22,7 @@ import json
 import re
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from _common import conversations, parse_args, report
@@ -38,7 +38,7 @@ from contextfold.llm.offline import OfflineModel
 from contextfold.strategies.answers import REFUSAL_PATTERNS, Expected, judge, normalized
 from contextfold.strategies.goal_batch import SCHEMA as GOAL_BATCH_SCHEMA
 from contextfold.strategies.transcript import transcript
-from contextfold.testing import ScriptedModel, bad_answers
+from contextfold.testing import SchemaFilling, ScriptedModel, bad_answers
 
 CHUNK = 12
 MAX_TOKENS = 600
@@ -47,40 +47,6 @@ QUICK_PRESETS = ("rolling", "token-budget", "adr-0041", "retrieve-facts")
 KOOG = {p: {"max_messages": 50} for p in ("whole-history", "retrieve-facts", "code-agent")}
 _REFUSAL = re.compile("|".join(REFUSAL_PATTERNS))
 COUNTER = get_counter()
-
-
-class SchemaFilling:
-    """A model answering ``case`` as text, or in every field of the JSON asked for."""
-
-    name = "schema-filling"
-
-    def __init__(self, case: str) -> None:
-        self.case = case
-
-    def complete(
-        self,
-        messages: Sequence[Message],
-        *,
-        max_tokens: int | None = None,
-        schema: Mapping[str, Any] | None = None,
-    ) -> Completion:
-        if schema is None:
-            return Completion(self.case, Usage(self.name))
-        fields = {
-            key: [self.case] if spec.get("type") == "array" else self.case
-            for key, spec in schema.get("properties", {}).items()
-        }
-        text = json.dumps(fields)
-        return Completion(text, Usage(self.name), parse_json(text))
-
-    async def acomplete(
-        self,
-        messages: Sequence[Message],
-        *,
-        max_tokens: int | None = None,
-        schema: Mapping[str, Any] | None = None,
-    ) -> Completion:
-        return self.complete(messages, max_tokens=max_tokens, schema=schema)
 
 
 def corpus_figures(presets: Sequence[str]) -> dict[str, Any]:

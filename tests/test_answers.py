@@ -9,7 +9,6 @@ speaking OpenAI's protocol (answering 200 with it, or with the ``refusal`` field
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -21,10 +20,10 @@ from contextfold.core.messages import Message
 from contextfold.core.tokens import get_counter
 from contextfold.llm import OpenAIModel, OpenAIProvider, RetryPolicy
 from contextfold.llm.anthropic import AnthropicModel, AnthropicProvider
-from contextfold.llm.base import Completion, Usage, material, parse_json
+from contextfold.llm.base import Completion, Usage, material
 from contextfold.strategies.answers import Expected, judge
 from contextfold.strategies.checked import SummaryRejected, summarize_checked
-from contextfold.testing import ScriptedModel, bad_answers
+from contextfold.testing import SchemaFilling, ScriptedModel, bad_answers
 
 NO_MODEL = frozenset({"offline", "keep-recent", "disabled"})
 # Koog's presets fire past 200 messages; the session here has about 150.
@@ -43,45 +42,6 @@ def agent_runs(runs: int = 6) -> list[Message]:
     rows = load_rows("taubench_airline_dev", limit=runs)
     rest = [m for row in rows for m in row["messages"] if m["role"] != "system"]
     return [rows[0]["messages"][0], *rest]
-
-
-def filled(schema: Mapping[str, Any], case: str) -> dict[str, Any]:
-    """The JSON ``schema`` asks for, with ``case`` in every field."""
-    out: dict[str, Any] = {}
-    for key, spec in schema.get("properties", {}).items():
-        kind = spec.get("type")
-        out[key] = [case] if kind == "array" else {"note": case} if kind == "object" else case
-    return out
-
-
-class SchemaFilling:
-    """A model that answers ``case`` in the shape asked for: as text, or in every JSON field."""
-
-    name = "schema-filling"
-
-    def __init__(self, case: str) -> None:
-        self.case = case
-        self.calls = 0
-
-    def complete(
-        self,
-        messages: Sequence[Message],
-        *,
-        max_tokens: int | None = None,
-        schema: Mapping[str, Any] | None = None,
-    ) -> Completion:
-        self.calls += 1
-        text = self.case if schema is None else json.dumps(filled(schema, self.case))
-        return Completion(text, Usage(self.name), parse_json(text) if schema else None)
-
-    async def acomplete(
-        self,
-        messages: Sequence[Message],
-        *,
-        max_tokens: int | None = None,
-        schema: Mapping[str, Any] | None = None,
-    ) -> Completion:
-        return self.complete(messages, max_tokens=max_tokens, schema=schema)
 
 
 def test_the_corpus_holds_the_issues_texts_and_more() -> None:

@@ -11,8 +11,9 @@ whole process (set it in CI).
 
 ``bad_answers()`` is the corpus of model answers that must never become a fold
 (refusals, error pages and bodies, null): serve them to a pipeline of yours
-and check that nothing is committed. Adding a case is adding a line to
-``bad_answers.txt`` beside this module.
+and check that nothing is committed (``SchemaFilling`` serves one as text, or
+in every field of the JSON a strategy asks for). Adding a case is adding a
+line to ``bad_answers.txt`` beside this module.
 """
 
 from __future__ import annotations
@@ -114,3 +115,44 @@ def bad_answers() -> list[str]:
         text = line.replace("\\n", "\n").replace("\\r", "\r").replace("\\t", "\t")
         cases.append("" if line == "\\e" else text)
     return cases
+
+
+class SchemaFilling:
+    """A model that answers ``case`` in the shape asked for: as text, or in every JSON field."""
+
+    name = "schema-filling"
+
+    def __init__(self, case: str) -> None:
+        self.case = case
+        self.calls = 0
+
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int | None = None,
+        schema: Mapping[str, Any] | None = None,
+    ) -> Completion:
+        self.calls += 1
+        if schema is None:
+            return Completion(self.case, Usage(self.name))
+        text = json.dumps(_filled(schema, self.case))
+        return Completion(text, Usage(self.name), parse_json(text))
+
+    async def acomplete(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int | None = None,
+        schema: Mapping[str, Any] | None = None,
+    ) -> Completion:
+        return self.complete(messages, max_tokens=max_tokens, schema=schema)
+
+
+def _filled(schema: Mapping[str, Any], case: str) -> dict[str, Any]:
+    """The JSON ``schema`` asks for, with ``case`` in every field."""
+    out: dict[str, Any] = {}
+    for key, spec in schema.get("properties", {}).items():
+        kind = spec.get("type")
+        out[key] = [case] if kind == "array" else {"note": case} if kind == "object" else case
+    return out
