@@ -58,13 +58,12 @@ class Guarded:
         try:
             return await asyncio.wait_for(call, self.budget.left())
         except TimeoutError:
-            self.budget.check(self.name)
-            raise self.budget.stopped(f"{self.name}: no answer within the job's deadline") from None
+            raise self._out_of_time() from None
         except Exception as exc:
-            self.budget.note(exc)
-            if isinstance(exc, ContextfoldError):
+            failure = self._failure(exc)
+            if failure is exc:
                 raise
-            raise _as_model_error(self.name, exc) from exc
+            raise failure from exc
 
     def _admit(self) -> None:
         """A ``Model`` charges each attempt itself; any other LLM is charged here, once a call."""
@@ -80,14 +79,21 @@ class Guarded:
                 return call()
             return call_within(call, None, self.budget)
         except NoAnswer:
-            self.budget.check(self.name)
-            raise self.budget.stopped(f"{self.name}: no answer within the job's deadline") from None
+            raise self._out_of_time() from None
         except Exception as exc:
-            self.budget.note(exc)
-            if isinstance(exc, ContextfoldError):
+            failure = self._failure(exc)
+            if failure is exc:
                 raise
-            raise _as_model_error(self.name, exc) from exc
+            raise failure from exc
 
+    def _out_of_time(self) -> ContextfoldError:
+        """The error for a call the deadline cut short (the budget's own, if it was spent)."""
+        self.budget.check(self.name)
+        return self.budget.stopped(f"{self.name}: no answer within the job's deadline")
 
-def _as_model_error(name: str, exc: Exception) -> ModelError:
-    return ModelError(f"{name}: {type(exc).__name__}: {exc}")
+    def _failure(self, exc: Exception) -> ContextfoldError:
+        """``exc`` noted as the job's last failure; a library error as it is, else a ``ModelError``."""
+        self.budget.note(exc)
+        if isinstance(exc, ContextfoldError):
+            return exc
+        return ModelError(f"{self.name}: {type(exc).__name__}: {exc}")
