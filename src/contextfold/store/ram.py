@@ -9,7 +9,6 @@ damaged in memory is reported (``DamagedFold``) instead of rendered.
 from __future__ import annotations
 
 import bisect
-import copy
 import json
 import threading
 import time
@@ -98,7 +97,7 @@ class RAMStore:
                     out.append(copied(known))
                     continue
                 seq = self._last[session_id] + len(fresh) + 1
-                logged = LoggedMessage(seq, copy.deepcopy(new.message), new.tokens, new.key, now)
+                logged = LoggedMessage(seq, json_copy(new.message), new.tokens, new.key, now)
                 if new.key:
                     added[new.key] = logged
                 fresh.append(logged)
@@ -318,7 +317,7 @@ def _fold_copy(fold: Fold) -> Fold:
 
 def _copied(record: ViewRecord) -> ViewRecord:
     """A record whose configuration the caller may change without changing the store."""
-    return replace(record, config=copy.deepcopy(record.config))
+    return replace(record, config=json_copy(record.config))
 
 
 def _call_ids(index: int, new: NewMessage) -> list[str]:
