@@ -43,10 +43,25 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from contextfold.core.errors import FoldConflict, InvalidInput, NotFound, StoreError, ViewConflict
 from contextfold.core.folds import Fold, FoldSpan, Span, plan_commit
-from contextfold.core.log import LoggedMessage, NewMessage, SessionRecord, ViewRecord
+from contextfold.core.log import (
+    ApiKey,
+    LoggedMessage,
+    NewMessage,
+    SessionInfo,
+    SessionRecord,
+    ViewRecord,
+)
+from contextfold.store import postgres_admin as admin
 from contextfold.store import postgres_sql as q
 from contextfold.store import rows
-from contextfold.store.base import Head, Quarantined, check_lease, view_config_json
+from contextfold.store.base import (
+    Head,
+    Quarantined,
+    check_api_key,
+    check_lease,
+    check_listing,
+    view_config_json,
+)
 from contextfold.store.postgres_options import PostgresOptions, parse_url
 from contextfold.store.postgres_schema import migrate
 from contextfold.store.postgres_wake import PostgresWake
@@ -157,9 +172,25 @@ class PostgresStore:
         with self._read() as cur:
             return rows.session(self._row(cur, q.SESSION_SQL, (session_id,), session_id))
 
-    def list_sessions(self) -> list[str]:
+    def list_sessions(
+        self,
+        prefix: str = "",
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        search: str | None = None,
+    ) -> list[str]:
+        check_listing(prefix, after, limit, search)
         with self._read() as cur:
-            return [row[0] for row in cur.execute("SELECT id FROM sessions ORDER BY id")]
+            return admin.list_sessions(cur, prefix, after, limit, search)
+
+    def session_info(self, session_id: str) -> SessionInfo:
+        with self._read() as cur:
+            return admin.session_info(cur, session_id)
+
+    def delete_session(self, session_id: str) -> bool:
+        with self._read() as cur:
+            return admin.delete_session(cur, session_id)
 
     # -- the log ------------------------------------------------------------
 
@@ -402,6 +433,25 @@ class PostgresStore:
             if gone is None:
                 self._require(cur, session_id)
         return gone is not None
+
+    # -- API keys ---------------------------------------------------------------
+
+    def put_api_key(self, key: ApiKey) -> None:
+        check_api_key(key)
+        with self._read() as cur:
+            admin.put_api_key(cur, key)
+
+    def get_api_key(self, key_id: str) -> ApiKey | None:
+        with self._read() as cur:
+            return admin.get_api_key(cur, key_id)
+
+    def list_api_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        with self._read() as cur:
+            return admin.list_api_keys(cur, tenant)
+
+    def revoke_api_key(self, key_id: str) -> bool:
+        with self._read() as cur:
+            return admin.revoke_api_key(cur, key_id)
 
     # -- wake-ups and lifetime --------------------------------------------------
 

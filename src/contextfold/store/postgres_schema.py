@@ -111,7 +111,7 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
                 created_at double precision NOT NULL,
                 revoked_at double precision
             )""",
-            "CREATE INDEX api_keys_tenant ON api_keys (tenant, id)",
+            "CREATE INDEX api_keys_tenant ON api_keys (tenant, created_at)",
             # The token count formula the stored counts follow (contextfold.store.recount).
             "CREATE TABLE contextfold_count_version (version integer NOT NULL)",
         ),

@@ -15,22 +15,6 @@ CREATE_SESSION_SQL = (
     "INSERT INTO sessions (id, encoding, meta, created_at) VALUES (%s, %s, %s, %s) "
     "ON CONFLICT (id) DO NOTHING"
 )
-# Ids in [lo, hi) (hi: None for no bound) after ``after``, by id; search is matched after
-# the prefix, case-insensitively.
-LIST_SESSIONS_SQL = (
-    "SELECT id FROM sessions WHERE id >= %(lo)s AND (%(hi)s::text IS NULL OR id < %(hi)s) "
-    "AND (%(after)s::text IS NULL OR id > %(after)s) "
-    "AND (%(search)s::text IS NULL "
-    "OR strpos(lower(substr(id, %(skip)s)), lower(%(search)s)) > 0) "
-    "ORDER BY id LIMIT %(limit)s"
-)
-SESSION_INFO_SQL = (
-    "SELECT s.id, s.encoding, s.meta, s.created_at, s.last_seq, COUNT(m.seq), "
-    "COALESCE(SUM(m.tokens), 0), MAX(m.created_at) FROM sessions AS s "
-    "LEFT JOIN messages AS m ON m.session_id = s.id WHERE s.id = %s GROUP BY s.id"
-)
-DELETE_SESSION_SQL = "DELETE FROM sessions WHERE id = %s"
-
 # An append holds the session's row for the rest of its transaction, so appends
 # to one session queue; NO KEY UPDATE leaves the key shareable by other writes'
 # foreign-key checks (a fold commit, a lease).
@@ -152,18 +136,4 @@ TAKE_LEASE_SQL = (
 )
 RELEASE_LEASE_SQL = (
     "DELETE FROM leases WHERE session_id = %s AND view = %s AND owner = %s RETURNING 1"
-)
-
-_KEY_COLUMNS = "id, tenant, secret_hash, label, created_at, revoked_at"
-PUT_KEY_SQL = (
-    f"INSERT INTO api_keys ({_KEY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s) "
-    "ON CONFLICT (id) DO NOTHING"
-)
-GET_KEY_SQL = f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = %s"
-LIST_KEYS_SQL = (
-    f"SELECT {_KEY_COLUMNS} FROM api_keys "
-    "WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s ORDER BY id"
-)
-REVOKE_KEY_SQL = (
-    "UPDATE api_keys SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL RETURNING 1"
 )
