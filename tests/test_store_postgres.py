@@ -27,6 +27,7 @@ from contextfold.testing.store_contract import StoreContract
 psycopg = pytest.importorskip("psycopg")
 
 from contextfold.store.postgres import PostgresStore  # noqa: E402
+from contextfold.store.postgres_admin import below  # noqa: E402
 from contextfold.store.postgres_schema import MIGRATIONS, MIGRATIONS_TABLE  # noqa: E402
 from contextfold.store.postgres_wake import PostgresWake  # noqa: E402
 
@@ -259,3 +260,25 @@ def test_append_in_another_process_wakes_a_runner_here(db: PostgresStore) -> Non
         time.sleep(0.02)
     assert runner.stop()
     assert [(f.start, f.end) for f in view.folds()] == [(1, 2 * rounds - 4)]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "bound"),
+    [
+        ("", None),
+        ("t/", "t0"),
+        ("a\U0010ffff", "b"),
+        ("\U0010ffff", None),
+        ("x\ud7ff", "x\ue000"),
+    ],
+)
+def test_listing_bound_is_the_least_id_past_the_prefix(prefix: str, bound: str | None) -> None:
+    assert below(prefix) == bound
+
+
+def test_listing_reads_only_the_prefix_range(db: PostgresStore) -> None:
+    for sid in ("t/a", "t/b", "t0", "t\U0010ffff", "u"):
+        db.create_session(sid, encoding="o200k_base")
+    assert db.list_sessions("t/") == ["t/a", "t/b"]
+    assert db.list_sessions("t") == ["t/a", "t/b", "t0", "t\U0010ffff"]
+    assert db.list_sessions("t", after="t0", search="\U0010ffff") == ["t\U0010ffff"]

@@ -42,7 +42,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from contextfold.core.errors import FoldConflict, InvalidInput, NotFound, StoreError, ViewConflict
-from contextfold.core.folds import Fold, FoldSpan, Span, plan_commit
+from contextfold.core.folds import Fold, plan_commit
 from contextfold.core.log import (
     ApiKey,
     LoggedMessage,
@@ -62,6 +62,7 @@ from contextfold.store.base import (
     check_listing,
     view_config_json,
 )
+from contextfold.store.postgres_folds import insert_fold, spans_near
 from contextfold.store.postgres_options import PostgresOptions, parse_url
 from contextfold.store.postgres_schema import migrate
 from contextfold.store.postgres_wake import PostgresWake
@@ -320,53 +321,15 @@ class PostgresStore:
             version, last = self._lock_version(cur, session_id, view)
             if version != expected_version:
                 raise FoldConflict(view, expected_version, version)
-            active = self._spans_near(cur, session_id, view, folds)
+            active = spans_near(cur, session_id, view, folds)
             for (fold, gone), body_json in zip(
                 plan_commit(active, view, folds, last), encoded, strict=True
             ):
                 if gone:
                     cur.executemany(q.SUPERSEDE_SQL, [(fold.id, fold_id) for fold_id in gone])
-                self._insert_fold(cur, session_id, fold, body_json)
+                insert_fold(cur, session_id, fold, body_json)
             cur.execute(q.SET_VERSION_SQL, (version + 1, session_id, view))
         return version + 1
-
-    @staticmethod
-    def _spans_near(
-        cur: Cursor, session_id: str, view: str, folds: Sequence[Fold]
-    ) -> list[FoldSpan]:
-        """The active folds a commit of ``folds`` can meet: read by index, not all of them.
-
-        Active in-place folds never overlap, so those meeting ``lo..hi`` are the
-        one starting before ``lo`` (if it reaches in) and those starting inside.
-        """
-        params: dict[str, Any] = {"session": session_id, "view": view}
-        found = cur.execute(q.FACTS_SPANS_SQL, params).fetchall()
-        placed = [f for f in folds if f.placement == "in_place"]
-        if placed:
-            params.update(lo=min(f.start for f in placed), hi=max(f.end for f in placed))
-            found += cur.execute(q.SPAN_BEFORE_SQL, params).fetchall()
-            found += cur.execute(q.SPANS_IN_SQL, params).fetchall()
-        return [Span(str(i), int(start), int(end), str(at)) for i, start, end, at in found]
-
-    @staticmethod
-    def _insert_fold(cur: Cursor, session_id: str, fold: Fold, body: str) -> None:
-        if cur.execute(q.FOLD_ID_SQL, (fold.id,)).fetchone():
-            raise InvalidInput(f"fold id {fold.id!r} is already stored", field="id")
-        cur.execute(
-            q.INSERT_FOLD_SQL,
-            (
-                fold.id,
-                session_id,
-                fold.view,
-                fold.start,
-                fold.end,
-                fold.placement,
-                fold.kind,
-                body,
-                fold.superseded_by,
-                fold.created_at,
-            ),
-        )
 
     # -- views ----------------------------------------------------------------
 
