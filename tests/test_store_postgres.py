@@ -282,3 +282,43 @@ def test_listing_reads_only_the_prefix_range(db: PostgresStore) -> None:
     assert db.list_sessions("t/") == ["t/a", "t/b"]
     assert db.list_sessions("t") == ["t/a", "t/b", "t0", "t\U0010ffff"]
     assert db.list_sessions("t", after="t0", search="\U0010ffff") == ["t\U0010ffff"]
+
+
+def test_connections_the_server_dropped_are_replaced(db: PostgresStore) -> None:
+    db.append("s", [_user("before")])
+    with pg.raw(db.schema) as conn:
+        dropped = conn.execute(
+            "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = %s",
+            (db.options.application_name,),
+        ).fetchone()
+    assert dropped is not None and dropped[0] >= 1
+    for i in range(12):  # more than the pool holds: no call gets a dead connection
+        db.append("s", [_user(f"after {i}")])
+    assert db.last_seq("s") == 13
+
+
+def _wait_for(check: Any) -> None:
+    deadline = time.monotonic() + WAIT
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_listener_reconnects_and_wakes_what_it_may_have_missed(db: PostgresStore) -> None:
+    wake = db.wake()
+    heard: list[str] = []
+    stop = wake.listen("s", heard.append)
+    with pg.raw(db.schema) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = %s AND query LIKE 'LISTEN%%'",
+            (db.options.application_name,),
+        )
+    _wait_for(lambda: heard == ["s"])  # an append may have come while it was away
+    _wait_for(wake.listening)
+    other = PostgresStore(pg.url(db.schema))
+    other.announce(wake.channel, "s")
+    _wait_for(lambda: heard == ["s", "s"])
+    other.close()
+    stop()

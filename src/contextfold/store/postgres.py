@@ -100,6 +100,9 @@ class PostgresStore:
                 max_size=self.options.pool_size,
                 kwargs={"autocommit": True},
                 configure=self._configure,
+                # A connection the server dropped (a restart, a failover) is replaced on
+                # checkout, not handed to a call that would fail on it.
+                check=ConnectionPool.check_connection,
                 timeout=self.options.timeout,
                 name=f"contextfold-{self.schema}",
                 open=False,

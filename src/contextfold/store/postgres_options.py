@@ -2,7 +2,8 @@
 
 The store's own options are taken out of the query string; the rest of the URL
 (host, user, database, libpq options such as ``sslmode`` or ``connect_timeout``)
-goes to libpq untouched:
+goes to libpq untouched; ``application_name`` is ``contextfold <schema>`` unless
+the URL names one.
 
 - ``schema``: where the tables live (default ``public``); letters, digits and
   ``_``, not starting with a digit, at most 63 characters (PostgreSQL's limit).
@@ -16,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from contextfold.core.errors import InvalidInput
 
@@ -33,6 +34,8 @@ class PostgresOptions:
     schema: str = "public"
     pool_size: int = 10
     timeout: float = 30.0
+    application_name: str = "contextfold"
+    """What ``pg_stat_activity`` shows for the store's connections."""
 
 
 def parse_url(url: str, *, pool_size: int | None = None) -> PostgresOptions:
@@ -76,12 +79,16 @@ def parse_url(url: str, *, pool_size: int | None = None) -> PostgresOptions:
         raise InvalidInput(
             f"timeout must be a positive number of seconds, not {timeout}", field="timeout"
         )
-    conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
+    named = dict(rest).get("application_name")
+    if named is None:
+        named = f"contextfold {schema}"[:63]
+        rest.append(("application_name", named))
+    conninfo = urlunsplit(parts._replace(query=urlencode(rest, quote_via=quote)))
     netloc = parts.netloc
     if "@" in netloc and ":" in netloc.partition("@")[0]:
         netloc = f"{netloc.partition('@')[0].partition(':')[0]}:***@{netloc.partition('@')[2]}"
     display = urlunsplit(parts._replace(netloc=netloc, query=""))
-    return PostgresOptions(conninfo, f"{display} schema {schema}", schema, size, timeout)
+    return PostgresOptions(conninfo, f"{display} schema {schema}", schema, size, timeout, named)
 
 
 def _number(ours: dict[str, str], name: str, kind: type[int] | type[float]) -> int | float | None:
