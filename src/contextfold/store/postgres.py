@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -63,12 +64,15 @@ from contextfold.store.base import (
     view_config_json,
 )
 from contextfold.store.postgres_folds import insert_fold, spans_near
-from contextfold.store.postgres_options import PostgresOptions, parse_url
+from contextfold.store.postgres_options import SYNCHRONOUS_COMMIT, PostgresOptions, parse_url
 from contextfold.store.postgres_schema import migrate
 from contextfold.store.postgres_wake import PostgresWake
 from contextfold.store.sqlite import _dumps, _fold_json, _prepare
 
 Cursor = psycopg.Cursor[tuple[Any, ...]]
+
+CHECK_IDLE_S = 1.0
+"""A pooled connection unused for longer is checked with the server before a call gets it."""
 
 
 @contextmanager
@@ -93,6 +97,10 @@ class PostgresStore:
         self._where = self.options.display
         self._wake: PostgresWake | None = None
         self._wake_lock = threading.Lock()
+        self._idle_since: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._idle_lock = threading.Lock()
         with _translated(self._where):
             self._pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
                 self.options.conninfo,
@@ -100,9 +108,8 @@ class PostgresStore:
                 max_size=self.options.pool_size,
                 kwargs={"autocommit": True},
                 configure=self._configure,
-                # A connection the server dropped (a restart, a failover) is replaced on
-                # checkout, not handed to a call that would fail on it.
-                check=ConnectionPool.check_connection,
+                check=self._check,
+                reset=self._returned,
                 timeout=self.options.timeout,
                 name=f"contextfold-{self.schema}",
                 open=False,
@@ -116,10 +123,30 @@ class PostgresStore:
                 raise
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        """Every pooled connection finds the store's tables first, in its schema."""
+        """Every pooled connection finds the store's tables first, in its schema, and
+        commits as durably as the URL asked."""
         conn.execute(
             psycopg.sql.SQL("SET search_path TO {}").format(psycopg.sql.Identifier(self.schema))
         )
+        commit = SYNCHRONOUS_COMMIT[self.options.durability]
+        conn.execute(
+            psycopg.sql.SQL("SET synchronous_commit TO {}").format(psycopg.sql.SQL(commit))
+        )
+
+    def _returned(self, conn: psycopg.Connection[Any]) -> None:
+        with self._idle_lock:
+            self._idle_since[conn] = time.monotonic()
+
+    def _check(self, conn: psycopg.Connection[Any]) -> None:
+        """Ask the server before handing out a connection idle for ``CHECK_IDLE_S``.
+
+        A connection the server dropped (a restart, a failover) is then replaced
+        instead of failing a call; one in steady use costs no extra round trip.
+        """
+        with self._idle_lock:
+            since = self._idle_since.get(conn)
+        if since is None or time.monotonic() - since > CHECK_IDLE_S:
+            ConnectionPool.check_connection(conn)
 
     @contextmanager
     def _read(self) -> Iterator[Cursor]:
@@ -199,37 +226,65 @@ class PostgresStore:
     # -- the log ------------------------------------------------------------
 
     def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
+        """One statement without keys; with keys, they are looked up under the session's lock."""
         prepared = [_prepare(i, new) for i, new in enumerate(batch)]
         keys = sorted({new.key for new in batch if new.key})
+        if not keys:
+            with self._read() as cur:
+                return self._insert(cur, session_id, prepared, {})
         with self._write() as cur:
-            seq = int(self._row(cur, q.LOCK_LAST_SEQ_SQL, (session_id,), session_id)[0])
-            known: dict[str, LoggedMessage] = {}
-            if keys:
-                for row in cur.execute(q.KEYS_SQL, (session_id, keys)).fetchall():
-                    logged = rows.logged(session_id, row)
-                    known[str(logged.key)] = logged
-            now = time.time()
-            out: list[LoggedMessage] = []
-            inserts: list[tuple[Any, ...]] = []
-            calls: list[tuple[str, str, int]] = []
-            for new, role, message_json, call_ids in prepared:
-                if new.key and new.key in known:
-                    out.append(known[new.key])
-                    continue
-                seq += 1
-                key = new.key or None
-                inserts.append((session_id, seq, role, message_json, new.tokens, key, now))
-                calls += [(session_id, call_id, seq) for call_id in call_ids]
-                logged = LoggedMessage(seq, new.message, new.tokens, key, now)
-                if key is not None:
-                    known[key] = logged
-                out.append(logged)
-            if inserts:
-                cur.executemany(q.INSERT_MESSAGE_SQL, inserts)
-                if calls:
-                    cur.executemany(q.INSERT_CALL_SQL, calls)
-                cur.execute(q.SET_LAST_SEQ_SQL, (seq, session_id))
-        return out
+            self._row(cur, q.LOCK_SESSION_SQL, (session_id,), session_id)
+            known = {}
+            for row in cur.execute(q.KEYS_SQL, (session_id, keys)).fetchall():
+                logged = rows.logged(session_id, row)
+                known[str(logged.key)] = logged
+            return self._insert(cur, session_id, prepared, known)
+
+    def _insert(
+        self,
+        cur: Cursor,
+        session_id: str,
+        prepared: Sequence[tuple[NewMessage, str, str, list[str]]],
+        known: dict[str, LoggedMessage],
+    ) -> list[LoggedMessage]:
+        """Log what ``known`` (records by key) does not hold yet; a record for each message."""
+        fresh: list[NewMessage] = []
+        columns: dict[str, list[Any]] = {
+            name: [] for name in ("roles", "messages", "tokens", "keys", "call_ids", "call_at")
+        }
+        places: list[LoggedMessage | int] = []
+        first: dict[str, int] = {}
+        for new, role, message_json, call_ids in prepared:
+            if new.key and new.key in known:
+                places.append(known[new.key])
+            elif new.key and new.key in first:
+                places.append(first[new.key])
+            else:
+                fresh.append(new)
+                index = len(fresh)
+                for name, value in (
+                    ("roles", role),
+                    ("messages", message_json),
+                    ("tokens", new.tokens),
+                    ("keys", new.key or None),
+                ):
+                    columns[name].append(value)
+                columns["call_ids"] += call_ids
+                columns["call_at"] += [index] * len(call_ids)
+                if new.key:
+                    first[new.key] = index
+                places.append(index)
+        if not fresh:
+            self._require(cur, session_id)
+            return [p for p in places if isinstance(p, LoggedMessage)]
+        now = time.time()
+        params = {"session": session_id, "n": len(fresh), "now": now, **columns}
+        seq0 = int(self._row(cur, q.APPEND_SQL, params, session_id)[0])
+        logged = [
+            LoggedMessage(seq0 + i, new.message, new.tokens, new.key or None, now)
+            for i, new in enumerate(fresh, 1)
+        ]
+        return [p if isinstance(p, LoggedMessage) else logged[p - 1] for p in places]
 
     def messages(
         self, session_id: str, start: int = 1, end: int | None = None

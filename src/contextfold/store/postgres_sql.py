@@ -15,19 +15,28 @@ CREATE_SESSION_SQL = (
     "INSERT INTO sessions (id, encoding, meta, created_at) VALUES (%s, %s, %s, %s) "
     "ON CONFLICT (id) DO NOTHING"
 )
-# An append holds the session's row for the rest of its transaction, so appends
-# to one session queue; NO KEY UPDATE leaves the key shareable by other writes'
+# An append takes the session's row lock (the UPDATE of its last seq, or first the
+# SELECT when it has keys to look up under it), so appends to one session queue and
+# seqs stay contiguous. NO KEY UPDATE leaves the key shareable by other writes'
 # foreign-key checks (a fold commit, a lease).
-LOCK_LAST_SEQ_SQL = "SELECT last_seq FROM sessions WHERE id = %s FOR NO KEY UPDATE"
+LOCK_SESSION_SQL = "SELECT 1 FROM sessions WHERE id = %s FOR NO KEY UPDATE"
 LAST_SEQ_SQL = "SELECT last_seq FROM sessions WHERE id = %s"
-SET_LAST_SEQ_SQL = "UPDATE sessions SET last_seq = %s WHERE id = %s"
 KEYS_SQL = f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND key = ANY(%s)"
-INSERT_MESSAGE_SQL = (
-    "INSERT INTO messages (session_id, seq, role, message, tokens, key, created_at) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s)"
-)
-INSERT_CALL_SQL = (
-    "INSERT INTO tool_calls (session_id, call_id, seq) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
+# The whole append in one statement: bump the last seq by the number of new messages,
+# insert them numbered from the old one, and their tool calls (``call_at``: the 1-based
+# index of the new message making each call). No row back means no such session.
+APPEND_SQL = (
+    "WITH base AS (UPDATE sessions SET last_seq = last_seq + %(n)s WHERE id = %(session)s "
+    "RETURNING last_seq - %(n)s AS seq0), "
+    "added AS (INSERT INTO messages (session_id, seq, role, message, tokens, key, created_at) "
+    "SELECT %(session)s, base.seq0 + m.i, m.role, m.message, m.tokens, m.key, %(now)s "
+    "FROM base, unnest(%(roles)s::text[], %(messages)s::text[], %(tokens)s::int[], "
+    "%(keys)s::text[]) WITH ORDINALITY AS m(role, message, tokens, key, i)), "
+    "calls AS (INSERT INTO tool_calls (session_id, call_id, seq) "
+    "SELECT %(session)s, c.call_id, base.seq0 + c.i "
+    "FROM base, unnest(%(call_ids)s::text[], %(call_at)s::bigint[]) AS c(call_id, i) "
+    "ON CONFLICT DO NOTHING) "
+    "SELECT seq0 FROM base"
 )
 MESSAGES_FROM_SQL = (
     f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND seq >= %s ORDER BY seq"
