@@ -243,16 +243,38 @@ def test_wake_for_a_postgres_store_listens_on_the_database(db: PostgresStore) ->
     heard: list[str] = []
     stop = wake.listen("s", heard.append)
     assert wake.listening()
-    other = PostgresStore(pg.url(db.schema))
-    other.announce(wake.channel, "s")  # as another process's append would
-    other.announce(wake.channel, "not listened")
-    deadline = time.monotonic() + WAIT
-    while not heard and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert heard == ["s"]
-    wake.notify("s")  # our own: fanned out here once, its echo dropped
+    other = PostgresStore(pg.url(db.schema))  # as another process would append
+    other.create_session("q", encoding="o200k_base")
+    other.append("q", [_user("not listened")])
+    other.append("s", [_user("hello")])
+    _wait_for(lambda: heard == ["s"])
+    db.append("s", [_user("our own")])
+    wake.notify("s")  # what Session.append does: the local fan-out; the echo is dropped
+    other.append("s", [_user("after ours")])
+    _wait_for(lambda: heard == ["s", "s", "s"])
     time.sleep(wake.poll_s * 2)
-    assert heard == ["s", "s"]
+    assert heard == ["s", "s", "s"]
+    assert db.append("s", [_user("k", key="k")])[0].seq == 4
+    assert db.append("s", [_user("k again", key="k")])[0].seq == 4  # nothing new: no echo
+    other.append("s", [_user("heard though we expected an echo")])
+    _wait_for(lambda: len(heard) == 4)  # the echoes of ours dropped, the other heard
+    time.sleep(wake.poll_s * 2)
+    assert len(heard) == 4
+    stop()
+    other.close()
+
+
+def test_an_echo_given_up_wakes_for_what_it_hid(db: PostgresStore) -> None:
+    wake = db.wake()
+    heard: list[str] = []
+    stop = wake.listen("s", heard.append)
+    assert wake.expect_echo("s")  # an append of ours about to notify...
+    other = PostgresStore(pg.url(db.schema))
+    other.append("s", [_user("theirs")])  # ...and theirs, taken for our echo
+    time.sleep(wake.poll_s * 2)
+    assert heard == []
+    wake.echo_lost("s")  # ours failed: theirs must still wake us
+    assert heard == ["s"]
     stop()
     other.close()
 
@@ -333,7 +355,7 @@ def test_listener_reconnects_and_wakes_what_it_may_have_missed(db: PostgresStore
     _wait_for(lambda: heard == ["s"])  # an append may have come while it was away
     _wait_for(wake.listening)
     other = PostgresStore(pg.url(db.schema))
-    other.announce(wake.channel, "s")
+    other.append("s", [_user("from elsewhere")])
     _wait_for(lambda: heard == ["s", "s"])
     other.close()
     stop()

@@ -20,8 +20,9 @@ error. Concurrent writers are made safe by row locks, not by retries:
 
 Driver errors become ``StoreError`` in ``_translated``, the one boundary;
 a foreign-key failure on a write means the session is unknown (``NotFound``).
-Appends wake runners in other processes through ``LISTEN/NOTIFY``
-(``contextfold.store.postgres_wake``), which ``wake()`` hands out.
+Every append that logs something sends ``NOTIFY`` in its own statement, so
+runners in other processes wake when it commits (``LISTEN``, in
+``contextfold.store.postgres_wake``, whose wake ``wake()`` hands out).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ from contextfold.store.base import (
 from contextfold.store.postgres_folds import insert_fold, spans_near
 from contextfold.store.postgres_options import SYNCHRONOUS_COMMIT, PostgresOptions, parse_url
 from contextfold.store.postgres_schema import migrate
-from contextfold.store.postgres_wake import PostgresWake
+from contextfold.store.postgres_wake import PostgresWake, channel_for
 from contextfold.store.sqlite import _dumps, _fold_json, _prepare
 
 Cursor = psycopg.Cursor[tuple[Any, ...]]
@@ -94,6 +95,7 @@ class PostgresStore:
     def __init__(self, url: str, *, pool_size: int | None = None) -> None:
         self.options: PostgresOptions = parse_url(url, pool_size=pool_size)
         self.schema = self.options.schema
+        self.channel = channel_for(self.schema)
         self._where = self.options.display
         self._wake: PostgresWake | None = None
         self._wake_lock = threading.Lock()
@@ -226,9 +228,32 @@ class PostgresStore:
     # -- the log ------------------------------------------------------------
 
     def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
-        """One statement without keys; with keys, they are looked up under the session's lock."""
+        """One statement without keys; with keys, they are looked up under the session's lock.
+
+        The statement also sends the wake's ``NOTIFY``; while this process
+        listens, its echo is expected (``PostgresWake``), and given up if the
+        append fails or stores nothing new.
+        """
         prepared = [_prepare(i, new) for i, new in enumerate(batch)]
         keys = sorted({new.key for new in batch if new.key})
+        wake = self._wake
+        echo = wake is not None and wake.expect_echo(session_id)
+        try:
+            logged, notified = self._append(session_id, prepared, keys)
+        except BaseException:
+            if wake is not None and echo:
+                wake.echo_lost(session_id)
+            raise
+        if wake is not None and echo and not notified:
+            wake.echo_lost(session_id)
+        return logged
+
+    def _append(
+        self,
+        session_id: str,
+        prepared: Sequence[tuple[NewMessage, str, str, list[str]]],
+        keys: list[str],
+    ) -> tuple[list[LoggedMessage], bool]:
         if not keys:
             with self._read() as cur:
                 return self._insert(cur, session_id, prepared, {})
@@ -246,8 +271,9 @@ class PostgresStore:
         session_id: str,
         prepared: Sequence[tuple[NewMessage, str, str, list[str]]],
         known: dict[str, LoggedMessage],
-    ) -> list[LoggedMessage]:
-        """Log what ``known`` (records by key) does not hold yet; a record for each message."""
+    ) -> tuple[list[LoggedMessage], bool]:
+        """Log what ``known`` (records by key) does not hold yet: a record for each
+        message, and whether anything new was logged (and so notified)."""
         fresh: list[NewMessage] = []
         columns: dict[str, list[Any]] = {
             name: [] for name in ("roles", "messages", "tokens", "keys", "call_ids", "call_at")
@@ -276,15 +302,21 @@ class PostgresStore:
                 places.append(index)
         if not fresh:
             self._require(cur, session_id)
-            return [p for p in places if isinstance(p, LoggedMessage)]
+            return [p for p in places if isinstance(p, LoggedMessage)], False
         now = time.time()
-        params = {"session": session_id, "n": len(fresh), "now": now, **columns}
+        params = {
+            "session": session_id,
+            "n": len(fresh),
+            "now": now,
+            "channel": self.channel,
+            **columns,
+        }
         seq0 = int(self._row(cur, q.APPEND_SQL, params, session_id)[0])
         logged = [
             LoggedMessage(seq0 + i, new.message, new.tokens, new.key or None, now)
             for i, new in enumerate(fresh, 1)
         ]
-        return [p if isinstance(p, LoggedMessage) else logged[p - 1] for p in places]
+        return [p if isinstance(p, LoggedMessage) else logged[p - 1] for p in places], True
 
     def messages(
         self, session_id: str, start: int = 1, end: int | None = None
@@ -477,18 +509,11 @@ class PostgresStore:
     # -- wake-ups and lifetime --------------------------------------------------
 
     def wake(self) -> PostgresWake:
-        """This store's wake-up port: appends announced by ``NOTIFY``, heard by ``LISTEN``."""
+        """This store's wake-up port: appends ``NOTIFY``, a thread ``LISTEN``s."""
         with self._wake_lock:
             if self._wake is None:
-                self._wake = PostgresWake(
-                    self.options.conninfo, self.schema, self.announce, where=self._where
-                )
+                self._wake = PostgresWake(self.options.conninfo, self.channel, where=self._where)
             return self._wake
-
-    def announce(self, channel: str, session_id: str) -> None:
-        """``NOTIFY`` ``channel`` that ``session_id``'s log grew."""
-        with self._read() as cur:
-            cur.execute("SELECT pg_notify(%s, %s)", (channel, session_id))
 
     def close(self) -> None:
         """Stop the wake's listener and close the pool; later calls raise ``StoreError``."""
