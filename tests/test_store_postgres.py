@@ -7,6 +7,8 @@ dropped afterwards; with the server down they fail under CI=true, else skip.
 from __future__ import annotations
 
 import multiprocessing
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -359,3 +361,22 @@ def test_listener_reconnects_and_wakes_what_it_may_have_missed(db: PostgresStore
     _wait_for(lambda: heard == ["s", "s"])
     other.close()
     stop()
+
+
+_WITHOUT_PSYCOPG = """
+import sys
+import contextfold, contextfold.store
+assert "psycopg" not in sys.modules, "psycopg imported before a PostgreSQL URL was opened"
+sys.modules["psycopg"] = None  # as if it were not installed
+try:
+    contextfold.store.open_store("postgresql://postgres@127.0.0.1:5432/test")
+except ImportError as exc:
+    print(exc)
+"""
+
+
+def test_without_psycopg_the_error_names_the_extra() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_PSYCOPG], capture_output=True, text=True, check=True
+    )
+    assert "pip install 'contextfold[postgres]'" in out.stdout
