@@ -380,3 +380,10 @@ def test_without_psycopg_the_error_names_the_extra() -> None:
         [sys.executable, "-c", _WITHOUT_PSYCOPG], capture_output=True, text=True, check=True
     )
     assert "pip install 'contextfold[postgres]'" in out.stdout
+
+
+def test_calls_in_turn_reuse_one_connection(db: PostgresStore) -> None:
+    for i in range(30):
+        db.append("s", [_user(f"m{i}")])
+        db.head("s", "default")
+    assert db._pool.get_stats()["pool_size"] == 1

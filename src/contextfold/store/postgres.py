@@ -111,7 +111,6 @@ class PostgresStore:
                 kwargs={"autocommit": True},
                 configure=self._configure,
                 check=self._check,
-                reset=self._returned,
                 timeout=self.options.timeout,
                 name=f"contextfold-{self.schema}",
                 open=False,
@@ -135,10 +134,6 @@ class PostgresStore:
             psycopg.sql.SQL("SET synchronous_commit TO {}").format(psycopg.sql.SQL(commit))
         )
 
-    def _returned(self, conn: psycopg.Connection[Any]) -> None:
-        with self._idle_lock:
-            self._idle_since[conn] = time.monotonic()
-
     def _check(self, conn: psycopg.Connection[Any]) -> None:
         """Ask the server before handing out a connection idle for ``CHECK_IDLE_S``.
 
@@ -152,19 +147,28 @@ class PostgresStore:
 
     @contextmanager
     def _read(self) -> Iterator[Cursor]:
-        with _translated(self._where), self._pool.connection() as conn, conn.cursor() as cur:
-            yield cur
+        with _translated(self._where), self._pool.connection() as conn:
+            try:
+                with conn.cursor() as cur:
+                    yield cur
+            finally:
+                self._used(conn)
 
     @contextmanager
     def _write(self) -> Iterator[Cursor]:
         """One transaction; rolled back on any error, the store's own included."""
-        with (
-            _translated(self._where),
-            self._pool.connection() as conn,
-            conn.transaction(),
-            conn.cursor() as cur,
-        ):
-            yield cur
+        with _translated(self._where), self._pool.connection() as conn:
+            try:
+                with conn.transaction(), conn.cursor() as cur:
+                    yield cur
+            finally:
+                self._used(conn)
+
+    def _used(self, conn: psycopg.Connection[Any]) -> None:
+        """Note when ``conn`` was last used (the pool's ``reset`` hook would do, but it
+        hands connections back through a worker, which spreads calls over all of them)."""
+        with self._idle_lock:
+            self._idle_since[conn] = time.monotonic()
 
     @staticmethod
     def _require(cur: Cursor, session_id: str) -> None:
