@@ -122,6 +122,8 @@ class PostgresWake(LocalWake):
     def _deaf(self) -> None:
         """The connection is gone: echoes pending will never come."""
         with self._lock:
+            if self._thread is not threading.current_thread():
+                return  # a newer thread listens
             self._listening = False
             self._echoes.clear()
 
