@@ -1,7 +1,8 @@
 """The PostgreSQL store: the shipped contract, then what many processes on one database need.
 
 Every test gets a schema of its own on the local server (``tests/pg.py``),
-dropped afterwards; with the server down they fail under CI=true, else skip.
+dropped afterwards (the contract's tests share one, emptied before each); with
+the server down they fail under CI=true, else skip.
 """
 
 from __future__ import annotations
@@ -52,12 +53,25 @@ def db(schema: str) -> Iterator[PostgresStore]:
     store.close()
 
 
+@pytest.fixture(scope="module")
+def contract_schema() -> Iterator[str]:
+    """One migrated schema for the contract's tests, emptied before each."""
+    pg.require_postgres()
+    with pg.fresh_schema() as name:
+        PostgresStore(pg.url(name)).close()
+        yield name
+
+
 class TestContract(StoreContract):
     """The shipped contract on PostgreSQL."""
 
     @pytest.fixture
-    def store(self, schema: str) -> Iterator[Store]:
-        backend = PostgresStore(pg.url(schema), pool_size=2)
+    def store(self, contract_schema: str) -> Iterator[Store]:
+        with pg.raw(contract_schema) as conn:
+            for table in ("sessions", "api_keys"):  # every other row goes with its session
+                conn.execute(f"DELETE FROM {table}")
+        backend = PostgresStore(pg.url(contract_schema), pool_size=2)
+        assert backend.list_sessions() == [] and backend.list_api_keys() == []
         yield backend
         backend.close()
 
