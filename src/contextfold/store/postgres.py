@@ -5,13 +5,14 @@ table in one schema (``public`` unless ``?schema=`` names another; it is made
 on first open), migrated on open (``contextfold.store.postgres_schema``).
 
 Connections come from a ``psycopg_pool.ConnectionPool`` in autocommit mode:
-a read is one statement, a write one explicit transaction, rolled back on any
-error. Concurrent writers are made safe by row locks, not by retries:
+a read, and an append without idempotency keys, is one statement; other writes
+are one explicit transaction, rolled back on any error. Concurrent writers are
+made safe by row locks, not by retries:
 
-- an append locks its session's row (``FOR NO KEY UPDATE``), which holds the
-  last seq handed out, so appends to one session queue and seqs stay
-  contiguous; the unique index on ``(session_id, key)`` backs the idempotency
-  keys, which the append looks up after taking the lock;
+- an append locks its session's row, which holds the last seq handed out, by
+  the ``UPDATE`` that moves it on (an append with keys takes the lock first and
+  then looks its keys up), so appends to one session queue and seqs stay
+  contiguous; a unique index on ``(session_id, key)`` backs the keys;
 - a fold commit or quarantine locks the view's row in ``fold_versions``, so
   the version check and the bump are one step, and appends are not held up;
 - a lease is taken by one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` the
