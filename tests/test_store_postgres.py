@@ -8,6 +8,7 @@ the server down they fail under CI=true, else skip.
 from __future__ import annotations
 
 import multiprocessing
+import secrets
 import subprocess
 import sys
 import time
@@ -208,10 +209,39 @@ def test_closed_store_raises_store_error(db: PostgresStore) -> None:
 
 
 def test_driver_errors_do_not_escape(db: PostgresStore) -> None:
+    name = secrets.token_hex(5000)  # a key too large for the server's index on view names
     with pytest.raises(StoreError) as info:
-        db.get_session("nul\x00byte")  # text cannot hold NUL: the driver refuses it
+        db.put_view("s", name, {})
     assert not isinstance(info.value, psycopg.Error)
     assert isinstance(info.value.__cause__, psycopg.Error)
+    assert db.list_views("s") == []
+
+
+def _call(call_id: str) -> NewMessage:
+    calls = [{"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    return NewMessage({"role": "assistant", "content": None, "tool_calls": calls}, 1)
+
+
+def test_nul_characters_are_bad_input_naming_the_field(db: PostgresStore) -> None:
+    """PostgreSQL text cannot hold NUL; SQLite can, so it is refused as input, not a failure."""
+    before = db.messages("s")
+    for call, index, field in [
+        (lambda: db.create_session("a\x00b", encoding="o200k_base"), None, "session_id"),
+        (lambda: db.append("s", [_user("ok"), _user("k", key="k\x00")]), 1, "key"),
+        (lambda: db.append("s", [_call("c\x001")]), 0, "tool_calls"),
+        (lambda: db.put_view("s", "v\x00", {}), None, "view"),
+        (lambda: db.acquire_lease("s", "default", "o\x00"), None, "owner"),
+        (lambda: db.get_session("a\x00b"), None, None),
+    ]:
+        with pytest.raises(InvalidInput) as info:
+            call()
+        assert (info.value.index, info.value.field) == (index, field)
+    assert db.messages("s") == before
+    for sid in ("t", "t/a", "t/b"):
+        db.create_session(sid, encoding="o200k_base")
+    assert db.list_sessions(search="\x00") == []
+    assert db.list_sessions("t\x00") == []
+    assert db.list_sessions("t", after="t\x00z") == ["t/a", "t/b"]
 
 
 @pytest.mark.parametrize(

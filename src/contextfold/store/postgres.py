@@ -77,13 +77,34 @@ CHECK_IDLE_S = 1.0
 """A pooled connection unused for longer is checked with the server before a call gets it."""
 
 
+NUL = "\x00"
+
+
 @contextmanager
 def _translated(where: str) -> Iterator[None]:
-    """The one place driver errors become ``StoreError``, naming the database."""
+    """The one place driver errors become ``StoreError``, naming the database.
+
+    A NUL character, which PostgreSQL text cannot hold, is bad input, not a
+    failing store: the writes name its field first (``_nul_free``), and any
+    other call carrying one gets ``InvalidInput`` here.
+    """
     try:
         yield
+    except psycopg.DataError as exc:
+        if "NUL" not in str(exc):
+            raise StoreError(f"postgresql {where}: {exc}") from exc
+        raise InvalidInput(f"PostgreSQL text cannot hold a NUL (0x00) character: {exc}") from exc
     except psycopg.Error as exc:
         raise StoreError(f"postgresql {where}: {exc}") from exc
+
+
+def _nul_free(index: int | None = None, **texts: str | None) -> None:
+    """Refuse a NUL character before anything is sent, naming its field."""
+    for field, value in texts.items():
+        if value is not None and NUL in value:
+            raise InvalidInput(
+                "PostgreSQL text cannot hold a NUL (0x00) character", index=index, field=field
+            )
 
 
 def _not_found(session_id: str) -> NotFound:
@@ -200,6 +221,7 @@ class PostgresStore:
     ) -> SessionRecord:
         if not session_id:
             raise InvalidInput("session id must not be empty", field="session_id")
+        _nul_free(session_id=session_id, encoding=encoding)
         meta_json = _dumps(dict(meta or {}), field="meta")
         with self._write() as cur:
             cur.execute(q.CREATE_SESSION_SQL, (session_id, encoding, meta_json, time.time()))
@@ -219,6 +241,10 @@ class PostgresStore:
         search: str | None = None,
     ) -> list[str]:
         check_listing(prefix, after, limit, search)
+        if NUL in prefix or NUL in (search or ""):
+            return []  # no stored id holds one
+        if after is not None:
+            after = after.partition(NUL)[0]  # the same ids are greater than what precedes it
         with self._read() as cur:
             return admin.list_sessions(cur, prefix, after, limit, search)
 
@@ -240,6 +266,8 @@ class PostgresStore:
         append fails or stores nothing new.
         """
         prepared = [_prepare(i, new) for i, new in enumerate(batch)]
+        for i, (new, _, _, call_ids) in enumerate(prepared):
+            _nul_free(i, key=new.key, tool_calls="".join(call_ids))
         keys = sorted({new.key for new in batch if new.key})
         wake = self._wake
         echo = wake is not None and wake.expect_echo(session_id)
@@ -436,6 +464,7 @@ class PostgresStore:
         expected_version: int | None = None,
     ) -> ViewRecord:
         config_json = view_config_json(name, config)
+        _nul_free(view=name)
         now = time.time()
         with self._write() as cur:
             with self._session_must_exist(session_id):
@@ -474,6 +503,7 @@ class PostgresStore:
 
     def acquire_lease(self, session_id: str, view: str, owner: str, ttl_s: float = 60.0) -> bool:
         check_lease(owner, ttl_s)
+        _nul_free(owner=owner)
         now = time.time()
         params = {
             "session": session_id,
@@ -496,6 +526,7 @@ class PostgresStore:
 
     def put_api_key(self, key: ApiKey) -> None:
         check_api_key(key)
+        _nul_free(id=key.id, tenant=key.tenant, secret_hash=key.secret_hash, label=key.label)
         with self._read() as cur:
             admin.put_api_key(cur, key)
 
