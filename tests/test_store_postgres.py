@@ -232,6 +232,7 @@ def test_nul_characters_are_bad_input_naming_the_field(db: PostgresStore) -> Non
         (lambda: db.put_view("s", "v\x00", {}), None, "view"),
         (lambda: db.acquire_lease("s", "default", "o\x00"), None, "owner"),
         (lambda: db.get_session("a\x00b"), None, None),
+        (lambda: db.append("s", [_user("half a pair: \ud800")]), None, None),
     ]:
         with pytest.raises(InvalidInput) as info:
             call()

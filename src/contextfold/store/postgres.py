@@ -86,7 +86,8 @@ def _translated(where: str) -> Iterator[None]:
 
     A NUL character, which PostgreSQL text cannot hold, is bad input, not a
     failing store: the writes name its field first (``_nul_free``), and any
-    other call carrying one gets ``InvalidInput`` here.
+    other call carrying one gets ``InvalidInput`` here; so does a lone
+    surrogate, which the driver cannot encode.
     """
     try:
         yield
@@ -96,6 +97,8 @@ def _translated(where: str) -> Iterator[None]:
         raise InvalidInput(f"PostgreSQL text cannot hold a NUL (0x00) character: {exc}") from exc
     except psycopg.Error as exc:
         raise StoreError(f"postgresql {where}: {exc}") from exc
+    except UnicodeEncodeError as exc:  # a lone surrogate, which no UTF-8 database holds
+        raise InvalidInput(f"text that is not valid Unicode cannot be stored: {exc}") from exc
 
 
 def _nul_free(index: int | None = None, **texts: str | None) -> None:
