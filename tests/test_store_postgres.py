@@ -30,8 +30,9 @@ from contextfold.testing.store_contract import StoreContract
 
 psycopg = pytest.importorskip("psycopg")
 
-from contextfold.store.postgres import CHECK_IDLE_S, PostgresStore  # noqa: E402
+from contextfold.store.postgres import PostgresStore  # noqa: E402
 from contextfold.store.postgres_admin import below  # noqa: E402
+from contextfold.store.postgres_pool import CHECK_IDLE_S  # noqa: E402
 from contextfold.store.postgres_schema import MIGRATIONS, MIGRATIONS_TABLE  # noqa: E402
 from contextfold.store.postgres_wake import PostgresWake  # noqa: E402
 
@@ -275,7 +276,7 @@ def test_durability_sets_synchronous_commit(
     schema: str, durability: str | None, setting: str
 ) -> None:
     store = PostgresStore(pg.url(schema, **({"durability": durability} if durability else {})))
-    with store._pool.connection() as conn:
+    with store._db.pool.connection() as conn:
         assert conn.execute("SHOW synchronous_commit").fetchone() == (setting,)
     store.close()
 
@@ -436,4 +437,4 @@ def test_calls_in_turn_reuse_one_connection(db: PostgresStore) -> None:
     for i in range(30):
         db.append("s", [_user(f"m{i}")])
         db.head("s", "default")
-    assert db._pool.get_stats()["pool_size"] == 1
+    assert db._db.pool.get_stats()["pool_size"] == 1
