@@ -1,0 +1,187 @@
+"""The service: one ``Memory`` over the store, the background runner, the event hub.
+
+Handlers reach it through ``ServiceDep``. Tenancy lives here: API session ``S``
+of tenant ``T`` is the store session ``T/S``, and every lookup goes through
+``store_id``, so a handler cannot name another tenant's session.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+
+from contextfold.core.errors import InvalidInput, NotFound
+from contextfold.core.events import Event
+from contextfold.core.tokens import get_counter
+from contextfold.memory.session import Memory, Session
+from contextfold.memory.view import View
+from contextfold.runtime.thread import ThreadRunner
+from contextfold.server.errors import ServiceError
+from contextfold.server.events import EventHub
+from contextfold.server.metrics import ServiceMetrics
+from contextfold.server.settings import Settings
+from contextfold.store.base import Store
+
+SESSION_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+TENANT = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+STREAMED = frozenset({"planned", "committed", "failed", "degraded", "quarantined"})
+_HANDLES = 4096
+
+
+def check_session_id(session_id: str, field: str = "session_id") -> str:
+    if not isinstance(session_id, str) or not SESSION_ID.fullmatch(session_id):
+        raise InvalidInput(
+            f"a session id is 1 to 128 of A-Z a-z 0-9 . _ : @ -, not {session_id!r}", field=field
+        )
+    return session_id
+
+
+def check_tenant(tenant: str) -> str:
+    if not isinstance(tenant, str) or not TENANT.fullmatch(tenant):
+        raise InvalidInput(
+            f"a tenant is 1 to 64 of a-z 0-9 _ - starting with a letter or digit, not {tenant!r}",
+            field="tenant",
+        )
+    return tenant
+
+
+def event_data(event: Event) -> dict[str, Any]:
+    """A library event as the stream sends it (the session as the tenant sees it)."""
+    data = asdict(event)
+    data["session"] = event.session.partition("/")[2]
+    data["usage"] = dict(event.usage) if event.usage is not None else None
+    data["data"] = dict(event.data)
+    return data
+
+
+class Service:
+    """What every handler shares; ``start``/``stop`` run with the app's lifespan."""
+
+    def __init__(self, settings: Settings, store: Store | None = None) -> None:
+        self.settings = settings
+        self.memory = Memory(store if store is not None else settings.database)
+        self.store: Store = self.memory.store
+        self.hub = EventHub(feed=self._feed_appends)
+        self.metrics = ServiceMetrics()
+        self.runner: ThreadRunner | None = None
+        self._lock = threading.Lock()
+        self._handles: OrderedDict[str, Session] = OrderedDict()
+
+    # -- lifecycle --------------------------------------------------------
+
+    def start(self) -> None:
+        if self.runner is None:
+            self.runner = ThreadRunner(self.settings.runner_workers)
+
+    def stop(self) -> None:
+        runner, self.runner = self.runner, None
+        if runner is not None:
+            runner.stop()
+
+    def close(self) -> None:
+        self.stop()
+        self.memory.close()
+
+    # -- tenancy ----------------------------------------------------------
+
+    @staticmethod
+    def store_id(tenant: str, session_id: str) -> str:
+        """The store's id of the tenant's API session ``session_id``."""
+        return f"{check_tenant(tenant)}/{check_session_id(session_id)}"
+
+    def session(self, tenant: str, session_id: str) -> Session:
+        """The tenant's session, or ``NotFound`` (another tenant's session is not found either)."""
+        sid = self.store_id(tenant, session_id)
+        with self._lock:
+            handle = self._handles.get(sid)
+            if handle is not None:
+                self._handles.move_to_end(sid)
+        if handle is not None:
+            return handle
+        try:
+            record = self.store.get_session(sid)
+        except NotFound:
+            raise NotFound(f"no session {session_id!r}") from None
+        handle = Session(self.memory, record.id, get_counter(record.encoding))
+        with self._lock:
+            handle = self._handles.setdefault(sid, handle)
+            while len(self._handles) > _HANDLES:
+                self._handles.popitem(last=False)
+        return handle
+
+    def create(
+        self,
+        tenant: str,
+        session_id: str,
+        *,
+        system: str | None = None,
+        meta: dict[str, Any] | None = None,
+        encoding: str | None = None,
+    ) -> Session:
+        """A new session of the tenant; ``ServiceError`` 409 when the id is taken."""
+        sid = self.store_id(tenant, session_id)
+        try:
+            self.store.get_session(sid)
+        except NotFound:
+            pass
+        else:
+            raise ServiceError(
+                409, "conflict", f"session {session_id!r} exists already", field="id"
+            )
+        session = self.memory.session(sid, system=system, meta=meta, encoding=encoding)
+        with self._lock:
+            self._handles[sid] = session
+        return session
+
+    def forget(self, store_id: str) -> None:
+        """Drop what this process keeps for a deleted session."""
+        with self._lock:
+            self._handles.pop(store_id, None)
+
+    # -- views and events ---------------------------------------------------
+
+    def view(self, session: Session, name: str) -> View:
+        """A handle on the session's view whose events reach the session's streams."""
+        view = session.view(name)
+        with self._lock:
+            if self._on_event not in view.on_event:
+                view.on_event.append(self._on_event)
+        return view
+
+    def watch(self, session: Session, view_name: str) -> View:
+        """Compact the view in the background from now on (if it has a pipeline)."""
+        view = self.view(session, view_name)
+        if self.runner is not None and view.pipeline is not None:
+            self.runner.watch(view)
+        return view
+
+    def _on_event(self, event: Event) -> None:
+        self.metrics.compaction(event)
+        if event.kind in STREAMED:
+            self.hub.publish(event.session, {"event": event.kind, "data": event_data(event)})
+
+    def _feed_appends(self, store_id: str) -> Callable[[], None]:
+        """Announce appends to ``store_id`` (through any path the store's wake sees)."""
+
+        def appended(session_id: str) -> None:
+            self.hub.publish(
+                session_id,
+                {"event": "appended", "data": {"last_seq": self.store.last_seq(session_id)}},
+            )
+
+        return self.memory.wake.listen(store_id, appended)
+
+
+def service(request: Request) -> Service:
+    """The app's service (a FastAPI dependency)."""
+    found: Service = request.app.state.service
+    return found
+
+
+ServiceDep = Annotated[Service, Depends(service)]

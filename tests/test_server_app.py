@@ -1,0 +1,62 @@
+"""The app's frame: health, readiness, metrics, the error shape, the body limit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from contextfold.core.errors import InvalidInput
+from contextfold.server.app import create_app
+from contextfold.server.service import Service
+from contextfold.server.settings import Settings
+from contextfold.store.ram import RAMStore
+
+
+@pytest.fixture
+def client() -> Iterator[TestClient]:
+    service = Service(Settings(auth=False, max_body_bytes=2048), store=RAMStore())
+    with TestClient(create_app(service)) as c:
+        yield c
+
+
+def test_health_and_readiness(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").json() == {"status": "ready"}
+
+
+def test_unknown_route_has_the_error_shape(client: TestClient) -> None:
+    answer = client.get("/api/v1/nothing-here")
+    assert answer.status_code == 404
+    assert answer.json() == {
+        "error": {"code": "not_found", "message": "Not Found", "field": None, "index": None}
+    }
+
+
+def test_body_over_the_limit_is_413(client: TestClient) -> None:
+    declared = client.post("/api/v1/sessions", content=b"x" * 4096)
+    assert declared.status_code == 413
+    assert declared.json()["error"]["code"] == "payload_too_large"
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(8):
+            yield b"y" * 512
+
+    streamed = client.post("/api/v1/sessions", content=chunks())
+    assert streamed.status_code == 413
+    assert streamed.json()["error"]["code"] == "payload_too_large"
+
+
+def test_metrics_count_requests_by_route_template(client: TestClient) -> None:
+    client.get("/healthz")
+    text = client.get("/metrics").text
+    assert 'contextfold_http_requests_total{method="GET",route="/healthz",status="200"}' in text
+    assert "contextfold_http_request_seconds_bucket" in text
+
+
+def test_no_auth_is_refused_off_loopback() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        Settings(auth=False, host="0.0.0.0")
+    assert caught.value.field == "no_auth"
+    assert Settings(auth=False, host="::1").auth is False
