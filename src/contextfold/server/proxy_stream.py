@@ -13,11 +13,21 @@ short logs nothing, rather than half an answer.
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+from anyio import to_thread
+from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
 from contextfold.core.messages import Message
 from contextfold.server.proxy_match import answer_message
+from contextfold.server.proxy_upstream import passed_headers
+
+log = logging.getLogger("contextfold.proxy")
 
 
 @dataclass
@@ -133,3 +143,82 @@ class StreamAnswer:
                 "tool_calls": calls or None,
             }
         )
+
+
+def _whole_events(data: bytes) -> tuple[bytes, bytes]:
+    """``data`` split after its last complete event (a blank line), so a stream the
+    upstream breaks never leaves the client half an event before the error event."""
+    end = max(data.rfind(b"\n\n") + 2, data.rfind(b"\r\n\r\n") + 4, 0)
+    return data[:end], data[end:]
+
+
+class RelayResponse(StreamingResponse):
+    """The upstream's event stream, passed on byte for byte while the answer is assembled.
+
+    The answer is logged as soon as ``data: [DONE]`` arrives, before those
+    bytes go on, so a client that has read the whole stream finds it in the
+    log. Bytes go on an event at a time (a partial event waits for its end),
+    so a stream the upstream breaks gets one last whole ``error`` event (the
+    SDK raises it) and logs nothing; a client that leaves early logs nothing
+    either. The session's lock and the upstream response are released however
+    the response ends, even if it never starts.
+    """
+
+    def __init__(
+        self,
+        answer: httpx.Response,
+        log_answer: Callable[[Message], object],
+        session: str,
+        release: Callable[[], None],
+    ) -> None:
+        self._answer = answer
+        self._log_answer = log_answer
+        self._session = session
+        self._release = release
+        super().__init__(self._relay(), headers=passed_headers(answer.headers))
+
+    async def _relay(self) -> AsyncIterator[bytes]:
+        assembled = StreamAnswer()
+        logged = False
+        held = b""  # the start of an event not ended yet: passed on once it is whole
+        try:
+            async for chunk in self._answer.aiter_bytes():
+                assembled.feed(chunk)
+                if assembled.done and not logged:
+                    logged = await self._log(assembled)
+                whole, held = _whole_events(held + chunk)
+                if whole:
+                    yield whole
+        except httpx.HTTPError as exc:
+            reason = f"upstream stream broken: {type(exc).__name__} {exc}"
+            log.warning("%s (session %s)", reason, self._session)
+            error = {"error": {"message": reason, "type": "upstream_error", "code": None}}
+            yield f"data: {json.dumps(error)}\n\n".encode()
+            return
+        assembled.close()
+        if not logged:
+            await self._log(assembled)
+        if held:
+            yield held
+
+    async def _log(self, assembled: StreamAnswer) -> bool:
+        message = assembled.message()
+        if message is None:
+            log.warning(
+                "stream for %s ended without an answer to log: %s",
+                self._session,
+                assembled.failed or "no [DONE] or finish_reason",
+            )
+            return True
+        try:
+            await to_thread.run_sync(self._log_answer, message)
+        except Exception:
+            log.exception("could not log the streamed answer of %s", self._session)
+        return True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._answer.aclose()
+            self._release()
