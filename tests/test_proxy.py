@@ -502,3 +502,26 @@ def test_tenants_are_isolated_on_the_proxy(tmp_path: Path) -> None:
                     assert answer.json()["error"]["code"] == "unauthorized"
             assert rig.log("s1", "alpha") == a_log
             assert len(upstream.requests) == 2
+
+
+def test_the_view_is_made_with_the_servers_defaults_and_again_for_a_recreated_session(
+    rig: Rig,
+) -> None:
+    store = rig.server.service.store
+    rig.upstream.add(openai_reply("x"), openai_reply("y"))
+    client = rig.client()
+    client.chat.completions.create(
+        model="m", messages=[user("a")], extra_headers={"X-Contextfold-View": "planner"}
+    )
+    view = store.get_view("local/s1", "planner")
+    assert view is not None
+    assert (view.config["preset"], view.config["budget"]) == ("offline", 8000)
+    assert store.get_view("local/s1", "default") is None
+    # Deleted and made again under the same id: matched afresh, its view made again.
+    assert store.delete_session("local/s1")
+    rig.server.service.forget("local/s1")
+    client.chat.completions.create(
+        model="m", messages=[user("b")], extra_headers={"X-Contextfold-View": "planner"}
+    )
+    assert rig.log() == [user("b"), {"role": "assistant", "content": "y"}]
+    assert store.get_view("local/s1", "planner") is not None

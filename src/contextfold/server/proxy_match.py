@@ -140,6 +140,9 @@ class LogDigest:
     digests: list[bytes] = field(default_factory=list)
     roles: list[str] = field(default_factory=list)
     system: int = 0  # leading system/developer messages
+    # Views this process made ready (created if new, watched by the runner) for this
+    # incarnation of the session, by (name, runner): a recreated session starts empty.
+    views: set[tuple[str, int]] = field(default_factory=set)
 
     def add(self, logged: Sequence[LoggedMessage]) -> None:
         for record in logged:
