@@ -64,6 +64,11 @@ def add_commands(sub: Any) -> None:
         help="allow browser requests from ORIGIN (repeatable; CORS is off by default)",
     )
     serve.add_argument(
+        "--no-runner",
+        action="store_true",
+        help="no background compaction here (other processes run it); compact stays available",
+    )
+    serve.add_argument(
         "--demo",
         action="store_true",
         help="seed the demo session (tenant 'local', no auth) and print the page's address",
@@ -111,6 +116,7 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
         budget=args.budget,
         cors_origins=tuple(args.cors_origin),
         demo=args.demo,
+        runner=not args.no_runner,
     )
     service = Service(settings)
     if args.demo:
