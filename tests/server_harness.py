@@ -5,9 +5,11 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
+import fastapi.routing
 import uvicorn
 from fastapi import FastAPI
 
@@ -60,3 +62,9 @@ def running(app: FastAPI, timeout: float = 20.0) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout)
+
+
+def every_route(routes: Iterable[Any]) -> Iterator[Any]:
+    """The app's routes with included routers flattened (newer FastAPI nests them)."""
+    flatten = getattr(fastapi.routing, "iter_route_contexts", None)
+    yield from (flatten(list(routes)) if flatten is not None else routes)
