@@ -26,6 +26,8 @@ DEMO_SESSION = "demo"
 DEMO_VIEW = "default"
 DEMO_BUDGET = 12_000
 DEMO_RESOURCE = "data/demo_session.json"
+SHUTDOWN_S = 5
+"""How long a stopping server waits for open requests (event streams never end on their own)."""
 
 
 def add_commands(sub: Any) -> None:
@@ -133,6 +135,7 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
         port=args.port,
         log_level="warning",
         access_log=False,
+        timeout_graceful_shutdown=SHUTDOWN_S,
         loop=_best("uvloop", "auto"),
         http=_best("httptools", "auto"),
     )
