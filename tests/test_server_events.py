@@ -87,7 +87,7 @@ def chat_body(turn: int) -> dict[str, Any]:
 
 
 def test_appends_and_compaction_are_streamed(served: tuple[str, Service, str]) -> None:
-    base, service, key = served
+    base, _, key = served
     h = bearer(key)
     with httpx.Client(base_url=base, headers=h, timeout=TIMEOUT) as client:
         assert client.post(API, json={"id": "s1", "system": "sys"}).status_code == 201
