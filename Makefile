@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo serve test lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -12,6 +12,9 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(VENV)/bin/contextfold demo
+
+serve: $(STAMP)
+	$(VENV)/bin/contextfold serve --demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
