@@ -518,8 +518,7 @@ def test_the_view_is_made_with_the_servers_defaults_and_again_for_a_recreated_se
     assert (view.config["preset"], view.config["budget"]) == ("offline", 8000)
     assert store.get_view("local/s1", "default") is None
     # Deleted and made again under the same id: matched afresh, its view made again.
-    assert store.delete_session("local/s1")
-    rig.server.service.forget("local/s1")
+    rig.server.service.delete("local", "s1")
     client.chat.completions.create(
         model="m", messages=[user("b")], extra_headers={"X-Contextfold-View": "planner"}
     )
