@@ -524,3 +524,24 @@ def test_the_view_is_made_with_the_servers_defaults_and_again_for_a_recreated_se
     )
     assert rig.log() == [user("b"), {"role": "assistant", "content": "y"}]
     assert store.get_view("local/s1", "planner") is not None
+
+
+def test_concurrent_identical_calls_on_one_session_log_one_answer(rig: Rig) -> None:
+    rig.upstream.add(Reply(body=openai_reply("only one").body, delay=0.3), openai_reply("two"))
+    outcomes: list[str] = []
+
+    def call() -> None:
+        try:
+            rig.client().chat.completions.create(model="m", messages=[user("a")])
+            outcomes.append("answered")
+        except openai.ConflictError:
+            outcomes.append("conflict")
+
+    threads = [threading.Thread(target=call) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert sorted(outcomes) == ["answered", "conflict"]
+    assert rig.log() == [user("a"), {"role": "assistant", "content": "only one"}]
+    assert len(rig.upstream.requests) == 1

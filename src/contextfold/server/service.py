@@ -215,8 +215,8 @@ class Service:
         return self.memory.wake.listen(store_id, appended)
 
 
-def service(request: Request) -> Service:
-    """The app's service (a FastAPI dependency)."""
+async def service(request: Request) -> Service:
+    """The app's service (a FastAPI dependency; async, so no worker thread is taken for it)."""
     found: Service = request.app.state.service
     return found
 
