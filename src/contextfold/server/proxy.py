@@ -99,6 +99,7 @@ _ANSWERS: dict[int | str, dict[str, Any]] = {
     },
     409: {"description": "The conversation diverges from the session's log (code conflict)."},
     422: {"description": "Bad request field or header (code invalid_input)."},
+    404: {"description": "The server has no upstream configured (code not_found)."},
     502: {"description": "The upstream failed, timed out or refused the server's key."},
 }
 
@@ -173,10 +174,12 @@ router = APIRouter(tags=["proxy"], lifespan=_lifespan)
 
 def _upstream(state: ProxyState) -> Upstream:
     if state.upstream is None:
+        # Not an upstream failure: the proxy is off on this server, as if it had no route.
         raise ServiceError(
-            502,
-            "upstream_error",
-            "this server has no upstream: start it with --upstream openai-compatible:URL",
+            404,
+            "not_found",
+            "this server has no upstream, so no proxy: start it with "
+            "--upstream openai-compatible:URL",
         )
     return state.upstream
 
