@@ -40,6 +40,7 @@ class Reply:
     delay: float = 0.0
     drop: bool = False  # close the connection without answering
     cut: int | None = None  # send only this many bytes of the body, then close
+    pace: float = 0.0  # seconds between the events of a server-sent event body
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,13 @@ def _handler(owner: FakeProvider) -> type[BaseHTTPRequestHandler]:
                 for key, value in sent.items():
                     self.send_header(key, value)
                 self.end_headers()
-                self.wfile.write(payload if reply.cut is None else payload[: reply.cut])
+                if reply.pace:
+                    for event in payload.split(b"\n\n")[:-1]:
+                        self.wfile.write(event + b"\n\n")
+                        self.wfile.flush()
+                        time.sleep(reply.pace)
+                else:
+                    self.wfile.write(payload if reply.cut is None else payload[: reply.cut])
                 if reply.cut is not None:
                     self.close_connection = True
             except (BrokenPipeError, ConnectionResetError):

@@ -546,3 +546,24 @@ def test_concurrent_identical_calls_on_one_session_log_one_answer(rig: Rig) -> N
     assert sorted(outcomes) == ["answered", "conflict"]
     assert rig.log() == [user("a"), {"role": "assistant", "content": "only one"}]
     assert len(rig.upstream.requests) == 1
+
+
+def test_a_client_leaving_a_stream_early_logs_no_answer_and_frees_the_session(rig: Rig) -> None:
+    slow = streamed(*[f"w{i} " for i in range(40)])
+    rig.upstream.add(Reply(body=slow.body, headers=slow.headers, pace=0.05), openai_reply("next"))
+    body = {"model": "m", "messages": [user("a")], "stream": True}
+    with httpx.stream(
+        "POST",
+        f"{rig.server.url}/v1/chat/completions",
+        json=body,
+        headers={"X-Contextfold-Session": "s1"},
+    ) as answer:
+        first = next(answer.iter_bytes())
+        assert first.startswith(b"data: ")
+    # The session's lock is released: the same conversation goes through again, and
+    # only the answer the client received whole is logged.
+    started = time.monotonic()
+    again = rig.client().chat.completions.create(model="m", messages=[user("a")])
+    assert again.choices[0].message.content == "next"
+    assert time.monotonic() - started < 5
+    assert rig.log() == [user("a"), {"role": "assistant", "content": "next"}]
