@@ -74,7 +74,16 @@ def test_digest_sees_what_a_model_sees() -> None:
     assert digest({"role": "user", "content": "x", "meta": {"k": 1}}) == digest(
         {"role": "user", "content": "x"}
     )
+    assert digest({"role": "user", "content": "x", "name": None}) == digest(
+        {"role": "user", "content": "x"}
+    )
     assert digest({"role": "user", "content": "x"}) != digest({"role": "user", "content": "y"})
+    assert digest({"role": "user", "content": "x"}) != digest(
+        {"role": "user", "content": [{"type": "text", "text": "x"}]}
+    )
+    assert digest({"role": "user", "content": "x"}) != digest(
+        {"role": "user", "content": "x", "name": "n"}
+    )
     assert digest({"role": "user", "content": "x"}) != digest({"role": "system", "content": "x"})
     other_args = {**CALL, "function": {"name": "read", "arguments": '{"p":2}'}}
     assert digest(a) != digest({"role": "assistant", "tool_calls": [other_args]})

@@ -118,7 +118,13 @@ def digest(message: Mapping[str, Any]) -> bytes:
         seen["tool_calls"] = (
             [_call_of(call) for call in calls] if isinstance(calls, list) else calls
         )
-    text = json.dumps(seen, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    role, text = seen["role"], seen.get("content")
+    if len(seen) == 2 and type(text) is str and type(role) is str and "\0" not in role:
+        # The common message, role and text alone: hashed without a JSON dump. The
+        # leading 0 byte keeps it apart from every JSON text (which starts with "{").
+        text = f"\0{role}\0{text}"
+    else:
+        text = json.dumps(seen, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
