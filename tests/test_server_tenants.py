@@ -8,6 +8,7 @@ so a route added later must say here how it is tried.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,7 +70,8 @@ ATTEMPTS: dict[tuple[str, str], Attempt] = {
 
 @pytest.fixture
 def service() -> Service:
-    return make_service(runner=False)
+    """Keys checked against the store on every request, so a revocation shows at once."""
+    return make_service(runner=False, key_cache_s=0)
 
 
 @pytest.fixture
@@ -226,7 +228,7 @@ def test_keys_commands_make_list_and_revoke_keys(
     store = SQLiteStore(db)
     stored = store.list_api_keys()[0]
     assert stored.secret_hash != key.split("_", 2)[2] and len(stored.secret_hash) == 64
-    with TestClient(create_app(make_service(store, runner=False))) as c:
+    with TestClient(create_app(make_service(store, runner=False, key_cache_s=0))) as c:
         assert c.post(API, json={"id": "x"}, headers=bearer(key)).status_code == 201
         assert main(["keys", "revoke", stored.id, "--database", db]) == 0
         assert c.get(API, headers=bearer(key)).status_code == 401
@@ -247,3 +249,15 @@ def test_cors_is_off_unless_origins_are_given() -> None:
         assert answer.headers["access-control-allow-origin"] == "https://app.example"
         other = opened.get("/healthz", headers={"Origin": "https://evil.example"})
         assert "access-control-allow-origin" not in other.headers
+
+
+def test_a_cached_key_is_trusted_for_its_ttl_only() -> None:
+    service = make_service(runner=False, key_cache_s=0.3)
+    key = add_key(service.store, "t1")
+    with TestClient(create_app(service)) as client:
+        assert client.get(API, headers=bearer(key)).status_code == 200
+        service.store.revoke_api_key(key.split("_")[1])
+        assert client.get(API, headers=bearer(key)).status_code == 200  # within the ttl
+        time.sleep(0.35)
+        assert client.get(API, headers=bearer(key)).status_code == 401
+        assert client.get(API, headers=bearer(key)).status_code == 401  # refusals not cached
