@@ -266,3 +266,21 @@ def test_latest_user_message_is_tracked_as_messages_arrive() -> None:
     latest = session.store.last_of_role(session.id, "user")
     assert latest is not None
     assert latest.message == [m for m in session.history() if m["role"] == "user"][-1]
+
+
+def test_deleted_session_is_gone_and_its_views_start_clean_when_recreated(tmp_path: Any) -> None:
+    memory = Memory(str(tmp_path / "chat.db"))
+    session = memory.session("s", system="old system")
+    session.extend({"role": "user", "content": f"old message {i} " * 20} for i in range(30))
+    view = session.view("default", preset="keep-recent", budget=200)
+    before = view.render()
+    assert memory.delete_session("s") is True
+    assert memory.delete_session("s") is False
+    assert "s" not in memory.store.list_sessions()
+    again = memory.session("s", system="new system")
+    again.append({"role": "user", "content": "new"})
+    after = again.view("default", preset="keep-recent", budget=200).render()
+    assert after != before
+    assert [m["content"] for m in after] == ["new system", "new"]
+    with pytest.raises(InvalidInput):
+        memory.delete_session("")

@@ -43,6 +43,35 @@ class SessionRecord:
 
 
 @dataclass(frozen=True)
+class SessionInfo:
+    """A session with the figures a listing shows: its size and when it last grew."""
+
+    id: str
+    encoding: str
+    meta: dict[str, Any]
+    created_at: float
+    last_seq: int
+    """The highest seq handed out, 0 for an empty log."""
+    messages: int
+    tokens: int
+    """The sum of the stored messages' token counts."""
+    last_at: float
+    """When the newest message was logged; the session's creation time while it has none."""
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """An API key of the service: who it speaks for, and the hash of its secret (never the secret)."""
+
+    id: str
+    tenant: str
+    secret_hash: str
+    label: str = ""
+    created_at: float = 0.0
+    revoked_at: float | None = None
+
+
+@dataclass(frozen=True)
 class ViewRecord:
     """A view's stored configuration (JSON data) and its version, bumped by each update."""
 

@@ -100,6 +100,20 @@ class Memory:
         with self._lock:
             return self._bindings.setdefault((session_id, view), Binding())
 
+    def delete_session(self, session_id: str) -> bool:
+        """Remove a session whole, log included; False if there was none.
+
+        The one way anything logged goes away. This process's side of the
+        session's views (caches, callbacks) goes with it, so a session later
+        created under the same id starts clean here.
+        """
+        check_name(session_id, "session_id")
+        gone = self.store.delete_session(session_id)
+        with self._lock:
+            for key in [k for k in self._bindings if k[0] == session_id]:
+                del self._bindings[key]
+        return gone
+
     def close(self) -> None:
         self.store.close()
 

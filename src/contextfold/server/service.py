@@ -24,6 +24,7 @@ from contextfold.memory.view import View
 from contextfold.runtime.thread import ThreadRunner
 from contextfold.server.errors import ServiceError
 from contextfold.server.events import EventHub
+from contextfold.server.idempotency import IdempotentAppends
 from contextfold.server.metrics import ServiceMetrics
 from contextfold.server.settings import Settings
 from contextfold.store.base import Store
@@ -69,6 +70,8 @@ class Service:
         self.store: Store = self.memory.store
         self.hub = EventHub(feed=self._feed_appends)
         self.metrics = ServiceMetrics()
+        self.idempotent = IdempotentAppends()
+        self._watched: set[tuple[str, str]] = set()
         self.runner: ThreadRunner | None = None
         self._lock = threading.Lock()
         self._handles: OrderedDict[str, Session] = OrderedDict()
@@ -81,6 +84,8 @@ class Service:
 
     def stop(self) -> None:
         runner, self.runner = self.runner, None
+        with self._lock:
+            self._watched.clear()
         if runner is not None:
             runner.stop()
 
@@ -139,10 +144,31 @@ class Service:
             self._handles[sid] = session
         return session
 
-    def forget(self, store_id: str) -> None:
-        """Drop what this process keeps for a deleted session."""
+    def delete(self, tenant: str, session_id: str) -> None:
+        """Delete the tenant's session and all that this process keeps for it."""
+        sid = self.store_id(tenant, session_id)
+        if self.runner is not None:
+            for view in self.runner.watched():
+                if view.session.id == sid:
+                    self.runner.unwatch(view)
         with self._lock:
-            self._handles.pop(store_id, None)
+            self._handles.pop(sid, None)
+            self._watched = {k for k in self._watched if k[0] != sid}
+        self.idempotent.forget(sid)
+        if not self.memory.delete_session(sid):
+            raise NotFound(f"no session {session_id!r}")
+
+    def in_batch(self, session: Session, exc: InvalidInput) -> InvalidInput:
+        """The error with ``index`` counted in the request's batch, not in the log.
+
+        The library counts from the start of the log; nothing was stored, so
+        the log's length now is where the batch would have started.
+        """
+        if exc.index is None:
+            return exc
+        offset = self.store.last_seq(session.id)
+        index = exc.index - offset if exc.index >= offset else exc.index
+        return InvalidInput(exc.reason, index=index, field=exc.field)
 
     # -- views and events ---------------------------------------------------
 
@@ -155,10 +181,21 @@ class Service:
         return view
 
     def watch(self, session: Session, view_name: str) -> View:
-        """Compact the view in the background from now on (if it has a pipeline)."""
+        """The view, compacted in the background from now on (if it has a pipeline).
+
+        A view is handed to the runner once; the runner re-reads its stored
+        configuration on every cycle, so later updates need no new watch.
+        """
         view = self.view(session, view_name)
-        if self.runner is not None and view.pipeline is not None:
-            self.runner.watch(view)
+        key = (session.id, view_name)
+        runner = self.runner
+        with self._lock:
+            if runner is None or key in self._watched:
+                return view
+        if view.pipeline is not None:
+            runner.watch(view)
+            with self._lock:
+                self._watched.add(key)
         return view
 
     def _on_event(self, event: Event) -> None:

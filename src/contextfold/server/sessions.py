@@ -1,54 +1,174 @@
-"""``/api/v1/sessions``: create, list, get, delete sessions; append and page their log."""
+"""``/api/v1/sessions``: create, list, get and delete sessions; append to and page their log.
+
+Handlers are thin: parse (the models), call the library, answer. The hot ones
+(append, history) build their JSON from the records directly instead of
+through response models: the models still describe them in the spec.
+"""
 
 from __future__ import annotations
 
+import json
 import uuid
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
 
-from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import APIRouter, Header, Path, Query, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
 
-from contextfold.server.auth import Tenant
+from contextfold.core.errors import InvalidInput
+from contextfold.server.auth import StreamTenant, Tenant
+from contextfold.server.models import (
+    ERRORS,
+    SESSION_ID_PATTERN,
+    Appended,
+    History,
+    LoggedOut,
+    MessagesIn,
+    SessionIn,
+    SessionList,
+    SessionOut,
+)
 from contextfold.server.service import ServiceDep
 
-router = APIRouter(prefix="/api/v1/sessions", tags=["sessions"])
+router = APIRouter(prefix="/api/v1/sessions", tags=["sessions"], responses=ERRORS)
 
-
-class SessionIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    id: str | None = Field(None, pattern=r"^[A-Za-z0-9._:@-]{1,128}$")
-    system: str | None = None
-    meta: dict[str, Any] | None = None
-    encoding: str | None = None
-
-
-class SessionOut(BaseModel):
-    id: str
-    encoding: str
-    meta: dict[str, Any]
-    created_at: float
-    last_seq: int
-    messages: int
-    tokens: int
-    last_at: float
+SessionPath = Annotated[str, Path(pattern=SESSION_ID_PATTERN, description="the session id")]
+PAGE = 50
+MAX_PAGE = 500
+HISTORY_PAGE = 200
+MAX_HISTORY_PAGE = 1000
+KEEPALIVE_S = 15.0
 
 
 @router.post("", status_code=201)
 async def create_session(body: SessionIn, svc: ServiceDep, tenant: Tenant) -> SessionOut:
+    """Create a session, with its system prompt as message 1; 409 if the id is taken."""
     session_id = body.id or uuid.uuid4().hex
     session = svc.create(
         tenant, session_id, system=body.system, meta=body.meta, encoding=body.encoding
     )
-    record = svc.store.get_session(session.id)
-    logged = svc.store.messages(session.id)
-    return SessionOut(
-        id=session_id,
-        encoding=record.encoding,
-        meta=record.meta,
-        created_at=record.created_at,
-        last_seq=logged[-1].seq if logged else 0,
-        messages=len(logged),
-        tokens=sum(m.tokens for m in logged),
-        last_at=logged[-1].created_at if logged else record.created_at,
+    return SessionOut.of(session_id, svc.store.session_info(session.id))
+
+
+@router.get("")
+async def list_sessions(
+    svc: ServiceDep,
+    tenant: Tenant,
+    q: Annotated[str | None, Query(max_length=128, description="substring of the id")] = None,
+    after: Annotated[str | None, Query(pattern=SESSION_ID_PATTERN)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = PAGE,
+) -> SessionList:
+    """The tenant's sessions by id, a page at a time."""
+    prefix = f"{tenant}/"
+    ids = svc.store.list_sessions(
+        prefix, after=None if after is None else prefix + after, limit=limit + 1, search=q or None
+    )
+    page = ids[:limit]
+    sessions = [SessionOut.of(sid[len(prefix) :], svc.store.session_info(sid)) for sid in page]
+    more = len(ids) > limit
+    return SessionList(sessions=sessions, next=sessions[-1].id if more and sessions else None)
+
+
+@router.get("/{sid}")
+async def get_session(sid: SessionPath, svc: ServiceDep, tenant: Tenant) -> SessionOut:
+    session = svc.session(tenant, sid)
+    return SessionOut.of(sid, svc.store.session_info(session.id))
+
+
+@router.delete("/{sid}", status_code=204)
+async def delete_session(sid: SessionPath, svc: ServiceDep, tenant: Tenant) -> Response:
+    """Delete the session: its log, views and folds. It cannot be undone."""
+    svc.delete(tenant, sid)
+    return Response(status_code=204)
+
+
+@router.post("/{sid}/messages", status_code=201, response_model=Appended)
+async def append_messages(
+    sid: SessionPath,
+    body: MessagesIn,
+    svc: ServiceDep,
+    tenant: Tenant,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            min_length=1,
+            max_length=200,
+            description="a retry with the same key stores nothing new and gets the same records",
+        ),
+    ] = None,
+) -> JSONResponse:
+    """Append one message or a batch, all or none."""
+    session = svc.session(tenant, sid)
+    messages = [m.model_dump(exclude_unset=True) for m in body.messages]
+    try:
+        if idempotency_key is None:
+            logged = session.extend(messages)
+        else:
+            logged = svc.idempotent.append(session, messages, idempotency_key)
+    except InvalidInput as exc:
+        raise svc.in_batch(session, exc) from None
+    svc.metrics.appended.inc(len(logged))
+    return JSONResponse({"messages": [LoggedOut.data(r) for r in logged]}, status_code=201)
+
+
+@router.get("/{sid}/messages", response_model=History)
+async def history(
+    sid: SessionPath,
+    svc: ServiceDep,
+    tenant: Tenant,
+    after: Annotated[int, Query(ge=0, description="the last seq already read")] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_HISTORY_PAGE)] = HISTORY_PAGE,
+) -> JSONResponse:
+    """The whole log, never folded, by seq: messages after ``after``."""
+    session = svc.session(tenant, sid)
+    page = svc.store.messages(session.id, after + 1, after + limit + 1)
+    more = len(page) > limit
+    page = page[:limit]
+    body: dict[str, Any] = {
+        "messages": [LoggedOut.data(r) for r in page],
+        "next_after": page[-1].seq if more else None,
+    }
+    return JSONResponse(body)
+
+
+@router.get(
+    "/{sid}/events",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}},
+)
+async def events(
+    sid: SessionPath,
+    request: Request,
+    svc: ServiceDep,
+    tenant: StreamTenant,
+    api_key: Annotated[
+        str | None, Query(description="the API key, for clients that cannot send headers")
+    ] = None,
+) -> StreamingResponse:
+    """Server-sent events of the session: appended, planned, committed, failed, degraded,
+    quarantined. A comment line comes first once the stream listens, then one every
+    15 s while nothing happens."""
+    session = svc.session(tenant, sid)
+
+    async def stream() -> AsyncIterator[str]:
+        subscription = svc.hub.subscribe(session.id)
+        last_seq = svc.store.last_seq(session.id)
+        svc.metrics.streams.inc()
+        try:
+            yield f": listening, last_seq {last_seq}\n\n"
+            while not subscription.closed:
+                event = await subscription.get(KEEPALIVE_S)
+                if event is None:
+                    yield ": keepalive\n\n"
+                    continue
+                data = json.dumps(event["data"], ensure_ascii=False, separators=(",", ":"))
+                yield f"event: {event['event']}\ndata: {data}\n\n"
+        finally:
+            subscription.close()
+            svc.metrics.streams.dec()
+
+    return StreamingResponse(
+        stream(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

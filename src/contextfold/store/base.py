@@ -28,6 +28,12 @@ Invariants, checked by ``contextfold.testing.store_contract`` against every back
   step; an expired lease may be taken over, so a holder that died never blocks
   the view for longer than its ttl. Expiry is wall-clock time, so processes
   sharing a store agree on it. Leases never touch the log or the folds.
+- ``delete_session`` removes a session whole (log, folds, views, leases), the
+  only way anything logged goes away. A session created again under the same
+  id starts a new log at seq 1.
+- Listings are ordered by id and paged by the last id seen (``after``), so a
+  page never repeats or skips a session that existed throughout.
+- API keys are stored by id with the hash of their secret, never the secret.
 """
 
 from __future__ import annotations
@@ -39,7 +45,14 @@ from typing import Any, NamedTuple, Protocol
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold
-from contextfold.core.log import LoggedMessage, NewMessage, SessionRecord, ViewRecord
+from contextfold.core.log import (
+    ApiKey,
+    LoggedMessage,
+    NewMessage,
+    SessionInfo,
+    SessionRecord,
+    ViewRecord,
+)
 
 
 class Head(NamedTuple):
@@ -66,7 +79,29 @@ class Store(Protocol):
         """The session, or ``NotFound``."""
         ...
 
-    def list_sessions(self) -> list[str]: ...
+    def list_sessions(
+        self,
+        prefix: str = "",
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        search: str | None = None,
+    ) -> list[str]:
+        """Ids starting with ``prefix`` and greater than ``after``, by id, at most ``limit``.
+
+        ``search`` keeps the ids whose part after the prefix contains it, ASCII
+        letters compared without case (every backend agrees on that; other
+        characters must match exactly).
+        """
+        ...
+
+    def session_info(self, session_id: str) -> SessionInfo:
+        """The session with its counts and last activity, or ``NotFound``."""
+        ...
+
+    def delete_session(self, session_id: str) -> bool:
+        """Remove the session and everything kept for it; False if there was none."""
+        ...
 
     def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
         """Append atomically; one record a message, in order (earlier ones for known keys)."""
@@ -158,6 +193,20 @@ class Store(Protocol):
         """Give the lease up if ``owner`` holds it (expired or not); True when it did."""
         ...
 
+    def put_api_key(self, key: ApiKey) -> None:
+        """Store a new key; ``InvalidInput`` naming ``id`` if the id is taken."""
+        ...
+
+    def get_api_key(self, key_id: str) -> ApiKey | None: ...
+
+    def list_api_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        """Every key (or the tenant's), by creation time, revoked ones included."""
+        ...
+
+    def revoke_api_key(self, key_id: str) -> bool:
+        """Mark the key revoked; False if there is no such key or it was revoked already."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -188,3 +237,45 @@ def view_config_json(name: str, config: Mapping[str, Any]) -> str:
         return json.dumps(dict(config), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"view configuration is not JSON data: {exc}", field="config") from exc
+
+
+def check_listing(prefix: str, after: str | None, limit: int | None, search: str | None) -> None:
+    """Refuse a listing's arguments that no backend could honour; shared by every store."""
+    for name, value in (("prefix", prefix), ("after", after), ("search", search)):
+        if value is not None and not isinstance(value, str):
+            raise InvalidInput(f"{name} must be a string, not {type(value).__name__}", field=name)
+    if limit is not None and (type(limit) is not int or limit < 1):
+        raise InvalidInput(f"limit must be a positive integer, not {limit!r}", field="limit")
+
+
+def listed(
+    ids: Iterable[str], prefix: str, after: str | None, limit: int | None, search: str | None
+) -> list[str]:
+    """The listing ``Store.list_sessions`` defines, over ids in any order."""
+    needle = fold_ascii(search) if search else ""
+    found = sorted(
+        i
+        for i in ids
+        if i.startswith(prefix)
+        and (after is None or i > after)
+        and needle in fold_ascii(i[len(prefix) :])
+    )
+    return found if limit is None else found[:limit]
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def fold_ascii(text: str) -> str:
+    """ASCII letters lowered, every other character kept: what SQL engines agree on."""
+    return text.translate(_ASCII_LOWER)
+
+
+def check_api_key(key: ApiKey) -> None:
+    """Refuse a key record no store should keep."""
+    if not isinstance(key, ApiKey):
+        raise InvalidInput(f"key must be an ApiKey, not {type(key).__name__}", field="key")
+    for name in ("id", "tenant", "secret_hash"):
+        value = getattr(key, name)
+        if not isinstance(value, str) or not value:
+            raise InvalidInput(f"key {name} must be a non-empty string", field=name)

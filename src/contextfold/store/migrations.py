@@ -113,6 +113,21 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
         # The token count formula the stored counts follow (contextfold.store.recount).
         ("CREATE TABLE _count_version (version INTEGER NOT NULL)",),
     ),
+    (
+        "006_api_keys",
+        (
+            # The service's keys: the secret's hash only, and the tenant it speaks for.
+            """CREATE TABLE api_keys (
+                id TEXT PRIMARY KEY,
+                tenant TEXT NOT NULL,
+                secret_hash TEXT NOT NULL,
+                label TEXT NOT NULL,
+                created_at REAL NOT NULL,
+                revoked_at REAL
+            )""",
+            "CREATE INDEX api_keys_tenant ON api_keys (tenant, created_at)",
+        ),
+    ),
 ]
 
 

@@ -25,15 +25,25 @@ from contextfold.core.errors import (
 )
 from contextfold.core.folds import Fold, plan_commit
 from contextfold.core.log import (
+    ApiKey,
     LoggedMessage,
     NewMessage,
+    SessionInfo,
     SessionRecord,
     ViewRecord,
     copied,
     copies,
     json_copy,
 )
-from contextfold.store.base import Head, Quarantined, check_lease, view_config_json
+from contextfold.store.base import (
+    Head,
+    Quarantined,
+    check_api_key,
+    check_lease,
+    check_listing,
+    listed,
+    view_config_json,
+)
 
 
 class RAMStore:
@@ -52,6 +62,7 @@ class RAMStore:
         self._versions: dict[tuple[str, str], int] = {}
         self._leases: dict[tuple[str, str], tuple[str, float]] = {}
         self._views: dict[str, dict[str, ViewRecord]] = {}
+        self._api_keys: dict[str, ApiKey] = {}
 
     def create_session(
         self, session_id: str, *, encoding: str, meta: dict[str, Any] | None = None
@@ -78,9 +89,51 @@ class RAMStore:
             raise NotFound(f"no session {session_id!r}")
         return record
 
-    def list_sessions(self) -> list[str]:
+    def list_sessions(
+        self,
+        prefix: str = "",
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        search: str | None = None,
+    ) -> list[str]:
+        check_listing(prefix, after, limit, search)
         with self._lock:
-            return sorted(self._sessions)
+            ids = list(self._sessions)
+        return listed(ids, prefix, after, limit, search)
+
+    def session_info(self, session_id: str) -> SessionInfo:
+        record = self.get_session(session_id)
+        with self._lock:
+            log = self._log[session_id]
+            return SessionInfo(
+                record.id,
+                record.encoding,
+                json_copy(record.meta),
+                record.created_at,
+                self._last[session_id],
+                len(log),
+                sum(m.tokens for m in log),
+                log[-1].created_at if log else record.created_at,
+            )
+
+    def delete_session(self, session_id: str) -> bool:
+        with self._lock:
+            if self._sessions.pop(session_id, None) is None:
+                return False
+            for per_session in (
+                self._log,
+                self._keys,
+                self._calls,
+                self._last_by_role,
+                self._last,
+                self._views,
+            ):
+                per_session.pop(session_id, None)
+            for per_view in (self._folds, self._quarantined, self._versions, self._leases):
+                for key in [k for k in per_view if k[0] == session_id]:
+                    del per_view[key]
+            return True
 
     def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
         self.get_session(session_id)
@@ -294,6 +347,30 @@ class RAMStore:
             if held is None or held[0] != owner:
                 return False
             del self._leases[(session_id, view)]
+            return True
+
+    def put_api_key(self, key: ApiKey) -> None:
+        check_api_key(key)
+        with self._lock:
+            if key.id in self._api_keys:
+                raise InvalidInput(f"an API key with id {key.id!r} exists", field="id")
+            self._api_keys[key.id] = key
+
+    def get_api_key(self, key_id: str) -> ApiKey | None:
+        with self._lock:
+            return self._api_keys.get(key_id)
+
+    def list_api_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        with self._lock:
+            keys = list(self._api_keys.values())
+        return [k for k in keys if tenant is None or k.tenant == tenant]
+
+    def revoke_api_key(self, key_id: str) -> bool:
+        with self._lock:
+            key = self._api_keys.get(key_id)
+            if key is None or key.revoked_at is not None:
+                return False
+            self._api_keys[key_id] = replace(key, revoked_at=time.time())
             return True
 
     def close(self) -> None:

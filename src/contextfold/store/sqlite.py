@@ -29,9 +29,24 @@ from contextfold.core.errors import (
     ViewConflict,
 )
 from contextfold.core.folds import Fold, FoldSpan, Span, plan_commit
-from contextfold.core.log import LoggedMessage, NewMessage, SessionRecord, ViewRecord
+from contextfold.core.log import (
+    ApiKey,
+    LoggedMessage,
+    NewMessage,
+    SessionInfo,
+    SessionRecord,
+    ViewRecord,
+)
 from contextfold.store import rows
-from contextfold.store.base import Head, Quarantined, check_lease, view_config_json
+from contextfold.store import sqlite_admin as admin
+from contextfold.store.base import (
+    Head,
+    Quarantined,
+    check_api_key,
+    check_lease,
+    check_listing,
+    view_config_json,
+)
 from contextfold.store.migrations import check_ours, migrate
 
 Durability = Literal["process", "full"]
@@ -267,9 +282,25 @@ class SQLiteStore:
         with self._read() as conn:
             return rows.session(self._row(conn, SESSION_SQL, (session_id,), session_id))
 
-    def list_sessions(self) -> list[str]:
+    def list_sessions(
+        self,
+        prefix: str = "",
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        search: str | None = None,
+    ) -> list[str]:
+        check_listing(prefix, after, limit, search)
         with self._read() as conn:
-            return [row[0] for row in conn.execute("SELECT id FROM sessions ORDER BY id")]
+            return admin.list_sessions(conn, prefix, after, limit, search)
+
+    def session_info(self, session_id: str) -> SessionInfo:
+        with self._read() as conn:
+            return admin.session_info(conn, session_id)
+
+    def delete_session(self, session_id: str) -> bool:
+        with self._write() as conn:
+            return admin.delete_session(conn, session_id)
 
     def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
         prepared = [_prepare(i, new) for i, new in enumerate(batch)]
@@ -498,6 +529,23 @@ class SQLiteStore:
             if not gone:
                 self._require(conn, session_id)
         return gone > 0
+
+    def put_api_key(self, key: ApiKey) -> None:
+        check_api_key(key)
+        with self._write() as conn:
+            admin.put_api_key(conn, key)
+
+    def get_api_key(self, key_id: str) -> ApiKey | None:
+        with self._read() as conn:
+            return admin.get_api_key(conn, key_id)
+
+    def list_api_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        with self._read() as conn:
+            return admin.list_api_keys(conn, tenant)
+
+    def revoke_api_key(self, key_id: str) -> bool:
+        with self._write() as conn:
+            return admin.revoke_api_key(conn, key_id)
 
     def close(self) -> None:
         """Close the connection; later calls raise ``StoreError``."""

@@ -1,0 +1,128 @@
+"""``/api/v1/sessions/{sid}/views``: store a view's settings, render it, list its folds, compact it.
+
+A view stored or used here is handed to the background runner, which compacts
+it after appends from then on.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from contextfold.core.errors import NotFound
+from contextfold.memory.view import View
+from contextfold.server.auth import Tenant
+from contextfold.server.models import (
+    ERRORS,
+    SESSION_ID_PATTERN,
+    VIEW_NAME_PATTERN,
+    CompactOut,
+    FoldList,
+    FoldOut,
+    RenderOut,
+    ViewIn,
+    ViewList,
+    ViewOut,
+)
+from contextfold.server.service import Service, ServiceDep
+
+router = APIRouter(prefix="/api/v1/sessions/{sid}/views", tags=["views"], responses=ERRORS)
+
+SessionPath = Annotated[str, Path(pattern=SESSION_ID_PATTERN, description="the session id")]
+ViewPath = Annotated[str, Path(pattern=VIEW_NAME_PATTERN, description="the view's name")]
+Budget = Annotated[int | None, Query(gt=0, description="tokens; the view's budget when absent")]
+
+
+def stored_view(svc: Service, tenant: str, sid: str, name: str) -> View:
+    """The session's stored view, watched by the runner; 404 when it was never stored."""
+    session = svc.session(tenant, sid)
+    if svc.view(session, name).version == 0:
+        raise NotFound(f"no view {name!r} in session {sid!r}")
+    return svc.watch(session, name)
+
+
+@router.put("/{name}")
+async def put_view(
+    sid: SessionPath, name: ViewPath, body: ViewIn, svc: ServiceDep, tenant: Tenant
+) -> ViewOut:
+    """Create or update the view: settings given replace the stored ones, others stay."""
+    session = svc.session(tenant, sid)
+    changes: dict[str, Any] = body.model_dump(
+        exclude_unset=True, exclude={"expected_version", "preset", "pipeline", "options"}
+    )
+    given = body.model_fields_set
+    if body.preset is not None:
+        changes.update(preset=body.preset, pipeline=None, options=body.options or {})
+    elif body.pipeline is not None:
+        changes.update(pipeline=body.pipeline, preset=None, options={})
+    elif "options" in given:
+        changes["options"] = body.options or {}
+    view = svc.view(session, name)
+    view.update(expected_version=body.expected_version, **changes)
+    svc.watch(session, name)
+    record = svc.store.get_view(session.id, name)
+    if record is None:  # deleted in between by another request
+        raise NotFound(f"no view {name!r} in session {sid!r}")
+    return ViewOut.of(record)
+
+
+@router.get("")
+async def list_views(sid: SessionPath, svc: ServiceDep, tenant: Tenant) -> ViewList:
+    session = svc.session(tenant, sid)
+    return ViewList(views=[ViewOut.of(r) for r in svc.store.list_views(session.id)])
+
+
+@router.get("/{name}")
+async def get_view(sid: SessionPath, name: ViewPath, svc: ServiceDep, tenant: Tenant) -> ViewOut:
+    session = svc.session(tenant, sid)
+    record = svc.store.get_view(session.id, name)
+    if record is None:
+        raise NotFound(f"no view {name!r} in session {sid!r}")
+    return ViewOut.of(record)
+
+
+@router.get("/{name}/render", response_model=RenderOut)
+async def render(
+    sid: SessionPath, name: ViewPath, svc: ServiceDep, tenant: Tenant, budget: Budget = None
+) -> JSONResponse:
+    """The view's prompt for the next model call, with what render did to fit it."""
+    view = stored_view(svc, tenant, sid, name)
+    wanted = budget if budget is not None else view.budget
+    rendered = view.render_report(wanted)
+    svc.metrics.renders.inc()
+    report = {
+        "tokens": rendered.tokens,
+        "budget": wanted,
+        "folds": list(rendered.folds),
+        "omitted": rendered.omitted,
+        "clipped": list(rendered.clipped),
+        "whole": rendered.whole,
+    }
+    return JSONResponse({"messages": rendered.messages, "report": report})
+
+
+@router.get("/{name}/folds", response_model=FoldList)
+async def folds(
+    sid: SessionPath,
+    name: ViewPath,
+    svc: ServiceDep,
+    tenant: Tenant,
+    superseded: Annotated[bool, Query(description="include superseded folds")] = False,
+) -> JSONResponse:
+    """The view's folds by start: the range of the log each covers, how, and what it saved."""
+    view = stored_view(svc, tenant, sid, name)
+    found = view.folds(include_superseded=superseded)
+    return JSONResponse({"folds": [FoldOut.data(f) for f in found]})
+
+
+@router.post("/{name}/compact")
+async def compact(
+    sid: SessionPath, name: ViewPath, svc: ServiceDep, tenant: Tenant, budget: Budget = None
+) -> CompactOut:
+    """Run the compaction cycle now, until no strategy plans a job (it may call a model)."""
+    view = stored_view(svc, tenant, sid, name)
+    report = await run_in_threadpool(view.compact, budget)
+    return CompactOut.of(report)
