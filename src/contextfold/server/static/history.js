@@ -76,6 +76,15 @@ export class History {
     while (!this.complete) await this.loadMore();
   }
 
+  // From the prompt: bring the fold's first message into sight and mark its band.
+  reveal(fold) {
+    const card = this.cards.get(fold.start);
+    if (card) card.scrollIntoView({ block: "start" });
+    for (const band of this.grid.querySelectorAll(".band.flash")) band.classList.remove("flash");
+    const band = this.grid.querySelector(`.band[data-id="${CSS.escape(fold.id)}"]`);
+    if (band) band.classList.add("flash");
+  }
+
   setFolds(folds) {
     this.folds = folds;
     this.drawBands();

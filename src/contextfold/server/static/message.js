@@ -1,7 +1,7 @@
 // One chat message as a card, for the history and the prompt alike.
 import { count, el, timeNode } from "./api.js";
 
-const CLIP = 1500;
+const CLIP = 500;
 
 export function textOf(content) {
   if (content === null || content === undefined) return "";
@@ -47,7 +47,7 @@ function toolCalls(calls) {
   });
 }
 
-// extra: {seq, tokens, created_at, label, attrs} -- whatever the caller knows.
+// extra: {seq, tokens, created_at, label, onLabel, attrs} -- whatever the caller knows.
 export function messageCard(message, extra = {}) {
   const role = String(message.role || "?");
   const head = el(
@@ -57,7 +57,9 @@ export function messageCard(message, extra = {}) {
     el("span", { class: "role" }, role),
     message.name ? el("span", { class: "name" }, String(message.name)) : null,
     message.tool_call_id ? el("span", { class: "muted small" }, `→ ${message.tool_call_id}`) : null,
-    extra.label ? el("span", { class: "fold-tag" }, extra.label) : null,
+    extra.label
+      ? el("button", { type: "button", class: "fold-tag", title: "Show in the history", onclick: extra.onLabel }, extra.label)
+      : null,
     el("span", { class: "spacer" }),
     extra.tokens !== undefined ? el("span", { class: "tok" }, `${count(extra.tokens)} tok`) : null,
     extra.created_at !== undefined ? timeNode(extra.created_at) : null,

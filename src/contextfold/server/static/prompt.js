@@ -4,8 +4,9 @@ import { ApiError, api, count, el, errorNode, query } from "./api.js";
 import { messageCard, textOf } from "./message.js";
 
 export class Prompt {
-  constructor(sid) {
+  constructor(sid, onFold) {
     this.sid = sid;
+    this.onFold = onFold;
     this.asked = 0;
     this.report = el("p", { id: "report", class: "report" });
     this.list = el("ol", { id: "prompt", class: "prompt" });
@@ -63,7 +64,8 @@ export class Prompt {
       ...data.messages.map((message, index) => {
         const fold = byText.get(textOf(message.content));
         const label = fold ? `fold ${fold.start}–${fold.end} · ${fold.kind}` : null;
-        return el("li", { dataset: { index } }, messageCard(message, { label, attrs: fold ? { "data-fold": fold.id } : {} }));
+        const onLabel = fold ? () => this.onFold(fold) : undefined;
+        return el("li", { dataset: { index } }, messageCard(message, { label, onLabel, attrs: fold ? { "data-fold": fold.id } : {} }));
       }),
     );
   }

@@ -29,7 +29,7 @@ export async function showSession(root, sid) {
     superseded: false,
   };
   const logPane = new History(sid, showFold);
-  const prompt = new Prompt(sid);
+  const prompt = new Prompt(sid, (fold) => logPane.reveal(fold));
 
   const stats = el("p", { id: "session-stats", class: "muted small" });
   const live = el("span", { id: "live", class: "live", dataset: { state: "connecting" } }, "connecting…");
