@@ -140,13 +140,14 @@ def running(tmp: Path, *, auth: bool) -> Iterator[Server]:
         service.close()
 
 
-def save_shot(page: Any, name: str) -> Path:
-    """A full-page screenshot into the artifacts folder (and the extra one, when asked)."""
+def save_shot(page: Any, name: str, *, docs: bool = True) -> Path:
+    """A screenshot of the viewport into the artifacts folder, and into
+    ``$CONTEXTFOLD_PAGE_SHOTS`` too when set and ``docs`` (the README's images)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=False)
     extra = os.environ.get("CONTEXTFOLD_PAGE_SHOTS")
-    if extra:
+    if extra and docs:
         Path(extra).mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(Path(extra) / f"page-{name}.png"), full_page=False)
     print(f"screenshot: {path}")
