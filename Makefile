@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: demo test lint typecheck bench clean chromium
+.PHONY: demo serve test lint typecheck bench clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(VENV)/bin/contextfold demo
+
+serve: $(STAMP)
+	$(VENV)/bin/contextfold serve --demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench

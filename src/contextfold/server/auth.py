@@ -14,26 +14,16 @@ import hmac
 import re
 import secrets
 import time
-from typing import Annotated, Protocol
+from typing import Annotated
 
 from fastapi import Depends, Request
 
 from contextfold.server.errors import ServiceError
 from contextfold.server.service import Service, check_tenant
 from contextfold.server.settings import LOCAL_TENANT
+from contextfold.store.base import Store
 
 KEY = re.compile(r"cf_([0-9a-f]{12})_([A-Za-z0-9_-]{32})")
-
-
-class KeyRecord(Protocol):
-    id: str
-    tenant: str
-    secret_hash: str
-    revoked_at: float | None
-
-
-class KeyStore(Protocol):
-    def get_api_key(self, key_id: str) -> KeyRecord | None: ...
 
 
 def new_key() -> tuple[str, str, str]:
@@ -59,7 +49,7 @@ def unauthorized(message: str) -> ServiceError:
     )
 
 
-def tenant_of_key(store: KeyStore, key: str | None) -> str:
+def tenant_of_key(store: Store, key: str | None) -> str:
     """The tenant ``key`` belongs to; 401 when it is missing, malformed, unknown or revoked."""
     if not key:
         raise unauthorized("an API key is required: send 'Authorization: Bearer cf_...'")
@@ -93,8 +83,7 @@ def tenant(request: Request) -> str:
     svc = _service(request)
     if not svc.settings.auth:
         return LOCAL_TENANT
-    store: KeyStore = svc.store  # type: ignore[assignment]
-    return tenant_of_key(store, bearer(request))
+    return tenant_of_key(svc.store, bearer(request))
 
 
 def stream_tenant(request: Request) -> str:
@@ -102,8 +91,7 @@ def stream_tenant(request: Request) -> str:
     svc = _service(request)
     if not svc.settings.auth:
         return LOCAL_TENANT
-    store: KeyStore = svc.store  # type: ignore[assignment]
-    return tenant_of_key(store, bearer(request) or request.query_params.get("api_key"))
+    return tenant_of_key(svc.store, bearer(request) or request.query_params.get("api_key"))
 
 
 Tenant = Annotated[str, Depends(tenant)]

@@ -79,7 +79,7 @@ class Service:
     # -- lifecycle --------------------------------------------------------
 
     def start(self) -> None:
-        if self.runner is None:
+        if self.runner is None and self.settings.runner:
             self.runner = ThreadRunner(self.settings.runner_workers)
 
     def stop(self) -> None:

@@ -38,6 +38,7 @@ MAX_PAGE = 500
 HISTORY_PAGE = 200
 MAX_HISTORY_PAGE = 1000
 KEEPALIVE_S = 15.0
+TICK_S = 0.5
 
 
 @router.post("", status_code=201)
@@ -156,11 +157,19 @@ async def events(
         svc.metrics.streams.inc()
         try:
             yield f": listening, last_seq {last_seq}\n\n"
+            quiet = 0.0
             while not subscription.closed:
-                event = await subscription.get(KEEPALIVE_S)
+                event = await subscription.get(TICK_S)
                 if event is None:
-                    yield ": keepalive\n\n"
+                    # A gone client is noticed here, not only at the next write.
+                    if await request.is_disconnected():
+                        return
+                    quiet += TICK_S
+                    if quiet >= KEEPALIVE_S:
+                        quiet = 0.0
+                        yield ": keepalive\n\n"
                     continue
+                quiet = 0.0
                 data = json.dumps(event["data"], ensure_ascii=False, separators=(",", ":"))
                 yield f"event: {event['event']}\ndata: {data}\n\n"
         finally:

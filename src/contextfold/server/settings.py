@@ -39,6 +39,8 @@ class Settings:
     max_body_bytes: int = MAX_BODY_BYTES
     cors_origins: tuple[str, ...] = ()
     demo: bool = False
+    runner: bool = True
+    """Compact watched views in the background; off when other processes do it."""
     runner_workers: int = 2
 
     def __post_init__(self) -> None:

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from contextfold.core.errors import NotFound
+from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.memory.view import View
 from contextfold.server.auth import Tenant
 from contextfold.server.models import (
@@ -54,6 +54,8 @@ async def put_view(
         exclude_unset=True, exclude={"expected_version", "preset", "pipeline", "options"}
     )
     given = body.model_fields_set
+    if body.preset is not None and body.pipeline is not None:
+        raise InvalidInput("give a preset or a pipeline, not both", field="pipeline")
     if body.preset is not None:
         changes.update(preset=body.preset, pipeline=None, options=body.options or {})
     elif body.pipeline is not None:
