@@ -44,21 +44,25 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             json={"preset": "offline", "budget": 6000},
         ).raise_for_status()
         srv.post("/api/v1/sessions/demo-refactor/views/default/compact", {})
-        airline = load_rows("taubench_airline_dev", 1)[0]["messages"]
+        srv.client.put(
+            "/api/v1/sessions/demo-refactor/views/wide",
+            json={"preset": "offline", "budget": 20000},
+        ).raise_for_status()
+        srv.post("/api/v1/sessions/demo-refactor/views/wide/compact", {})
+        runs = load_rows("taubench_airline_dev", 2)
+        airline = runs[0]["messages"]
         srv.seed("airline-0", airline, meta={"title": "airline agent"})
         srv.client.put(
             "/api/v1/sessions/airline-0/views/default", json={"preset": "offline", "budget": 2500}
         ).raise_for_status()
         srv.post("/api/v1/sessions/airline-0/views/default/compact", {})
         for n in range(CHATS):
-            srv.seed(f"chat-{n:03d}", [{"role": "user", "content": f"hello number {n}"}])
+            srv.post("/api/v1/sessions", {"id": f"chat-{n:03d}", "system": f"chat number {n}"})
         srv.seed("hostile", [{"role": "user", "content": HOSTILE}])
-        srv.seed(
-            "live-chat",
-            [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
-        )
-        srv.client.put(
-            "/api/v1/sessions/live-chat/views/default", json={"preset": "offline", "budget": 4000}
+        srv.seed("live-chat", runs[1]["messages"])
+        srv.client.put(  # a budget nothing reaches: the runner leaves it alone
+            "/api/v1/sessions/live-chat/views/default",
+            json={"preset": "offline", "budget": 100_000},
         ).raise_for_status()
         yield srv
 
@@ -136,6 +140,9 @@ def test_list_shows_sessions_pages_and_search(page: Any, server: Server) -> None
     page.fill("#search", "no-such-session")
     page.wait_for_selector("text=No session id contains")
     assert list_ids(page) == []
+    page.goto(server.url + "/#/sessions/airline-0")  # the hash form of a session's address
+    page.wait_for_url(re.compile(r"/sessions/airline-0$"))
+    page.wait_for_selector('#log .msg[data-seq="1"]')
     page.click(".brand")
     page.wait_for_selector(".session-row")
     page.click('.session-row[data-id="airline-0"] a')
@@ -207,12 +214,13 @@ def test_budget_slider_renders_again(page: Any, server: Server) -> None:
     assert "budget" in page.locator("#report .error").text_content().lower()
 
 
-def test_appended_message_shows_up_live(page: Any, server: Server) -> None:
+def test_appended_message_and_committed_folds_show_up_live(page: Any, server: Server) -> None:
     base = "/api/v1/sessions/live-chat"
     open_session(page, server, "live-chat")
     page.wait_for_selector("#live[data-state='live']")
     page.evaluate("window.__same_page = true")
     shown = page.locator("#log .msg").count()
+    assert page.locator("#log .band").count() == 0
     appended = server.post(
         base + "/messages", {"messages": [{"role": "user", "content": "a live one, 4417"}]}
     )
@@ -224,7 +232,36 @@ def test_appended_message_shows_up_live(page: Any, server: Server) -> None:
         "document.querySelector('#prompt').textContent.includes('a live one, 4417')"
     )
     assert page.locator("#history-count").text_content() == f"{seq} messages"
+
+    server.post(base + "/views/default/compact?budget=1500", {})
+    folds = server.get(base + "/views/default/folds")["folds"]
+    assert folds
+    page.wait_for_function(f"document.querySelectorAll('#log .band').length === {len(folds)}")
+    assert sorted((b["start"], b["end"]) for b in bands(page)) == sorted(
+        (f["start"], f["end"]) for f in folds
+    )
+    page.wait_for_function("document.querySelectorAll('#prompt [data-fold]').length >= 1")
     assert page.evaluate("window.__same_page") is True
+
+
+def test_view_picker_shows_each_views_folds_and_prompt(page: Any, server: Server) -> None:
+    base = "/api/v1/sessions/demo-refactor"
+    open_session(page, server, "demo-refactor")
+    options = page.locator("#view-picker option").evaluate_all("o => o.map(x => x.value)")
+    assert options == ["default", "wide"]
+    assert page.locator("#view-picker").input_value() == "default"
+    page.select_option("#view-picker", "wide")
+    page.wait_for_function("document.querySelector('#report').dataset.budget === '20000'")
+    rendered = server.get(base + "/views/wide/render")
+    assert page.locator("#report").get_attribute("data-tokens") == str(rendered["report"]["tokens"])
+    folds = server.get(base + "/views/wide/folds")["folds"]
+    page.wait_for_function(
+        f"document.querySelectorAll('#log .band').length === {len([f for f in folds if f['start'] <= 200])}"
+    )
+    assert "view=wide" in page.url
+    page.reload()
+    page.wait_for_selector("#report[data-tokens]:not([data-tokens=''])")
+    assert page.locator("#view-picker").input_value() == "wide"
 
 
 def test_log_text_is_never_markup(page: Any, server: Server) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from importlib.resources import files
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -18,9 +17,12 @@ from contextfold.server.settings import Settings
 STATIC = files("contextfold.server").joinpath("static")
 
 
-@pytest.fixture(params=[False, True], ids=["no-auth", "auth"])
-def client(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TestClient]:
-    app = create_app(Settings(database=str(tmp_path / "files.db"), auth=request.param))
+@pytest.fixture(scope="module", params=[False, True], ids=["no-auth", "auth"])
+def client(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TestClient]:
+    folder = tmp_path_factory.mktemp("files")
+    app = create_app(Settings(database=str(folder / "files.db"), auth=request.param))
     with TestClient(app) as test_client:
         yield test_client
 

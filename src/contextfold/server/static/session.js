@@ -57,7 +57,7 @@ export async function showSession(root, sid) {
     const configured = (record && record.config && record.config.budget) || DEFAULT_BUDGET;
     const top = Math.max(2 * configured, Math.ceil((info.tokens * 1.1) / 1000) * 1000, 1000);
     slider.max = String(top);
-    if (state.budget === null) state.budget = Number(params.get("budget")) || configured;
+    if (state.budget === null) state.budget = configured;
     state.budget = Math.min(Math.max(state.budget, Number(slider.min)), top);
     slider.value = String(state.budget);
     budgetOut.textContent = `${count(state.budget)} tokens`;
@@ -88,6 +88,7 @@ export async function showSession(root, sid) {
 
   async function selectView(name) {
     state.view = name;
+    state.budget = null; // each view renders at its own budget until the slider moves
     setSliderRange();
     remember();
     await loadFolds();
@@ -145,6 +146,7 @@ export async function showSession(root, sid) {
     : state.views.some((v) => v.name === "default")
       ? "default"
       : (state.views[0] || {}).name || null;
+  state.budget = Number(params.get("budget")) || null;
   drawStats();
   drawPicker();
   setSliderRange();
