@@ -58,7 +58,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         srv.post("/api/v1/sessions/airline-0/views/default/compact", {})
         for n in range(CHATS):
             srv.post("/api/v1/sessions", {"id": f"chat-{n:03d}", "system": f"chat number {n}"})
-        srv.seed("hostile", [{"role": "user", "content": HOSTILE}])
+        srv.seed("hostile", [{"role": "user", "content": HOSTILE}], meta={"title": HOSTILE})
         srv.seed("live-chat", runs[1]["messages"])
         srv.client.put(  # a budget nothing reaches: the runner leaves it alone
             "/api/v1/sessions/live-chat/views/default",
@@ -265,10 +265,14 @@ def test_view_picker_shows_each_views_folds_and_prompt(page: Any, server: Server
 
 
 def test_log_text_is_never_markup(page: Any, server: Server) -> None:
+    page.goto(server.url + "/?q=hostile")
+    page.wait_for_selector('.session-row[data-id="hostile"]')
+    assert page.locator(".session-title").text_content() == HOSTILE
     open_session_history(page, server, "hostile")
     card = page.locator('#log .msg[data-seq="1"]')
     assert card.locator(".content").text_content() == HOSTILE
-    assert card.locator("img, script").count() == 0
+    assert page.locator("#app img, #app script").count() == 0
+    assert "no view yet" in page.locator("#report").text_content()  # and nothing failed
     page.wait_for_timeout(200)
     assert page.evaluate("window.__owned") is None
 
@@ -300,6 +304,7 @@ def test_laptop_and_phone_fit_the_screen(browser: Any, server: Server) -> None:
         else:
             assert columns[0][0] == columns[1][0] and columns[0][1] < columns[1][1]  # stacked
         page.uncheck("#show-superseded")
+        page.wait_for_function("!document.querySelector('#log .band.superseded')")
         if name == "phone":
             page.evaluate("window.scrollTo(0, 0)")
             shots.append(save_shot(page, f"session-{name}"))

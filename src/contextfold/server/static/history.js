@@ -10,6 +10,8 @@ export class History {
     this.sid = sid;
     this.onFold = onFold;
     this.lastSeq = 0;
+    this.total = 0;
+    this.flashed = null;
     this.nextAfter = 0;
     this.loading = null;
     this.folds = [];
@@ -64,8 +66,20 @@ export class History {
     }
     this.nextAfter = data.next_after;
     this.more.hidden = this.complete;
-    this.count.textContent = `${count(this.lastSeq)} message${this.lastSeq === 1 ? "" : "s"}${this.complete ? "" : " so far"}`;
+    this.drawCount();
     this.drawBands();
+  }
+
+  setTotal(total) {
+    this.total = total;
+    this.drawCount();
+  }
+
+  drawCount() {
+    const total = Math.max(this.total, this.lastSeq);
+    const plural = total === 1 ? "" : "s";
+    this.count.textContent =
+      this.lastSeq >= total ? `${count(total)} message${plural}` : `${count(this.lastSeq)} of ${count(total)} messages`;
   }
 
   // New messages arrived: fetch them if the log is shown to its end already.
@@ -80,9 +94,10 @@ export class History {
   reveal(fold) {
     const card = this.cards.get(fold.start);
     if (card) card.scrollIntoView({ block: "start" });
-    for (const band of this.grid.querySelectorAll(".band.flash")) band.classList.remove("flash");
-    const band = this.grid.querySelector(`.band[data-id="${CSS.escape(fold.id)}"]`);
-    if (band) band.classList.add("flash");
+    this.flashed = fold.id;
+    for (const band of this.grid.querySelectorAll(".band")) {
+      band.classList.toggle("flash", band.dataset.id === fold.id);
+    }
   }
 
   setFolds(folds) {
@@ -113,6 +128,7 @@ export class History {
     if (fold.superseded_by) classes.push("superseded");
     if (fold.placement === "facts") classes.push("facts");
     if (end < fold.end) classes.push("continues");
+    if (fold.id === this.flashed) classes.push("flash");
     const title =
       `${fold.kind} by ${fold.strategy}, seq ${fold.start}–${fold.end}: ` +
       `${count(fold.tokens_before)} → ${count(fold.tokens_after)} tokens` +

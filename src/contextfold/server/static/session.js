@@ -124,21 +124,29 @@ export async function showSession(root, sid) {
     notice.textContent = text || "";
   }
 
+  // An event handler's failure is shown, not lost in the console.
+  function guarded(handler) {
+    return (event) => handler(event).catch((error) => say(String(error.message || error)));
+  }
+
   const rerender = debounce(() => {
     renderPrompt().catch((error) => say(String(error.message || error)));
   }, 150);
 
-  picker.addEventListener("change", () => selectView(picker.value));
+  picker.addEventListener("change", guarded(() => selectView(picker.value)));
   slider.addEventListener("input", () => {
     state.budget = Number(slider.value);
     budgetOut.textContent = `${count(state.budget)} tokens`;
     remember();
     rerender();
   });
-  toggle.addEventListener("change", async () => {
-    state.superseded = toggle.checked;
-    await loadFolds();
-  });
+  toggle.addEventListener(
+    "change",
+    guarded(async () => {
+      state.superseded = toggle.checked;
+      await loadFolds();
+    }),
+  );
 
   const wanted = params.get("view");
   state.view = state.views.some((v) => v.name === wanted)
@@ -175,13 +183,12 @@ export async function showSession(root, sid) {
     ),
   );
 
-  await logPane.loadMore();
-  try {
+  logPane.setTotal(info.last_seq);
+  await guarded(async () => {
+    await logPane.loadMore();
     await loadFolds();
-  } catch (error) {
-    say(String(error.message || error));
-  }
-  await renderPrompt();
+    await renderPrompt();
+  })();
   listen();
 
   // Server-sent events: appends bring the new messages, fold changes redraw bands and prompt.
@@ -197,28 +204,35 @@ export async function showSession(root, sid) {
       live.dataset.state = closed ? "off" : "connecting";
       live.textContent = closed ? "live updates off" : "reconnecting…";
     });
-    source.addEventListener("appended", async () => {
-      info = await api(base);
-      drawStats();
-      setSliderRange();
-      await logPane.catchUp();
-      rerender();
-    });
+    source.addEventListener(
+      "appended",
+      guarded(async () => {
+        info = await api(base);
+        drawStats();
+        setSliderRange();
+        logPane.setTotal(info.last_seq);
+        await logPane.catchUp();
+        rerender();
+      }),
+    );
     source.addEventListener("planned", (event) => {
       if (viewOf(event) === state.view) say("Compaction planned…");
     });
-    source.addEventListener("committed", async (event) => {
-      const name = viewOf(event);
-      if (name && !state.views.some((v) => v.name === name)) {
-        state.views = (await api(base + "/views")).views;
-        drawPicker();
-        if (!state.view) await selectView(name);
-      }
-      if (name !== state.view) return;
-      say("");
-      await loadFolds();
-      rerender();
-    });
+    source.addEventListener(
+      "committed",
+      guarded(async (event) => {
+        const name = viewOf(event);
+        if (name && !state.views.some((v) => v.name === name)) {
+          state.views = (await api(base + "/views")).views;
+          drawPicker();
+          if (!state.view) await selectView(name);
+        }
+        if (name !== state.view) return;
+        say("");
+        await loadFolds();
+        rerender();
+      }),
+    );
     for (const kind of ["failed", "degraded", "quarantined"]) {
       source.addEventListener(kind, (event) => {
         if (viewOf(event) === state.view) say(`Compaction ${kind}: ${detail(event)}`);
