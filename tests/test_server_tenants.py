@@ -34,6 +34,10 @@ PUBLIC = {
     "/docs",
     "/docs/oauth2-redirect",
     "/redoc",
+    # The web page's shell and files: no session data; the page reads it through the API.
+    "/",
+    "/sessions/{sid}",
+    "/static/{name}",
 }
 
 
