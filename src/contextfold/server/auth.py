@@ -78,15 +78,19 @@ def _service(request: Request) -> Service:
     return found
 
 
-def tenant(request: Request) -> str:
-    """The request's tenant, from its bearer key (a FastAPI dependency)."""
+async def tenant(request: Request) -> str:
+    """The request's tenant, from its bearer key (a FastAPI dependency).
+
+    ``async`` so FastAPI calls it on the loop: a plain ``def`` dependency costs a
+    hop through the thread pool on every request.
+    """
     svc = _service(request)
     if not svc.settings.auth:
         return LOCAL_TENANT
     return tenant_of_key(svc.store, bearer(request))
 
 
-def stream_tenant(request: Request) -> str:
+async def stream_tenant(request: Request) -> str:
     """As ``tenant``, also reading ``?api_key=``: a browser's EventSource cannot send headers."""
     svc = _service(request)
     if not svc.settings.auth:

@@ -7,7 +7,8 @@ a stable ``code``:
 code                   status  raised for
 =====================  ======  ===============================================
 invalid_input          422     ``InvalidInput`` (its field and index), a body
-                               or parameter the request models refuse
+                               or parameter the request models refuse, a
+                               body that is not JSON
 budget_too_small       422     ``BudgetError``
 not_found              404     ``NotFound``, an unknown route, another
                                tenant's session
@@ -146,6 +147,10 @@ def install(app: FastAPI) -> None:
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 400:  # FastAPI's answer to a body that is not JSON
+            return error_response(
+                ServiceError(422, "invalid_input", f"body: {exc.detail}", field="body")
+            )
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         return error_response(
             ServiceError(exc.status_code, code, str(exc.detail), headers=dict(exc.headers or {}))

@@ -28,6 +28,7 @@ from contextfold.server.idempotency import IdempotentAppends
 from contextfold.server.metrics import ServiceMetrics
 from contextfold.server.settings import Settings
 from contextfold.store.base import Store
+from contextfold.store.wake import PollingWake
 
 SESSION_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 TENANT = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
@@ -68,6 +69,8 @@ class Service:
         self.settings = settings
         self.memory = Memory(store if store is not None else settings.database)
         self.store: Store = self.memory.store
+        if isinstance(self.memory.wake, PollingWake):
+            self.memory.wake.interval_s = settings.wake_poll_s
         self.hub = EventHub(feed=self._feed_appends)
         self.metrics = ServiceMetrics()
         self.idempotent = IdempotentAppends()
@@ -80,7 +83,9 @@ class Service:
 
     def start(self) -> None:
         if self.runner is None and self.settings.runner:
-            self.runner = ThreadRunner(self.settings.runner_workers)
+            self.runner = ThreadRunner(
+                self.settings.runner_workers, settle_s=self.settings.settle_s
+            )
 
     def stop(self) -> None:
         runner, self.runner = self.runner, None
@@ -215,8 +220,8 @@ class Service:
         return self.memory.wake.listen(store_id, appended)
 
 
-def service(request: Request) -> Service:
-    """The app's service (a FastAPI dependency)."""
+async def service(request: Request) -> Service:
+    """The app's service (a FastAPI dependency; ``async``, so it runs on the loop)."""
     found: Service = request.app.state.service
     return found
 
