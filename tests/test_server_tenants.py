@@ -35,6 +35,10 @@ PUBLIC = {
     "/docs",
     "/docs/oauth2-redirect",
     "/redoc",
+    # The web page's shell and files: no session data; the page reads it through the API.
+    "/",
+    "/sessions/{sid}",
+    "/static/{name}",
 }
 
 
@@ -65,6 +69,14 @@ ATTEMPTS: dict[tuple[str, str], Attempt] = {
     ("GET", API + "/{sid}/views/{name}/render"): Attempt(NOT_FOUND),
     ("GET", API + "/{sid}/views/{name}/folds"): Attempt(NOT_FOUND, params={"superseded": "true"}),
     ("POST", API + "/{sid}/views/{name}/compact"): Attempt(NOT_FOUND),
+    # The proxy reads the session from a header: B naming A's id reaches B's own session
+    # of that name, never A's. This server has no upstream, so the call itself fails.
+    ("POST", "/v1/chat/completions"): Attempt(
+        frozenset({502}),
+        body={"model": "m", "messages": [{"role": "user", "content": "b asks"}]},
+        headers={"X-Contextfold-Session": A_SESSION, "X-Contextfold-View": A_VIEW},
+    ),
+    ("GET", "/v1/models"): Attempt(frozenset({502})),
 }
 
 
@@ -174,9 +186,11 @@ def test_no_route_leaks_another_tenants_session(client: TestClient, service: Ser
     assert not uncovered, f"routes the isolation table does not cover: {uncovered}"
     assert leaks == 0
     assert a_state(service) == before
-    # B's listing holds B's session only; A still sees all of A
-    listed = client.get(API, headers=bearer(key_b)).json()["sessions"]
-    assert [s["id"] for s in listed] == ["b-own"]
+    # B's listing holds B's sessions only (a proxy call may have made B's own one of A's
+    # name, empty of A's data); A still sees all of A
+    listed = client.get(API, headers=bearer(key_b))
+    assert {s["id"] for s in listed.json()["sessions"]} <= {"b-own", A_SESSION}
+    assert A_SECRET not in listed.text
     assert [s["id"] for s in client.get(API, headers=bearer(key_a)).json()["sessions"]] == [
         A_SESSION
     ]

@@ -128,7 +128,7 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
     if not settings.auth:
         out.print("no auth: every request is tenant 'local'")
     if args.demo:
-        out.print(f"demo session {DEMO_SESSION!r}: open {base}/#/sessions/{DEMO_SESSION}")
+        out.print(f"demo session {DEMO_SESSION!r}: open {base}/sessions/{DEMO_SESSION}")
     uvicorn.run(
         create_app(service),
         host=args.host,

@@ -25,6 +25,8 @@ from contextfold.server.auth import KeyCache
 from contextfold.server.errors import ServiceError
 from contextfold.server.events import EventHub
 from contextfold.server.idempotency import IdempotentAppends
+from contextfold.server.ids import SESSION_ID as SESSION_ID  # the skeleton's interface
+from contextfold.server.ids import TENANT as TENANT
 from contextfold.server.ids import check_session_id, check_tenant
 from contextfold.server.metrics import ServiceMetrics
 from contextfold.server.settings import Settings

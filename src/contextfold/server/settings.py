@@ -34,6 +34,7 @@ class Settings:
     auth: bool = True
     upstream: str | None = None
     upstream_key_env: str = "CONTEXTFOLD_UPSTREAM_KEY"
+    upstream_timeout_s: float = 600.0  # the proxy's wait for an upstream answer (read, write)
     preset: str = "offline"
     budget: int = 8000
     max_body_bytes: int = MAX_BODY_BYTES
