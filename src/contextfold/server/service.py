@@ -7,7 +7,6 @@ of tenant ``T`` is the store session ``T/S``, and every lookup goes through
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -22,34 +21,20 @@ from contextfold.core.tokens import get_counter
 from contextfold.memory.session import Memory, Session
 from contextfold.memory.view import View
 from contextfold.runtime.thread import ThreadRunner
+from contextfold.server.auth import KeyCache
 from contextfold.server.errors import ServiceError
 from contextfold.server.events import EventHub
 from contextfold.server.idempotency import IdempotentAppends
+from contextfold.server.ids import SESSION_ID as SESSION_ID  # the skeleton's interface
+from contextfold.server.ids import TENANT as TENANT
+from contextfold.server.ids import check_session_id, check_tenant
 from contextfold.server.metrics import ServiceMetrics
 from contextfold.server.settings import Settings
 from contextfold.store.base import Store
+from contextfold.store.wake import PollingWake
 
-SESSION_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
-TENANT = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 STREAMED = frozenset({"planned", "committed", "failed", "degraded", "quarantined"})
 _HANDLES = 4096
-
-
-def check_session_id(session_id: str, field: str = "session_id") -> str:
-    if not isinstance(session_id, str) or not SESSION_ID.fullmatch(session_id):
-        raise InvalidInput(
-            f"a session id is 1 to 128 of A-Z a-z 0-9 . _ : @ -, not {session_id!r}", field=field
-        )
-    return session_id
-
-
-def check_tenant(tenant: str) -> str:
-    if not isinstance(tenant, str) or not TENANT.fullmatch(tenant):
-        raise InvalidInput(
-            f"a tenant is 1 to 64 of a-z 0-9 _ - starting with a letter or digit, not {tenant!r}",
-            field="tenant",
-        )
-    return tenant
 
 
 def event_data(event: Event) -> dict[str, Any]:
@@ -68,9 +53,12 @@ class Service:
         self.settings = settings
         self.memory = Memory(store if store is not None else settings.database)
         self.store: Store = self.memory.store
+        if isinstance(self.memory.wake, PollingWake):
+            self.memory.wake.interval_s = settings.wake_poll_s
         self.hub = EventHub(feed=self._feed_appends)
         self.metrics = ServiceMetrics()
         self.idempotent = IdempotentAppends()
+        self.keys = KeyCache(settings.key_cache_s)
         self._watched: set[tuple[str, str]] = set()
         self.runner: ThreadRunner | None = None
         self._lock = threading.Lock()
@@ -80,7 +68,9 @@ class Service:
 
     def start(self) -> None:
         if self.runner is None and self.settings.runner:
-            self.runner = ThreadRunner(self.settings.runner_workers)
+            self.runner = ThreadRunner(
+                self.settings.runner_workers, settle_s=self.settings.settle_s
+            )
 
     def stop(self) -> None:
         runner, self.runner = self.runner, None
@@ -216,7 +206,7 @@ class Service:
 
 
 async def service(request: Request) -> Service:
-    """The app's service (a FastAPI dependency; async, so no worker thread is taken for it)."""
+    """The app's service (a FastAPI dependency; ``async``, so it runs on the loop)."""
     found: Service = request.app.state.service
     return found
 

@@ -43,6 +43,14 @@ class Settings:
     runner: bool = True
     """Compact watched views in the background; off when other processes do it."""
     runner_workers: int = 2
+    settle_s: float = 0.25
+    """How long the runner lets a session's appends gather before planning it: one plan
+    per burst, not one per append, keeps planning off the requests' CPU."""
+    key_cache_s: float = 1.0
+    """How long a verified API key is trusted without a store read (a revoked key
+    stops working within this long); 0 checks the store on every request."""
+    wake_poll_s: float = 0.5
+    """How often appends by other processes to a SQLite file are looked for."""
 
     def __post_init__(self) -> None:
         if not self.auth and not is_loopback(self.host):
