@@ -449,14 +449,16 @@ def test_models_pass_through(rig: Rig) -> None:
     assert rig.upstream.requests[-1].method == "GET"
 
 
-def test_no_upstream_configured_is_404(tmp_path: Path) -> None:
+def test_no_upstream_configured_is_502_and_stores_nothing(tmp_path: Path) -> None:
     with serve(tmp_path, None) as server:
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
-        with pytest.raises(openai.NotFoundError) as caught:
+        with pytest.raises(openai.APIStatusError) as caught:
             client.chat.completions.create(model="m", messages=[user("a")], user="s1")
+        assert caught.value.status_code == 502
         assert "--upstream" in str(caught.value.body)
-        with pytest.raises(openai.NotFoundError):
+        with pytest.raises(openai.APIStatusError) as models:
             client.models.list()
+        assert models.value.status_code == 502
         assert server.service.store.list_sessions() == []
 
 

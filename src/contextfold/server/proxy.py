@@ -99,8 +99,10 @@ _ANSWERS: dict[int | str, dict[str, Any]] = {
     },
     409: {"description": "The conversation diverges from the session's log (code conflict)."},
     422: {"description": "Bad request field or header (code invalid_input)."},
-    404: {"description": "The server has no upstream configured (code not_found)."},
-    502: {"description": "The upstream failed, timed out or refused the server's key."},
+    502: {
+        "description": "The upstream failed, timed out or refused the server's key, or the "
+        "server has no upstream (code upstream_error)."
+    },
 }
 
 
@@ -174,10 +176,9 @@ router = APIRouter(tags=["proxy"], lifespan=_lifespan)
 
 def _upstream(state: ProxyState) -> Upstream:
     if state.upstream is None:
-        # Not an upstream failure: the proxy is off on this server, as if it had no route.
         raise ServiceError(
-            404,
-            "not_found",
+            502,
+            "upstream_error",
             "this server has no upstream, so no proxy: start it with "
             "--upstream openai-compatible:URL",
         )
