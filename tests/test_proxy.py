@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,15 +18,13 @@ from typing import Any
 import httpx
 import openai
 import pytest
-import uvicorn
 
-from contextfold.core.log import ApiKey
 from contextfold.core.messages import Message
 from contextfold.server.app import create_app
-from contextfold.server.auth import hash_secret, new_key
 from contextfold.server.service import Service
 from contextfold.server.settings import Settings
 from tests.fake_providers import FakeProvider, Reply, error_reply, openai_reply
+from tests.server_harness import add_key, running
 
 SYSTEM = {"role": "system", "content": "You are terse."}
 CALL = {"id": "call_7", "type": "function", "function": {"name": "read", "arguments": '{"p": "a"}'}}
@@ -41,33 +40,12 @@ TOOLS = [
 ]
 
 
+@dataclass
 class LiveServer:
-    """uvicorn serving ``create_app(service)`` on a free port of 127.0.0.1, in a thread."""
+    """``create_app(service)`` served by uvicorn on 127.0.0.1 (``tests/server_harness``)."""
 
-    def __init__(self, service: Service) -> None:
-        self.service = service
-        self._socket = socket.socket()
-        self._socket.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
-        config = uvicorn.Config(create_app(service), log_level="warning", lifespan="on")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True
-        )
-
-    def __enter__(self) -> LiveServer:
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the server did not start")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(10)
-        self.service.close()
+    service: Service
+    url: str
 
     def log(self, tenant: str, sid: str) -> list[Message]:
         """The session's whole log, as stored."""
@@ -101,10 +79,15 @@ class Rig:
         return self.server.log(tenant, sid)
 
 
-def serve(tmp_path: Path, upstream: str | None, **settings: Any) -> LiveServer:
+@contextmanager
+def serve(tmp_path: Path, upstream: str | None, **settings: Any) -> Iterator[LiveServer]:
     settings = {"auth": False, **settings}
-    config = Settings(database=str(tmp_path / "cf.db"), upstream=upstream, **settings)
-    return LiveServer(Service(config))
+    service = Service(Settings(database=str(tmp_path / "cf.db"), upstream=upstream, **settings))
+    try:
+        with running(create_app(service)) as url:
+            yield LiveServer(service, url)
+    finally:
+        service.close()
 
 
 @pytest.fixture
@@ -462,20 +445,14 @@ def test_no_upstream_configured_is_502_and_stores_nothing(tmp_path: Path) -> Non
         assert server.service.store.list_sessions() == []
 
 
-def key_for(service: Service, tenant: str) -> str:
-    key_id, secret, key = new_key()
-    service.store.put_api_key(ApiKey(key_id, tenant, hash_secret(secret)))
-    return key
-
-
 def test_tenants_are_isolated_on_the_proxy(tmp_path: Path) -> None:
     with FakeProvider("openai") as upstream:
         upstream.routes.add(("GET", "/v1/models"))
         spec = f"openai-compatible:{upstream.url}"
         with serve(tmp_path, spec, auth=True) as server:
             rig = Rig(server, upstream)
-            a = rig.client(key=key_for(server.service, "alpha"))
-            b = rig.client(key=key_for(server.service, "bravo"))
+            a = rig.client(key=add_key(server.service.store, "alpha"))
+            b = rig.client(key=add_key(server.service.store, "bravo"))
             upstream.add(openai_reply("for a"), openai_reply("for b"))
             a.chat.completions.create(model="m", messages=[user("secret of a")])
             a_log = rig.log("s1", "alpha")
