@@ -177,19 +177,29 @@ def test_log_digests_read_only_the_new_tail(monkeypatch: pytest.MonkeyPatch) -> 
     memory.session(sid).append({"role": "user", "content": "5"})
     again = table.current(memory.store, sid, created)
     assert reads == [(6, 6)]
-    assert again.digests[-1] == digest({"role": "user", "content": "5"})
+    assert again.digest_at(5) == digest({"role": "user", "content": "5"})
+    assert (len(again), again.role_at(5)) == (6, "user")
     # A recreated session (another created_at) is read afresh.
     assert table.current(memory.store, sid, created + 1).last_seq == 6
     assert reads[-1] == (1, 6)
 
 
-def test_log_digests_drop_the_least_recently_used() -> None:
+def test_log_digests_keep_within_their_capacity_dropping_the_least_recently_used() -> None:
     memory = Memory()
-    table = LogDigests(capacity=2)
+    table = LogDigests(capacity=5)
     for name in ("a", "b", "c"):
-        memory.session(name).append({"role": "user", "content": name})
+        memory.session(name).extend([{"role": "user", "content": name}] * 2)
         table.current(memory.store, name, memory.store.get_session(name).created_at)
     assert list(table._table) == ["b", "c"]
+    table.current(memory.store, "b", memory.store.get_session("b").created_at)
+    memory.session("d").extend([{"role": "user", "content": "d"}] * 4)
+    table.current(memory.store, "d", memory.store.get_session("d").created_at)
+    assert list(table._table) == ["d"]
+    # One session over the capacity on its own is still kept: it is the one in use.
+    memory.session("d").extend([{"role": "user", "content": "d"}] * 4)
+    assert len(table.current(memory.store, "d", memory.store.get_session("d").created_at)) == 8
+    table.forget("d")
+    assert table._messages == 0
 
 
 def sse(*events: Any) -> bytes:

@@ -203,7 +203,7 @@ class _Turn:
 def _advance(digests: LogDigests, log: LogDigest, sid: str, logged: list[Any]) -> None:
     """Add what was just appended; an append that met older records drops the cache instead."""
     if [m.seq for m in logged] == list(range(log.last_seq + 1, log.last_seq + 1 + len(logged))):
-        log.add(logged)
+        digests.add(sid, log, logged)
     else:
         digests.forget(sid)
 

@@ -15,8 +15,9 @@ keeps it server-side, and the client need not know it.
 
 Matching is cheap: messages are compared by a 16-byte digest of what a model
 sees (role, content, name, tool calls, tool call id, refusal). ``LogDigests``
-keeps each session's digests in this process and, on each call, reads only the
-messages appended since it last looked (one ``last_seq`` query, plus a read of
+keeps each session's digests in this process (17 bytes a message, two million
+messages in all by default) and, on each call, reads only the messages
+appended since it last looked (one ``last_seq`` query, plus a read of
 the new tail when another writer appended). The client's messages are digested
 once per call; only one that differs from the log, or is new, is validated
 in full.
@@ -137,41 +138,62 @@ def _call_of(call: Any) -> Any:
     return [call.get("id"), function.get("name"), function.get("arguments", "")]
 
 
+_ROLES = ("system", "developer", "user", "assistant", "tool")
+_SIZE = 16  # bytes of a digest
+
+
 @dataclass
 class LogDigest:
-    """A session's log as digests, up to ``last_seq``; ``created_at`` tells a recreated session."""
+    """A session's log as digests, up to ``last_seq``; ``created_at`` tells a recreated session.
+
+    Digests and roles are packed (16 bytes and one byte a message), so a long
+    log costs 17 bytes a message, not a Python object each.
+    """
 
     created_at: float
     last_seq: int = 0
-    digests: list[bytes] = field(default_factory=list)
-    roles: list[str] = field(default_factory=list)
+    digests: bytearray = field(default_factory=bytearray)
+    roles: bytearray = field(default_factory=bytearray)
     system: int = 0  # leading system/developer messages
     # Views this process made ready (created if new, watched by the runner) for this
     # incarnation of the session, by (name, runner): a recreated session starts empty.
     views: set[tuple[str, int]] = field(default_factory=set)
 
+    def __len__(self) -> int:
+        return len(self.roles)
+
+    def digest_at(self, i: int) -> bytes:
+        return bytes(self.digests[i * _SIZE : (i + 1) * _SIZE])
+
+    def role_at(self, i: int) -> str:
+        code = self.roles[i]
+        return _ROLES[code] if code < len(_ROLES) else "unknown"
+
     def add(self, logged: Sequence[LoggedMessage]) -> None:
         for record in logged:
             if record.seq != self.last_seq + 1:
                 raise ValueError(f"log read out of order: seq {record.seq} after {self.last_seq}")
-            if self.system == len(self.roles) and record.role in _SYSTEM_ROLES:
+            role = record.role
+            if self.system == len(self.roles) and role in _SYSTEM_ROLES:
                 self.system += 1
-            self.digests.append(digest(record.message))
-            self.roles.append(record.role)
+            self.digests += digest(record.message)
+            self.roles.append(_ROLES.index(role) if role in _ROLES else 255)
             self.last_seq = record.seq
 
 
 class LogDigests:
-    """Each session's log digests in this process, the least recently used dropped first.
+    """Each session's log digests in this process, within ``capacity`` messages in all;
+    the least recently used sessions are dropped first (and read again when next used).
 
     Callers serialise calls on one session (the proxy holds a per-session
-    lock); the lock here guards the table itself.
+    lock); the lock here guards the table and its count.
     """
 
-    def __init__(self, capacity: int = 4096) -> None:
+    def __init__(self, capacity: int = 2_000_000) -> None:
         self.capacity = capacity
         self._lock = threading.Lock()
         self._table: OrderedDict[str, LogDigest] = OrderedDict()
+        self._messages = 0
 
     def current(self, store: Store, session_id: str, created_at: float) -> LogDigest:
         """The session's digests brought up to the log's last seq (reading only the new tail)."""
@@ -179,18 +201,35 @@ class LogDigests:
         with self._lock:
             entry = self._table.get(session_id)
             if entry is None or entry.created_at != created_at or entry.last_seq > last:
+                if entry is not None:
+                    self._messages -= len(entry)
                 entry = LogDigest(created_at)
                 self._table[session_id] = entry
             self._table.move_to_end(session_id)
-            while len(self._table) > self.capacity:
-                self._table.popitem(last=False)
         if entry.last_seq < last:
-            entry.add(store.messages(session_id, entry.last_seq + 1, last))
+            self.add(session_id, entry, store.messages(session_id, entry.last_seq + 1, last))
         return entry
+
+    def add(self, session_id: str, entry: LogDigest, logged: Sequence[LoggedMessage]) -> None:
+        """Add messages just read or appended to the session's entry, within the capacity."""
+        before = len(entry)
+        entry.add(logged)
+        with self._lock:
+            if self._table.get(session_id) is entry:
+                self._messages += len(entry) - before
+            while self._messages > self.capacity and len(self._table) > 1:
+                oldest, dropped = next(iter(self._table.items()))
+                if oldest == session_id:
+                    self._table.move_to_end(oldest)
+                    continue
+                del self._table[oldest]
+                self._messages -= len(dropped)
 
     def forget(self, session_id: str) -> None:
         with self._lock:
-            self._table.pop(session_id, None)
+            entry = self._table.pop(session_id, None)
+            if entry is not None:
+                self._messages -= len(entry)
 
 
 def new_from(log: LogDigest, client: Sequence[Message]) -> tuple[int, int]:
@@ -203,24 +242,27 @@ def new_from(log: LogDigest, client: Sequence[Message]) -> tuple[int, int]:
     """
     starts_with_system = bool(client) and client[0].get("role") in _SYSTEM_ROLES
     skipped = 0 if starts_with_system else log.system
-    stored = log.digests[skipped:]
-    for i, message in enumerate(client[: len(stored)]):
-        if digest(message) != stored[i]:
+    stored = len(log) - skipped
+    packed = memoryview(log.digests)
+    for i, message in enumerate(client[:stored]):
+        at = (skipped + i) * _SIZE
+        if digest(message) != packed[at : at + _SIZE]:
             validate_message(message, index=i)
-            role = log.roles[skipped + i]
+            role = log.role_at(skipped + i)
             raise Divergence(
                 i,
                 f"the conversation diverges from the session's log at message {i}: the log "
                 f"holds a different {role} message there (seq {skipped + i + 1}); the log is "
                 "append-only, so send the conversation as logged or use a new session",
             )
-    if len(client) < len(stored):
-        missing = len(stored) - len(client)
+    if len(client) < stored:
+        missing = stored - len(client)
         raise Divergence(
             len(client),
             f"the conversation ends at message {len(client)} but the session's log holds "
-            f"{missing} more message(s) from there (the first a {log.roles[skipped + len(client)]} "
-            "message, e.g. an answer logged for a call whose reply the client did not keep); "
-            "send the conversation as logged or use a new session",
+            f"{missing} more message(s) from there (the first a "
+            f"{log.role_at(skipped + len(client))} message, e.g. an answer logged for a call "
+            "whose reply the client did not keep); send the conversation as logged or use a "
+            "new session",
         )
-    return len(stored), skipped
+    return stored, skipped
