@@ -546,3 +546,19 @@ def test_a_client_leaving_a_stream_early_logs_no_answer_and_frees_the_session(ri
     assert again.choices[0].message.content == "next"
     assert time.monotonic() - started < 5
     assert rig.log() == [user("a"), {"role": "assistant", "content": "next"}]
+
+
+def test_an_answer_the_log_cannot_keep_goes_back_unchanged_and_is_not_logged(rig: Rig) -> None:
+    reply = openai_reply("")
+    broken = {"id": "c1", "type": "function", "function": {"name": "", "arguments": "{}"}}
+    reply.body["choices"][0]["message"] = {"role": "assistant", "content": None,
+                                           "tool_calls": [broken]}  # fmt: skip
+    rig.upstream.add(reply)
+    answer = httpx.post(
+        f"{rig.server.url}/v1/chat/completions",
+        json={"model": "m", "messages": [user("a")]},
+        headers={"X-Contextfold-Session": "s1"},
+    )
+    assert answer.status_code == 200
+    assert answer.json() == reply.body
+    assert rig.log() == [user("a")]

@@ -116,7 +116,8 @@ class ProxyState:
 
     async def hold(self, key: str) -> Callable[[], None]:
         """Wait for the session's lock; returns its release (idempotent)."""
-        lock, users = self.locks.get(key, (asyncio.Lock(), 0))
+        held = self.locks.get(key)
+        lock, users = held if held is not None else (asyncio.Lock(), 0)
         self.locks[key] = (lock, users + 1)
         try:
             await lock.acquire()
@@ -273,15 +274,11 @@ def _name(value: Any, field: str) -> str:
 def _budget(header: str | None) -> int | None:
     if header is None:
         return None
-    try:
-        value = int(header.strip())
-    except ValueError:
-        value = None
-    if value is None:
+    if not header.strip().isdigit():
         raise InvalidInput(
             f"budget must be a positive integer, not {header!r}", field="X-Contextfold-Budget"
         )
-    return check_budget(value, "X-Contextfold-Budget")
+    return check_budget(int(header), "X-Contextfold-Budget")
 
 
 def _body(raw: bytes) -> dict[str, Any]:
@@ -354,10 +351,14 @@ async def _whole(upstream: Upstream, answer: httpx.Response, turn: _Turn | None)
         raise ServiceError(502, "upstream_error", failure.reason)
     if turn is not None and 200 <= answer.status_code < 300:
         message = _completion_message(data)
-        if message is None:
-            log.warning("upstream answer for %s has no message to log", turn.session.id)
-        else:
+        try:
+            if message is None:
+                raise InvalidInput("the answer has no choices[0].message", field="choices")
             await to_thread.run_sync(turn.log_answer, message)
+        except InvalidInput as exc:
+            # The upstream's answer, not the client's fault: it goes back unchanged; the
+            # client's next call sends it, and is told then what the log cannot keep.
+            log.warning("answer for %s not logged: %s", turn.session.id, exc)
     return Response(data, answer.status_code, headers=passed_headers(answer.headers))
 
 
