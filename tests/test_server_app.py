@@ -7,8 +7,10 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+from contextfold.cli import main
 from contextfold.core.errors import InvalidInput
 from contextfold.server.app import create_app
+from contextfold.server.commands import seed_demo
 from contextfold.server.service import Service
 from contextfold.server.settings import Settings
 from contextfold.store.ram import RAMStore
@@ -60,3 +62,24 @@ def test_no_auth_is_refused_off_loopback() -> None:
         Settings(auth=False, host="0.0.0.0")
     assert caught.value.field == "no_auth"
     assert Settings(auth=False, host="::1").auth is False
+
+
+def test_serve_refuses_no_auth_off_loopback(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--no-auth", "--host", "0.0.0.0", "--database", "memory://"]) == 2
+    assert "loopback" in capsys.readouterr().err
+
+
+def test_demo_seeds_the_demo_session_once_with_folds() -> None:
+    service = Service(Settings(auth=False, runner=False), store=RAMStore())
+    seed_demo(service)
+    session = service.session("local", "demo")
+    last = service.store.last_seq(session.id)
+    assert last > 100
+    assert session.view("default").folds()
+    seed_demo(service)
+    assert service.store.last_seq(session.id) == last
+    with TestClient(create_app(service)) as client:
+        listed = client.get("/api/v1/sessions").json()["sessions"]
+        assert [s["id"] for s in listed] == ["demo"]
+        report = client.get("/api/v1/sessions/demo/views/default/render").json()["report"]
+        assert report["folds"] and report["tokens"] <= 12_000
