@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from contextfold.cli import main
-from contextfold.core.errors import InvalidInput
+from contextfold.core.errors import InvalidInput, StoreError
 from contextfold.server.app import create_app
 from contextfold.server.commands import seed_demo
 from contextfold.server.service import Service
@@ -83,3 +84,31 @@ def test_demo_seeds_the_demo_session_once_with_folds() -> None:
         assert [s["id"] for s in listed] == ["demo"]
         report = client.get("/api/v1/sessions/demo/views/default/render").json()["report"]
         assert report["folds"] and report["tokens"] <= 12_000
+
+
+class FailingStore(RAMStore):
+    """A store whose reads fail, as a database that went away does."""
+
+    def session_info(self, session_id: str) -> Any:
+        raise StoreError("connection refused")
+
+    def list_sessions(self, *args: Any, **kwargs: Any) -> list[str]:
+        raise StoreError("connection refused")
+
+
+def test_a_failing_store_is_503_and_not_ready() -> None:
+    service = Service(Settings(auth=False, runner=False), store=FailingStore())
+    with TestClient(create_app(service)) as client:
+        assert client.post("/api/v1/sessions", json={"id": "s1"}).status_code == 503
+        answer = client.get("/api/v1/sessions")
+        assert answer.status_code == 503
+        assert answer.json()["error"]["code"] == "store_unavailable"
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["error"]["code"] == "store_unavailable"
+        assert client.get("/healthz").status_code == 200
+
+
+def test_another_method_on_a_known_route_is_405(client: TestClient) -> None:
+    answer = client.patch("/api/v1/sessions")
+    assert answer.status_code == 405
+    assert answer.json()["error"]["code"] == "method_not_allowed"
