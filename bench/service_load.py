@@ -115,7 +115,9 @@ def cli() -> list[str]:
     return [found] if found else [sys.executable, "-m", "contextfold.cli"]
 
 
-def start_server(database: str, port: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    database: str, port: int, extra: Sequence[str] = ()
+) -> tuple[subprocess.Popen[bytes], str]:
     """``contextfold serve`` on ``database`` with a fresh key; waits until it answers."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     made = subprocess.run(
@@ -126,7 +128,7 @@ def start_server(database: str, port: int) -> tuple[subprocess.Popen[bytes], str
     )
     key = made.stdout.decode().strip()
     server = subprocess.Popen(
-        [*cli(), "serve", "--port", str(port), "--database", database],
+        [*cli(), "serve", "--port", str(port), "--database", database, *extra],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -265,7 +267,7 @@ async def measure(
 
 def run_store(name: str, database: str, args: argparse.Namespace) -> dict[str, Any]:
     port = free_port()
-    server, key = start_server(database, port)
+    server, key = start_server(database, port, ["--no-runner"] if args.no_runner else [])
     try:
         return asyncio.run(measure(port, server.pid, key, args, name))
     finally:
@@ -309,16 +311,28 @@ def main() -> None:
         parser.add_argument("--rate", type=float, default=RATE, help="open-loop requests/s")
         parser.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCY))
         parser.add_argument("--postgres", help=f"the PostgreSQL server (default {PG_DEFAULT})")
+        parser.add_argument(
+            "--stores", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"]
+        )
+        parser.add_argument(
+            "--no-runner",
+            action="store_true",
+            help="serve without background compaction: the requests' own cost",
+        )
 
     args = parse_args(__doc__ or "", options)
     args.seconds = args.seconds or (QUICK_SECONDS if args.quick else SECONDS)
     figures: dict[str, Any] = {"cpus": os.cpu_count(), "seconds_per_phase": args.seconds}
-    with tempfile.TemporaryDirectory() as tmp:
-        figures.update(run_store("sqlite", str(Path(tmp) / "load.db"), args))
-    server = postgres_server(args)
+    figures["runner"] = not args.no_runner
+    if "sqlite" in args.stores:
+        with tempfile.TemporaryDirectory() as tmp:
+            figures.update(run_store("sqlite", str(Path(tmp) / "load.db"), args))
+    server = postgres_server(args) if "postgres" in args.stores else None
     if server is not None:
         figures.update(run_postgres(server, args))
-    figures["stores"] = "sqlite" + (", postgres" if server else " (no PostgreSQL measured)")
+    figures["stores"] = ", ".join(
+        [*(["sqlite"] if "sqlite" in args.stores else []), *(["postgres"] if server else [])]
+    )
     report(figures, args.json)
 
 
