@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 
 from contextfold.cli import main
 from contextfold.core.errors import InvalidInput, StoreError
 from contextfold.server.app import create_app
 from contextfold.server.commands import seed_demo
+from contextfold.server.responses import FastJSON
 from contextfold.server.service import Service
 from contextfold.server.settings import Settings
 from contextfold.store.ram import RAMStore
@@ -112,3 +115,13 @@ def test_another_method_on_a_known_route_is_405(client: TestClient) -> None:
     answer = client.patch("/api/v1/sessions")
     assert answer.status_code == 405
     assert answer.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_fast_json_encodes_what_the_standard_encoder_does() -> None:
+    body = {
+        "messages": [{"role": "user", "content": 'naïve café ☕ \u2028 "q" \\ <b>'}],
+        "report": {"tokens": 3, "budget": None, "whole": True, "clipped": [1, 2], "x": 0.5},
+    }
+    fast = FastJSON(body).body
+    plain = JSONResponse(body).body
+    assert json.loads(fast) == json.loads(plain) == body

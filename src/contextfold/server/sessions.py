@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from contextfold.core.errors import InvalidInput
 from contextfold.server.auth import StreamTenant, Tenant
@@ -28,6 +28,7 @@ from contextfold.server.models import (
     SessionList,
     SessionOut,
 )
+from contextfold.server.responses import FastJSON
 from contextfold.server.service import ServiceDep
 
 router = APIRouter(prefix="/api/v1/sessions", tags=["sessions"], responses=ERRORS)
@@ -110,7 +111,7 @@ async def append_messages(
             description="a retry with the same key stores nothing new and gets the same records",
         ),
     ] = None,
-) -> JSONResponse:
+) -> FastJSON:
     """Append one message or a batch, all or none."""
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
 
@@ -127,7 +128,7 @@ async def append_messages(
 
     records = await svc.run(append)
     svc.metrics.appended.inc(len(records))
-    return JSONResponse({"messages": records}, status_code=201)
+    return FastJSON({"messages": records}, status_code=201)
 
 
 @router.get("/{sid}/messages", response_model=History)
@@ -137,7 +138,7 @@ async def history(
     tenant: Tenant,
     after: Annotated[int, Query(ge=0, description="the last seq already read")] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_HISTORY_PAGE)] = HISTORY_PAGE,
-) -> JSONResponse:
+) -> FastJSON:
     """The whole log, never folded, by seq: messages after ``after``."""
 
     def read() -> dict[str, Any]:
@@ -150,7 +151,7 @@ async def history(
             "next_after": page[-1].seq if more else None,
         }
 
-    return JSONResponse(await svc.run(read))
+    return FastJSON(await svc.run(read))
 
 
 @router.get(

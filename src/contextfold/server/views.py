@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
-from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from contextfold.core.errors import InvalidInput, NotFound
@@ -27,6 +26,7 @@ from contextfold.server.models import (
     ViewList,
     ViewOut,
 )
+from contextfold.server.responses import FastJSON
 from contextfold.server.service import Service, ServiceDep
 
 router = APIRouter(prefix="/api/v1/sessions/{sid}/views", tags=["views"], responses=ERRORS)
@@ -98,7 +98,7 @@ async def get_view(sid: SessionPath, name: ViewPath, svc: ServiceDep, tenant: Te
 @router.get("/{name}/render", response_model=RenderOut)
 async def render(
     sid: SessionPath, name: ViewPath, svc: ServiceDep, tenant: Tenant, budget: Budget = None
-) -> JSONResponse:
+) -> FastJSON:
     """The view's prompt for the next model call, with what render did to fit it."""
 
     def rendered() -> dict[str, Any]:
@@ -117,7 +117,7 @@ async def render(
 
     body = await svc.run(rendered)
     svc.metrics.renders.inc()
-    return JSONResponse(body)
+    return FastJSON(body)
 
 
 @router.get("/{name}/folds", response_model=FoldList)
@@ -127,14 +127,14 @@ async def folds(
     svc: ServiceDep,
     tenant: Tenant,
     superseded: Annotated[bool, Query(description="include superseded folds")] = False,
-) -> JSONResponse:
+) -> FastJSON:
     """The view's folds by start: the range of the log each covers, how, and what it saved."""
 
     def listing() -> list[dict[str, Any]]:
         view = stored_view(svc, tenant, sid, name)
         return [FoldOut.data(f) for f in view.folds(include_superseded=superseded)]
 
-    return JSONResponse({"folds": await svc.run(listing)})
+    return FastJSON({"folds": await svc.run(listing)})
 
 
 @router.post("/{name}/compact")
