@@ -11,9 +11,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.events import Event
@@ -31,10 +32,13 @@ from contextfold.server.ids import check_session_id, check_tenant
 from contextfold.server.metrics import ServiceMetrics
 from contextfold.server.settings import Settings
 from contextfold.store.base import Store
+from contextfold.store.ram import RAMStore
+from contextfold.store.sqlite import SQLiteStore
 from contextfold.store.wake import PollingWake
 
 STREAMED = frozenset({"planned", "committed", "failed", "degraded", "quarantined"})
 _HANDLES = 4096
+T = TypeVar("T")
 
 
 def event_data(event: Event) -> dict[str, Any]:
@@ -63,6 +67,16 @@ class Service:
         self.runner: ThreadRunner | None = None
         self._lock = threading.Lock()
         self._handles: OrderedDict[str, Session] = OrderedDict()
+        local = isinstance(self.store, SQLiteStore | RAMStore)
+        self.offload = settings.offload if settings.offload is not None else not local
+
+    async def run(self, work: Callable[..., T], *args: Any) -> T:
+        """Run a handler's store and library work: here on the loop when the store answers
+        from this process (SQLite, RAM: no wait worth a thread hop), on a worker thread
+        when it waits on a network (PostgreSQL), so other requests go on meanwhile."""
+        if self.offload:
+            return await run_in_threadpool(work, *args)
+        return work(*args)
 
     # -- lifecycle --------------------------------------------------------
 

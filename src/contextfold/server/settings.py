@@ -46,6 +46,9 @@ class Settings:
     settle_s: float = 0.25
     """How long the runner lets a session's appends gather before planning it: one plan
     per burst, not one per append, keeps planning off the requests' CPU."""
+    offload: bool | None = None
+    """Run handlers' store work on worker threads; None: only for stores that wait on a
+    network (PostgreSQL), not for SQLite and RAM, which answer faster than a thread hop."""
     key_cache_s: float = 1.0
     """How long a verified API key is trusted without a store read (a revoked key
     stops working within this long); 0 checks the store on every request."""
