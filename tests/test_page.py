@@ -290,7 +290,6 @@ def test_laptop_and_phone_fit_the_screen(browser: Any, server: Server) -> None:
         page.goto(server.url + "/")
         page.wait_for_selector(".session-row")
         assert no_sideways_scroll(page), f"the list scrolls sideways on a {name}"
-        shots.append(save_shot(page, f"list-{name}", docs=False))
         open_session(page, server, "airline-0")
         page.check("#show-superseded")
         page.wait_for_selector("#log .band")
