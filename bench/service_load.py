@@ -1,8 +1,8 @@
 """The service under load from another process: appends/s and renders/s at 1, 10 and 100 sessions.
 
 Starts ``contextfold serve`` as a subprocess on 127.0.0.1 over a fresh store (a
-temporary SQLite file; PostgreSQL too when ``--postgres URL`` or
-``$CONTEXTFOLD_PG_URL`` names a reachable server and the backend is installed),
+temporary SQLite file; then PostgreSQL, on a schema of its own, when the server
+``--postgres URL``, ``$CONTEXTFOLD_PG_URL`` or the local one answers),
 with API keys on and the background runner on. The load comes from this
 process: one keep-alive connection per session, a minimal HTTP/1.1 client on
 asyncio (httpx would spend more CPU than the server on this 2-core machine).
@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ SECONDS = 4.0
 QUICK_SECONDS = 1.0
 MAX_REQUESTS = 50_000
 RATE = 1000.0
+PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/test"
 WORDS = "the quick brown fox jumps over the lazy dog " * 6
 
 
@@ -274,19 +276,30 @@ def run_store(name: str, database: str, args: argparse.Namespace) -> dict[str, A
             server.kill()
 
 
-def postgres_url(args: argparse.Namespace) -> str | None:
-    url: str | None = args.postgres or os.environ.get("CONTEXTFOLD_PG_URL")
-    if not url:
-        return None
-    sys.path.insert(0, str(ROOT / "src"))
+def postgres_server(args: argparse.Namespace) -> str | None:
+    """The PostgreSQL server to measure on, if it answers and the backend is installed."""
+    server: str = args.postgres or os.environ.get("CONTEXTFOLD_PG_URL") or PG_DEFAULT
     try:
-        from contextfold.store.registry import open_store
+        import psycopg
 
-        open_store(url).close()
+        psycopg.connect(server, connect_timeout=3).close()
     except Exception as exc:
-        print(f"PostgreSQL not measured: {exc}")
+        print(f"PostgreSQL not measured: {server} does not answer ({exc})")
         return None
-    return url
+    return server
+
+
+def run_postgres(server: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The figures on a schema of its own, dropped afterwards."""
+    import psycopg
+
+    schema = f"cf_load_{uuid.uuid4().hex[:10]}"
+    joiner = "&" if "?" in server else "?"
+    try:
+        return run_store("postgres", f"{server}{joiner}schema={schema}", args)
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 def main() -> None:
@@ -295,17 +308,17 @@ def main() -> None:
         parser.add_argument("--max-requests", type=int, default=MAX_REQUESTS)
         parser.add_argument("--rate", type=float, default=RATE, help="open-loop requests/s")
         parser.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCY))
-        parser.add_argument("--postgres", help="a PostgreSQL URL to measure too")
+        parser.add_argument("--postgres", help=f"the PostgreSQL server (default {PG_DEFAULT})")
 
     args = parse_args(__doc__ or "", options)
     args.seconds = args.seconds or (QUICK_SECONDS if args.quick else SECONDS)
     figures: dict[str, Any] = {"cpus": os.cpu_count(), "seconds_per_phase": args.seconds}
     with tempfile.TemporaryDirectory() as tmp:
         figures.update(run_store("sqlite", str(Path(tmp) / "load.db"), args))
-    url = postgres_url(args)
-    if url is not None:
-        figures.update(run_store("postgres", url, args))
-    figures["stores"] = "sqlite" + (", postgres" if url else " (no PostgreSQL measured)")
+    server = postgres_server(args)
+    if server is not None:
+        figures.update(run_postgres(server, args))
+    figures["stores"] = "sqlite" + (", postgres" if server else " (no PostgreSQL measured)")
     report(figures, args.json)
 
 

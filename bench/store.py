@@ -1,4 +1,4 @@
-"""SQLite store: append throughput per durability, and whether render's reads grow with the log.
+"""SQLite and PostgreSQL stores: append throughput, and whether render's reads grow with the log.
 
 Appends real messages (OpenHands coding runs and tau-bench airline runs,
 repeated to N) into a fresh file, one message a call and then 100 a call, once
@@ -7,22 +7,36 @@ commit, so its single-message rate is the disk's flush rate).
 ``messages_before_us_*`` times the newest-first page render reads and
 ``head_us_*`` the check a cached render makes, at the end of a 1k and a 100k
 message log: each pair should be about equal.
+
+The same runs on PostgreSQL (``$CONTEXTFOLD_BENCH_POSTGRES``, default the local
+server's database ``test``, in a schema made for the run and dropped after):
+``pg_append_per_s_*`` per durability (``full``: the server flushes each commit
+to disk; ``process``: it does not wait for that), and per call p50/p99 in
+microseconds of a single append, the page read and ``head`` at the end of a 1k
+and a 100k message log (10k with ``--quick``), beside the same percentiles for
+SQLite, both at durability ``process``. A server that does not
+answer skips these figures, or fails the run under ``CI=true``.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
+import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from _common import conversations, parse_args, report, timed
 
 from contextfold.core.log import NewMessage
 from contextfold.core.tokens import get_counter
-from contextfold.store import SQLiteStore
+from contextfold.store import SQLiteStore, Store
 from contextfold.store.sqlite import Durability
 
+POSTGRES = os.environ.get("CONTEXTFOLD_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 BATCH = 100
 DURABILITIES: tuple[Durability, ...] = ("process", "full")
 PAGE = 50
@@ -69,6 +83,82 @@ def read_us(path: Path, messages: list[NewMessage]) -> tuple[float, float]:
     return page / calls * 1e6, head / calls * 1e6
 
 
+def per_call_us(fn: Callable[[], Any], calls: int) -> tuple[float, float]:
+    """p50 and p99 microseconds of ``calls`` calls of ``fn``."""
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    cuts = statistics.quantiles(times, n=100)
+    return cuts[49], cuts[98]
+
+
+def call_percentiles(
+    prefix: str, open_store: Callable[[], Store], messages: list[NewMessage], sizes: dict[str, int]
+) -> dict[str, float]:
+    """p50/p99 of one append, and of render's two reads at the end of each log size."""
+    figures: dict[str, float] = {}
+    store = open_store()
+    store.create_session("calls", encoding="o200k_base")
+    fresh = itertools.cycle(messages)
+    p50, p99 = per_call_us(lambda: store.append("calls", [next(fresh)]), 500)
+    figures.update({f"{prefix}append_us_p50": p50, f"{prefix}append_us_p99": p99})
+    for label, size in sizes.items():
+        sid = f"log-{label}"
+        store.create_session(sid, encoding="o200k_base")
+        log = take(messages, size)
+        for i in range(0, size, 1000):
+            store.append(sid, log[i : i + 1000])
+        end = store.last_seq(sid) + 1
+        for name, fn in (
+            ("messages_before", lambda: store.messages_before(sid, end, PAGE)),  # noqa: B023
+            ("head", lambda: store.head(sid, "default")),  # noqa: B023
+        ):
+            p50, p99 = per_call_us(fn, 500)
+            figures[f"{prefix}{name}_us_p50_{label}"] = p50
+            figures[f"{prefix}{name}_us_p99_{label}"] = p99
+    store.close()
+    return figures
+
+
+def postgres_figures(messages: list[NewMessage], n: int, sizes: dict[str, int]) -> dict[str, float]:
+    """The PostgreSQL runs in a schema of their own; none when the server does not answer."""
+    try:
+        import psycopg
+
+        from contextfold.store.postgres import PostgresStore
+
+        psycopg.connect(POSTGRES, connect_timeout=3).close()
+    except (ImportError, OSError, psycopg.Error) as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            raise SystemExit(f"PostgreSQL at {POSTGRES} is needed under CI=true: {exc}") from exc
+        print(f"PostgreSQL figures skipped: {exc}")
+        return {}
+    schema = f"cf_bench_{os.getpid()}"
+    url = f"{POSTGRES}?schema={schema}"
+    figures: dict[str, float] = {}
+    try:
+        for durability in DURABILITIES:
+            for name, batch in (("single", 1), ("batch", BATCH)):
+                store = PostgresStore(f"{url}&durability={durability}")
+                sid = f"rate-{name}-{durability}"
+                store.create_session(sid, encoding="o200k_base")
+                log = take(messages, n)
+                t0 = time.perf_counter()
+                for i in range(0, n, batch):
+                    store.append(sid, log[i : i + batch])
+                rate = n / (time.perf_counter() - t0)
+                figures[f"pg_append_per_s_{name}_{durability}"] = rate
+                store.close()
+        process = f"{url}&durability=process"
+        figures.update(call_percentiles("pg_", lambda: PostgresStore(process), messages, sizes))
+    finally:
+        with psycopg.connect(POSTGRES, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    return figures
+
+
 def main() -> None:
     args = parse_args(__doc__ or "")
     n = 2000 if args.quick else 20000
@@ -85,6 +175,11 @@ def main() -> None:
             page, head = read_us(root / f"{label}.db", take(messages, size))
             figures[f"messages_before_us_{label}"] = page
             figures[f"head_us_{label}"] = head
+        sizes = {"1k": 1000, "10k" if args.quick else "100k": 10_000 if args.quick else 100_000}
+        figures.update(
+            call_percentiles("sqlite_", lambda: SQLiteStore(root / "calls.db"), messages, sizes)
+        )
+    figures.update(postgres_figures(messages, n, sizes))
     report(figures, args.json)
 
 

@@ -17,10 +17,11 @@ from contextfold.store.ram import RAMStore
 API = "/api/v1/sessions"
 
 
-@pytest.fixture
-def service() -> Service:
-    """No background runner: compaction here is the compact endpoint's alone."""
-    return make_service(auth=False, runner=False)
+@pytest.fixture(params=[False, True], ids=["on-loop", "offloaded"])
+def service(request: pytest.FixtureRequest) -> Service:
+    """No background runner: compaction here is the compact endpoint's alone. Every test
+    runs with the handlers' work on the loop (as for SQLite) and on threads (PostgreSQL)."""
+    return make_service(auth=False, runner=False, offload=request.param)
 
 
 @pytest.fixture

@@ -24,13 +24,15 @@ def api_schema() -> ModuleType:
 def test_fuzzed_requests_get_no_server_error() -> None:
     pytest.importorskip("schemathesis")
     bench = api_schema()
-    app, service, key = bench.seeded_app()
+    upstream = bench.Upstream()
+    app, service, key = bench.seeded_app(f"openai-compatible:{upstream.url}")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             found = bench.fuzz(app, key, examples=5)
     finally:
         service.close()
+        upstream.close()
     assert found.server_errors == []
     assert found.count_5xx == 0
     assert found.cases >= 100

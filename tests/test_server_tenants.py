@@ -8,6 +8,7 @@ so a route added later must say here how it is tried.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,12 +69,21 @@ ATTEMPTS: dict[tuple[str, str], Attempt] = {
     ("GET", API + "/{sid}/views/{name}/render"): Attempt(NOT_FOUND),
     ("GET", API + "/{sid}/views/{name}/folds"): Attempt(NOT_FOUND, params={"superseded": "true"}),
     ("POST", API + "/{sid}/views/{name}/compact"): Attempt(NOT_FOUND),
+    # The proxy reads the session from a header: B naming A's id reaches B's own session
+    # of that name, never A's. This server has no upstream, so the call itself fails.
+    ("POST", "/v1/chat/completions"): Attempt(
+        frozenset({502}),
+        body={"model": "m", "messages": [{"role": "user", "content": "b asks"}]},
+        headers={"X-Contextfold-Session": A_SESSION, "X-Contextfold-View": A_VIEW},
+    ),
+    ("GET", "/v1/models"): Attempt(frozenset({502})),
 }
 
 
 @pytest.fixture
 def service() -> Service:
-    return make_service(runner=False)
+    """Keys checked against the store on every request, so a revocation shows at once."""
+    return make_service(runner=False, key_cache_s=0)
 
 
 @pytest.fixture
@@ -176,9 +186,11 @@ def test_no_route_leaks_another_tenants_session(client: TestClient, service: Ser
     assert not uncovered, f"routes the isolation table does not cover: {uncovered}"
     assert leaks == 0
     assert a_state(service) == before
-    # B's listing holds B's session only; A still sees all of A
-    listed = client.get(API, headers=bearer(key_b)).json()["sessions"]
-    assert [s["id"] for s in listed] == ["b-own"]
+    # B's listing holds B's sessions only (a proxy call may have made B's own one of A's
+    # name, empty of A's data); A still sees all of A
+    listed = client.get(API, headers=bearer(key_b))
+    assert {s["id"] for s in listed.json()["sessions"]} <= {"b-own", A_SESSION}
+    assert A_SECRET not in listed.text
     assert [s["id"] for s in client.get(API, headers=bearer(key_a)).json()["sessions"]] == [
         A_SESSION
     ]
@@ -230,7 +242,7 @@ def test_keys_commands_make_list_and_revoke_keys(
     store = SQLiteStore(db)
     stored = store.list_api_keys()[0]
     assert stored.secret_hash != key.split("_", 2)[2] and len(stored.secret_hash) == 64
-    with TestClient(create_app(make_service(store, runner=False))) as c:
+    with TestClient(create_app(make_service(store, runner=False, key_cache_s=0))) as c:
         assert c.post(API, json={"id": "x"}, headers=bearer(key)).status_code == 201
         assert main(["keys", "revoke", stored.id, "--database", db]) == 0
         assert c.get(API, headers=bearer(key)).status_code == 401
@@ -251,3 +263,15 @@ def test_cors_is_off_unless_origins_are_given() -> None:
         assert answer.headers["access-control-allow-origin"] == "https://app.example"
         other = opened.get("/healthz", headers={"Origin": "https://evil.example"})
         assert "access-control-allow-origin" not in other.headers
+
+
+def test_a_cached_key_is_trusted_for_its_ttl_only() -> None:
+    service = make_service(runner=False, key_cache_s=0.3)
+    key = add_key(service.store, "t1")
+    with TestClient(create_app(service)) as client:
+        assert client.get(API, headers=bearer(key)).status_code == 200
+        service.store.revoke_api_key(key.split("_")[1])
+        assert client.get(API, headers=bearer(key)).status_code == 200  # within the ttl
+        time.sleep(0.35)
+        assert client.get(API, headers=bearer(key)).status_code == 401
+        assert client.get(API, headers=bearer(key)).status_code == 401  # refusals not cached

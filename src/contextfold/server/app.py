@@ -7,18 +7,16 @@ The service's runner starts and stops with the app's lifespan.
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from types import ModuleType
 
 from fastapi import APIRouter, FastAPI, Response
 from fastapi.middleware.cors import CORSMiddleware
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from contextfold.server import errors
+from contextfold.server import errors, page, proxy, sessions, views
 from contextfold.server.errors import ServiceError, error_body
 from contextfold.server.metrics import RequestMetrics
 from contextfold.server.service import Service, ServiceDep
@@ -26,7 +24,6 @@ from contextfold.server.settings import Settings
 
 API_TITLE = "contextfold"
 API_VERSION = "1"
-ROUTERS = ("sessions", "views", "proxy", "page")
 
 
 class BodyLimit:
@@ -91,15 +88,6 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-def _router_module(name: str) -> ModuleType | None:
-    try:
-        return importlib.import_module(f"contextfold.server.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"contextfold.server.{name}":
-            return None
-        raise
-
-
 health = APIRouter()
 
 
@@ -143,10 +131,8 @@ def create_app(config: Settings | Service | None = None) -> FastAPI:
     app.state.service = svc
     errors.install(app)
     app.include_router(health)
-    for name in ROUTERS:
-        module = _router_module(name)
-        if module is not None:
-            app.include_router(module.router)
+    for module in (sessions, views, proxy, page):
+        app.include_router(module.router)
     app.add_middleware(BodyLimit, limit=svc.settings.max_body_bytes)
     if svc.settings.cors_origins:
         app.add_middleware(

@@ -14,14 +14,17 @@ import hmac
 import re
 import secrets
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
 from contextfold.server.errors import ServiceError
-from contextfold.server.service import Service, check_tenant
+from contextfold.server.ids import check_tenant
 from contextfold.server.settings import LOCAL_TENANT
 from contextfold.store.base import Store
+
+if TYPE_CHECKING:
+    from contextfold.server.service import Service
 
 KEY = re.compile(r"cf_([0-9a-f]{12})_([A-Za-z0-9_-]{32})")
 
@@ -65,6 +68,31 @@ def tenant_of_key(store: Store, key: str | None) -> str:
     return check_tenant(record.tenant)
 
 
+class KeyCache:
+    """Keys verified in the last ``ttl_s`` seconds, so a busy client costs no store read and
+    no hash per request; a revoked key stops working within ``ttl_s``. Only good keys are
+    kept, and at most ``size`` of them."""
+
+    def __init__(self, ttl_s: float, size: int = 10_000) -> None:
+        self.ttl_s = ttl_s
+        self.size = size
+        self._found: dict[str, tuple[str, float]] = {}
+
+    def tenant(self, store: Store, key: str | None) -> str:
+        now = time.monotonic()
+        if key is not None and self.ttl_s > 0:
+            found = self._found.get(key)
+            if found is not None and found[1] > now:
+                return found[0]
+        tenant = tenant_of_key(store, key)
+        if key is not None and self.ttl_s > 0:
+            if len(self._found) >= self.size:
+                self._found = {k: v for k, v in self._found.items() if v[1] > now}
+            if len(self._found) < self.size:
+                self._found[key] = (tenant, now + self.ttl_s)
+        return tenant
+
+
 def bearer(request: Request) -> str | None:
     header = request.headers.get("authorization")
     if not header:
@@ -87,7 +115,7 @@ async def tenant(request: Request) -> str:
     svc = _service(request)
     if not svc.settings.auth:
         return LOCAL_TENANT
-    return tenant_of_key(svc.store, bearer(request))
+    return svc.keys.tenant(svc.store, bearer(request))
 
 
 async def stream_tenant(request: Request) -> str:
@@ -95,7 +123,7 @@ async def stream_tenant(request: Request) -> str:
     svc = _service(request)
     if not svc.settings.auth:
         return LOCAL_TENANT
-    return tenant_of_key(svc.store, bearer(request) or request.query_params.get("api_key"))
+    return svc.keys.tenant(svc.store, bearer(request) or request.query_params.get("api_key"))
 
 
 Tenant = Annotated[str, Depends(tenant)]

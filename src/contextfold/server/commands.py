@@ -128,7 +128,7 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
     if not settings.auth:
         out.print("no auth: every request is tenant 'local'")
     if args.demo:
-        out.print(f"demo session {DEMO_SESSION!r}: open {base}/#/sessions/{DEMO_SESSION}")
+        out.print(f"demo session {DEMO_SESSION!r}: open {base}/sessions/{DEMO_SESSION}")
     uvicorn.run(
         create_app(service),
         host=args.host,
@@ -170,7 +170,7 @@ def seed_demo(service: Service) -> None:
 
 def _keys_create(args: argparse.Namespace, out: Console, err: Console) -> None:
     from contextfold.server.auth import hash_secret, new_key
-    from contextfold.server.service import check_tenant
+    from contextfold.server.ids import check_tenant
 
     tenant = check_tenant(args.tenant)
     store = open_store(args.database)

@@ -7,14 +7,14 @@ of tenant ``T`` is the store session ``T/S``, and every lookup goes through
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.events import Event
@@ -22,35 +22,23 @@ from contextfold.core.tokens import get_counter
 from contextfold.memory.session import Memory, Session
 from contextfold.memory.view import View
 from contextfold.runtime.thread import ThreadRunner
+from contextfold.server.auth import KeyCache
 from contextfold.server.errors import ServiceError
 from contextfold.server.events import EventHub
 from contextfold.server.idempotency import IdempotentAppends
+from contextfold.server.ids import SESSION_ID as SESSION_ID  # the skeleton's interface
+from contextfold.server.ids import TENANT as TENANT
+from contextfold.server.ids import check_session_id, check_tenant
 from contextfold.server.metrics import ServiceMetrics
 from contextfold.server.settings import Settings
 from contextfold.store.base import Store
+from contextfold.store.ram import RAMStore
+from contextfold.store.sqlite import SQLiteStore
 from contextfold.store.wake import PollingWake
 
-SESSION_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
-TENANT = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 STREAMED = frozenset({"planned", "committed", "failed", "degraded", "quarantined"})
 _HANDLES = 4096
-
-
-def check_session_id(session_id: str, field: str = "session_id") -> str:
-    if not isinstance(session_id, str) or not SESSION_ID.fullmatch(session_id):
-        raise InvalidInput(
-            f"a session id is 1 to 128 of A-Z a-z 0-9 . _ : @ -, not {session_id!r}", field=field
-        )
-    return session_id
-
-
-def check_tenant(tenant: str) -> str:
-    if not isinstance(tenant, str) or not TENANT.fullmatch(tenant):
-        raise InvalidInput(
-            f"a tenant is 1 to 64 of a-z 0-9 _ - starting with a letter or digit, not {tenant!r}",
-            field="tenant",
-        )
-    return tenant
+T = TypeVar("T")
 
 
 def event_data(event: Event) -> dict[str, Any]:
@@ -74,10 +62,21 @@ class Service:
         self.hub = EventHub(feed=self._feed_appends)
         self.metrics = ServiceMetrics()
         self.idempotent = IdempotentAppends()
+        self.keys = KeyCache(settings.key_cache_s)
         self._watched: set[tuple[str, str]] = set()
         self.runner: ThreadRunner | None = None
         self._lock = threading.Lock()
         self._handles: OrderedDict[str, Session] = OrderedDict()
+        local = isinstance(self.store, SQLiteStore | RAMStore)
+        self.offload = settings.offload if settings.offload is not None else not local
+
+    async def run(self, work: Callable[..., T], *args: Any) -> T:
+        """Run a handler's store and library work: here on the loop when the store answers
+        from this process (SQLite, RAM: no wait worth a thread hop), on a worker thread
+        when it waits on a network (PostgreSQL), so other requests go on meanwhile."""
+        if self.offload:
+            return await run_in_threadpool(work, *args)
+        return work(*args)
 
     # -- lifecycle --------------------------------------------------------
 

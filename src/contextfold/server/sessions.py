@@ -45,10 +45,14 @@ TICK_S = 0.5
 async def create_session(body: SessionIn, svc: ServiceDep, tenant: Tenant) -> SessionOut:
     """Create a session, with its system prompt as message 1; 409 if the id is taken."""
     session_id = body.id or uuid.uuid4().hex
-    session = svc.create(
-        tenant, session_id, system=body.system, meta=body.meta, encoding=body.encoding
-    )
-    return SessionOut.of(session_id, svc.store.session_info(session.id))
+
+    def create() -> SessionOut:
+        session = svc.create(
+            tenant, session_id, system=body.system, meta=body.meta, encoding=body.encoding
+        )
+        return SessionOut.of(session_id, svc.store.session_info(session.id))
+
+    return await svc.run(create)
 
 
 @router.get("")
@@ -61,25 +65,34 @@ async def list_sessions(
 ) -> SessionList:
     """The tenant's sessions by id, a page at a time."""
     prefix = f"{tenant}/"
-    ids = svc.store.list_sessions(
-        prefix, after=None if after is None else prefix + after, limit=limit + 1, search=q or None
-    )
-    page = ids[:limit]
-    sessions = [SessionOut.of(sid[len(prefix) :], svc.store.session_info(sid)) for sid in page]
-    more = len(ids) > limit
-    return SessionList(sessions=sessions, next=sessions[-1].id if more and sessions else None)
+
+    def listing() -> SessionList:
+        ids = svc.store.list_sessions(
+            prefix,
+            after=None if after is None else prefix + after,
+            limit=limit + 1,
+            search=q or None,
+        )
+        page = [SessionOut.of(sid[len(prefix) :], svc.store.session_info(sid)) for sid in ids]
+        more = len(page) > limit
+        return SessionList(sessions=page[:limit], next=page[limit - 1].id if more else None)
+
+    return await svc.run(listing)
 
 
 @router.get("/{sid}")
 async def get_session(sid: SessionPath, svc: ServiceDep, tenant: Tenant) -> SessionOut:
-    session = svc.session(tenant, sid)
-    return SessionOut.of(sid, svc.store.session_info(session.id))
+    def get() -> SessionOut:
+        session = svc.session(tenant, sid)
+        return SessionOut.of(sid, svc.store.session_info(session.id))
+
+    return await svc.run(get)
 
 
 @router.delete("/{sid}", status_code=204)
 async def delete_session(sid: SessionPath, svc: ServiceDep, tenant: Tenant) -> Response:
     """Delete the session: its log, views and folds. It cannot be undone."""
-    svc.delete(tenant, sid)
+    await svc.run(svc.delete, tenant, sid)
     return Response(status_code=204)
 
 
@@ -99,17 +112,22 @@ async def append_messages(
     ] = None,
 ) -> JSONResponse:
     """Append one message or a batch, all or none."""
-    session = svc.session(tenant, sid)
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
-    try:
-        if idempotency_key is None:
-            logged = session.extend(messages)
-        else:
-            logged = svc.idempotent.append(session, messages, idempotency_key)
-    except InvalidInput as exc:
-        raise svc.in_batch(session, exc) from None
-    svc.metrics.appended.inc(len(logged))
-    return JSONResponse({"messages": [LoggedOut.data(r) for r in logged]}, status_code=201)
+
+    def append() -> list[dict[str, Any]]:
+        session = svc.session(tenant, sid)
+        try:
+            if idempotency_key is None:
+                logged = session.extend(messages)
+            else:
+                logged = svc.idempotent.append(session, messages, idempotency_key)
+        except InvalidInput as exc:
+            raise svc.in_batch(session, exc) from None
+        return [LoggedOut.data(r) for r in logged]
+
+    records = await svc.run(append)
+    svc.metrics.appended.inc(len(records))
+    return JSONResponse({"messages": records}, status_code=201)
 
 
 @router.get("/{sid}/messages", response_model=History)
@@ -121,15 +139,18 @@ async def history(
     limit: Annotated[int, Query(ge=1, le=MAX_HISTORY_PAGE)] = HISTORY_PAGE,
 ) -> JSONResponse:
     """The whole log, never folded, by seq: messages after ``after``."""
-    session = svc.session(tenant, sid)
-    page = svc.store.messages(session.id, after + 1, after + limit + 1)
-    more = len(page) > limit
-    page = page[:limit]
-    body: dict[str, Any] = {
-        "messages": [LoggedOut.data(r) for r in page],
-        "next_after": page[-1].seq if more else None,
-    }
-    return JSONResponse(body)
+
+    def read() -> dict[str, Any]:
+        session = svc.session(tenant, sid)
+        page = svc.store.messages(session.id, after + 1, after + limit + 1)
+        more = len(page) > limit
+        page = page[:limit]
+        return {
+            "messages": [LoggedOut.data(r) for r in page],
+            "next_after": page[-1].seq if more else None,
+        }
+
+    return JSONResponse(await svc.run(read))
 
 
 @router.get(
@@ -149,11 +170,11 @@ async def events(
     """Server-sent events of the session: appended, planned, committed, failed, degraded,
     quarantined. A comment line comes first once the stream listens, then one every
     15 s while nothing happens."""
-    session = svc.session(tenant, sid)
+    session = await svc.run(svc.session, tenant, sid)
 
     async def stream() -> AsyncIterator[str]:
         subscription = svc.hub.subscribe(session.id)
-        last_seq = svc.store.last_seq(session.id)
+        last_seq = await svc.run(svc.store.last_seq, session.id)
         svc.metrics.streams.inc()
         try:
             yield f": listening, last_seq {last_seq}\n\n"

@@ -34,6 +34,7 @@ class Settings:
     auth: bool = True
     upstream: str | None = None
     upstream_key_env: str = "CONTEXTFOLD_UPSTREAM_KEY"
+    upstream_timeout_s: float = 600.0  # the proxy's wait for an upstream answer (read, write)
     preset: str = "offline"
     budget: int = 8000
     max_body_bytes: int = MAX_BODY_BYTES
@@ -45,6 +46,12 @@ class Settings:
     settle_s: float = 0.25
     """How long the runner lets a session's appends gather before planning it: one plan
     per burst, not one per append, keeps planning off the requests' CPU."""
+    offload: bool | None = None
+    """Run handlers' store work on worker threads; None: only for stores that wait on a
+    network (PostgreSQL), not for SQLite and RAM, which answer faster than a thread hop."""
+    key_cache_s: float = 1.0
+    """How long a verified API key is trusted without a store read (a revoked key
+    stops working within this long); 0 checks the store on every request."""
     wake_poll_s: float = 0.5
     """How often appends by other processes to a SQLite file are looked for."""
 

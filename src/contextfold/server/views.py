@@ -49,7 +49,6 @@ async def put_view(
     sid: SessionPath, name: ViewPath, body: ViewIn, svc: ServiceDep, tenant: Tenant
 ) -> ViewOut:
     """Create or update the view: settings given replace the stored ones, others stay."""
-    session = svc.session(tenant, sid)
     changes: dict[str, Any] = body.model_dump(
         exclude_unset=True, exclude={"expected_version", "preset", "pipeline", "options"}
     )
@@ -62,28 +61,38 @@ async def put_view(
         changes.update(pipeline=body.pipeline, preset=None, options={})
     elif "options" in given:
         changes["options"] = body.options or {}
-    view = svc.view(session, name)
-    view.update(expected_version=body.expected_version, **changes)
-    svc.watch(session, name)
-    record = svc.store.get_view(session.id, name)
-    if record is None:  # deleted in between by another request
-        raise NotFound(f"no view {name!r} in session {sid!r}")
-    return ViewOut.of(record)
+
+    def put() -> ViewOut:
+        session = svc.session(tenant, sid)
+        svc.view(session, name).update(expected_version=body.expected_version, **changes)
+        svc.watch(session, name)
+        record = svc.store.get_view(session.id, name)
+        if record is None:  # deleted in between by another request
+            raise NotFound(f"no view {name!r} in session {sid!r}")
+        return ViewOut.of(record)
+
+    return await svc.run(put)
 
 
 @router.get("")
 async def list_views(sid: SessionPath, svc: ServiceDep, tenant: Tenant) -> ViewList:
-    session = svc.session(tenant, sid)
-    return ViewList(views=[ViewOut.of(r) for r in svc.store.list_views(session.id)])
+    def listing() -> ViewList:
+        session = svc.session(tenant, sid)
+        return ViewList(views=[ViewOut.of(r) for r in svc.store.list_views(session.id)])
+
+    return await svc.run(listing)
 
 
 @router.get("/{name}")
 async def get_view(sid: SessionPath, name: ViewPath, svc: ServiceDep, tenant: Tenant) -> ViewOut:
-    session = svc.session(tenant, sid)
-    record = svc.store.get_view(session.id, name)
-    if record is None:
-        raise NotFound(f"no view {name!r} in session {sid!r}")
-    return ViewOut.of(record)
+    def get() -> ViewOut:
+        session = svc.session(tenant, sid)
+        record = svc.store.get_view(session.id, name)
+        if record is None:
+            raise NotFound(f"no view {name!r} in session {sid!r}")
+        return ViewOut.of(record)
+
+    return await svc.run(get)
 
 
 @router.get("/{name}/render", response_model=RenderOut)
@@ -91,19 +100,24 @@ async def render(
     sid: SessionPath, name: ViewPath, svc: ServiceDep, tenant: Tenant, budget: Budget = None
 ) -> JSONResponse:
     """The view's prompt for the next model call, with what render did to fit it."""
-    view = stored_view(svc, tenant, sid, name)
-    wanted = budget if budget is not None else view.budget
-    rendered = view.render_report(wanted)
+
+    def rendered() -> dict[str, Any]:
+        view = stored_view(svc, tenant, sid, name)
+        wanted = budget if budget is not None else view.budget
+        prompt = view.render_report(wanted)
+        report = {
+            "tokens": prompt.tokens,
+            "budget": wanted,
+            "folds": list(prompt.folds),
+            "omitted": prompt.omitted,
+            "clipped": list(prompt.clipped),
+            "whole": prompt.whole,
+        }
+        return {"messages": prompt.messages, "report": report}
+
+    body = await svc.run(rendered)
     svc.metrics.renders.inc()
-    report = {
-        "tokens": rendered.tokens,
-        "budget": wanted,
-        "folds": list(rendered.folds),
-        "omitted": rendered.omitted,
-        "clipped": list(rendered.clipped),
-        "whole": rendered.whole,
-    }
-    return JSONResponse({"messages": rendered.messages, "report": report})
+    return JSONResponse(body)
 
 
 @router.get("/{name}/folds", response_model=FoldList)
@@ -115,9 +129,12 @@ async def folds(
     superseded: Annotated[bool, Query(description="include superseded folds")] = False,
 ) -> JSONResponse:
     """The view's folds by start: the range of the log each covers, how, and what it saved."""
-    view = stored_view(svc, tenant, sid, name)
-    found = view.folds(include_superseded=superseded)
-    return JSONResponse({"folds": [FoldOut.data(f) for f in found]})
+
+    def listing() -> list[dict[str, Any]]:
+        view = stored_view(svc, tenant, sid, name)
+        return [FoldOut.data(f) for f in view.folds(include_superseded=superseded)]
+
+    return JSONResponse({"folds": await svc.run(listing)})
 
 
 @router.post("/{name}/compact")
@@ -125,6 +142,7 @@ async def compact(
     sid: SessionPath, name: ViewPath, svc: ServiceDep, tenant: Tenant, budget: Budget = None
 ) -> CompactOut:
     """Run the compaction cycle now, until no strategy plans a job (it may call a model)."""
-    view = stored_view(svc, tenant, sid, name)
+    view = await svc.run(stored_view, svc, tenant, sid, name)
+    # Always off the loop: the cycle may wait on a model for a long time.
     report = await run_in_threadpool(view.compact, budget)
     return CompactOut.of(report)

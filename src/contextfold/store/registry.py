@@ -6,6 +6,7 @@
     open_store("chat.db")                          # SQLiteStore; so does a Path
     open_store("sqlite:///var/lib/app/chat.db")    # absolute path
     open_store("sqlite://chat.db?durability=full") # relative path, fsync per commit
+    open_store("postgresql://app@db:5432/prod?schema=chat")  # PostgresStore
 
 A backend in another package makes its URLs open the same way with
 ``register_store("myscheme", factory)``: ``factory`` gets the whole URL string
@@ -107,11 +108,10 @@ def _sqlite(url: str) -> Store:
 
 
 def _postgres(url: str) -> Store:
-    raise InvalidInput(
-        "the PostgreSQL backend is not installed yet: this version of contextfold has none "
-        "(it will come with pip install 'contextfold[postgres]')",
-        field="url",
-    )
+    """``postgresql://user@host:5432/db?schema=name``; psycopg is imported only now."""
+    from contextfold.store.postgres import PostgresStore
+
+    return PostgresStore(url)
 
 
 register_store("memory", _memory)

@@ -11,6 +11,9 @@ callback)``: PostgreSQL's ``LISTEN/NOTIFY`` or a queue has the same shape.
 - ``PollingWake`` adds what a file shared by processes cannot push: a daemon
   thread reads the last seq of each listened session every ``interval_s`` and
   wakes listeners when another process appended.
+- A store that can push appends between processes itself hands out its wake
+  from a ``wake()`` method, and ``wake_for`` takes that one: PostgreSQL's
+  ``LISTEN/NOTIFY`` (``contextfold.store.postgres_wake``).
 """
 
 from __future__ import annotations
@@ -129,9 +132,15 @@ _SHARED_LOCK = threading.Lock()
 def wake_for(store: Any) -> LocalWake:
     """The wake every handle on ``store`` in this process shares (while one holds it).
 
-    A store with a ``path`` (a file other processes may write) is polled; an
-    in-process store only needs the local fan-out.
+    A store with its own ``wake()`` gives it; a store with a ``path`` (a file
+    other processes may write) is polled; an in-process store only needs the
+    local fan-out.
     """
+    own = getattr(store, "wake", None)
+    if callable(own):
+        given = own()
+        if isinstance(given, LocalWake):
+            return given
     path = getattr(store, "path", None)
     key = f"file:{os.path.realpath(path)}" if isinstance(path, str) else f"object:{id(store)}"
     with _SHARED_LOCK:

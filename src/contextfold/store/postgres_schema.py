@@ -1,0 +1,219 @@
+"""Schema of the PostgreSQL store, as a numbered list of migrations.
+
+Each migration is applied once, in order, and recorded by name in
+``contextfold_migrations`` inside the store's schema. Opening a store runs
+``migrate`` in one transaction that first takes a transaction-scoped advisory
+lock named after the schema, so processes opening an empty database at once
+queue behind each other: the first creates everything, the others find it done.
+DDL is transactional in PostgreSQL, so a schema is never left half-migrated.
+The same transaction brings stored token counts to the current formula, as the
+SQLite store does (``contextfold.store.recount``). Append new migrations at the
+end and never edit one that has shipped.
+
+Session ids (and the ids that follow them) use the ``"C"`` collation, so they
+sort by code point, as Python sorts strings, whatever the database's locale.
+Every row of a session goes with it (``ON DELETE CASCADE``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from contextfold.core.errors import StoreError
+from contextfold.core.tokens import COUNT_VERSION
+from contextfold.store.recount import _count, _counter
+
+MIGRATIONS_TABLE = "contextfold_migrations"
+
+MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
+    (
+        "001_initial",
+        (
+            """CREATE TABLE sessions (
+                id text COLLATE "C" PRIMARY KEY,
+                encoding text NOT NULL,
+                meta text NOT NULL,
+                created_at double precision NOT NULL,
+                -- The highest seq ever handed out: a deleted row never frees its seq.
+                last_seq bigint NOT NULL DEFAULT 0
+            )""",
+            """CREATE TABLE messages (
+                session_id text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+                seq bigint NOT NULL CHECK (seq >= 1),
+                role text NOT NULL,
+                message text NOT NULL,
+                tokens integer NOT NULL,
+                key text,
+                created_at double precision NOT NULL,
+                PRIMARY KEY (session_id, seq)
+            )""",
+            "CREATE INDEX messages_role ON messages (session_id, role, seq)",
+            """CREATE UNIQUE INDEX messages_key ON messages (session_id, key)
+                WHERE key IS NOT NULL""",
+            """CREATE TABLE tool_calls (
+                session_id text COLLATE "C" NOT NULL,
+                call_id text NOT NULL,
+                seq bigint NOT NULL,
+                PRIMARY KEY (session_id, call_id, seq),
+                FOREIGN KEY (session_id, seq) REFERENCES messages (session_id, seq)
+                    ON DELETE CASCADE
+            )""",
+            """CREATE TABLE folds (
+                id text PRIMARY KEY,
+                session_id text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+                view text NOT NULL,
+                start_seq bigint NOT NULL,
+                end_seq bigint NOT NULL,
+                placement text NOT NULL,
+                kind text NOT NULL,
+                fold text NOT NULL,
+                superseded_by text,
+                -- Why a fold is not rendered: NULL for a sound fold, else the fault found.
+                quarantined text,
+                created_at double precision NOT NULL,
+                -- Commit order, for ties and for listing quarantined folds oldest first.
+                ord bigint GENERATED ALWAYS AS IDENTITY
+            )""",
+            "CREATE INDEX folds_view ON folds (session_id, view, start_seq)",
+            # The folds a render or a commit reads, without the superseded ones of a long past.
+            """CREATE INDEX folds_active ON folds (session_id, view, placement, start_seq)
+                WHERE superseded_by IS NULL AND quarantined IS NULL""",
+            """CREATE TABLE fold_versions (
+                session_id text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+                view text NOT NULL,
+                version bigint NOT NULL,
+                PRIMARY KEY (session_id, view)
+            )""",
+            """CREATE TABLE views (
+                session_id text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+                name text NOT NULL,
+                config text NOT NULL,
+                version bigint NOT NULL CHECK (version >= 1),
+                updated_at double precision NOT NULL,
+                PRIMARY KEY (session_id, name)
+            )""",
+            """CREATE TABLE leases (
+                session_id text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+                view text NOT NULL,
+                owner text NOT NULL,
+                expires_at double precision NOT NULL,
+                PRIMARY KEY (session_id, view)
+            )""",
+            """CREATE TABLE api_keys (
+                id text COLLATE "C" PRIMARY KEY,
+                tenant text NOT NULL,
+                secret_hash text NOT NULL,
+                label text NOT NULL,
+                created_at double precision NOT NULL,
+                revoked_at double precision
+            )""",
+            "CREATE INDEX api_keys_tenant ON api_keys (tenant, created_at)",
+            # The token count formula the stored counts follow (contextfold.store.recount).
+            "CREATE TABLE contextfold_count_version (version integer NOT NULL)",
+        ),
+    ),
+]
+
+# Tables this code creates: finding one in a schema that records no migrations
+# means another application owns it, and nothing may be written there.
+OUR_TABLES = frozenset(
+    {
+        "sessions",
+        "messages",
+        "tool_calls",
+        "folds",
+        "fold_versions",
+        "views",
+        "leases",
+        "api_keys",
+        "contextfold_count_version",
+    }
+)
+
+_TABLES_SQL = "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
+_SCHEMA_SQL = "SELECT 1 FROM pg_namespace WHERE nspname = %s"
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str) -> list[str]:
+    """Apply the pending migrations atomically under the schema's advisory lock; their names.
+
+    ``conn`` is in autocommit mode with ``schema`` first on its search path.
+    Refuses a schema holding tables of ours that no migration recorded (another
+    application's), and one recording migrations this code does not know (a
+    newer contextfold wrote it, and this one would misread it).
+    """
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"contextfold:{schema}",))
+        tables = {row[0] for row in conn.execute(_TABLES_SQL, (schema,))}
+        if MIGRATIONS_TABLE not in tables and tables & OUR_TABLES:
+            raise StoreError(
+                f"schema {schema!r} holds tables that contextfold did not create "
+                f"({', '.join(sorted(tables & OUR_TABLES))}); nothing was changed: "
+                "name another schema with ?schema=..."
+            )
+        if conn.execute(_SCHEMA_SQL, (schema,)).fetchone() is None:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} "
+            "(name text PRIMARY KEY, applied_at double precision NOT NULL)"
+        )
+        done = {row[0] for row in conn.execute(f"SELECT name FROM {MIGRATIONS_TABLE}")}
+        unknown = done - {name for name, _ in MIGRATIONS}
+        if unknown:
+            raise StoreError(
+                f"schema {schema!r} was written by a newer contextfold (schema migrations "
+                f"{sorted(unknown)} are unknown here); upgrade contextfold to open it"
+            )
+        applied: list[str] = []
+        for name, statements in MIGRATIONS:
+            if name in done:
+                continue
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} VALUES (%s, %s)", (name, time.time()))
+            applied.append(name)
+        recount(conn, schema)
+    return applied
+
+
+def recount(conn: psycopg.Connection[Any], schema: str) -> int:
+    """Bring the schema's message counts to ``COUNT_VERSION``; return how many changed.
+
+    Call inside the migrating transaction. Refuses counts by a newer formula
+    than this code knows: it would misjudge every budget.
+    """
+    row = conn.execute("SELECT MAX(version) FROM contextfold_count_version").fetchone()
+    recorded = None if row is None else row[0]
+    if recorded is not None and recorded > COUNT_VERSION:
+        raise StoreError(
+            f"schema {schema!r} was written by a newer contextfold (token count version "
+            f"{recorded}, this one counts by version {COUNT_VERSION}); upgrade contextfold"
+        )
+    if recorded == COUNT_VERSION:
+        return 0
+    changed = 0
+    for session_id, encoding in conn.execute("SELECT id, encoding FROM sessions").fetchall():
+        counter = _counter(encoding)
+        if counter is None:
+            continue
+        found = conn.execute(
+            "SELECT seq, message, tokens FROM messages WHERE session_id = %s", (session_id,)
+        ).fetchall()
+        updates = [
+            (fresh, session_id, seq)
+            for seq, text, tokens in found
+            if (fresh := _count(counter, text)) is not None and fresh != tokens
+        ]
+        if updates:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "UPDATE messages SET tokens = %s WHERE session_id = %s AND seq = %s", updates
+                )
+        changed += len(updates)
+    conn.execute("DELETE FROM contextfold_count_version")
+    conn.execute("INSERT INTO contextfold_count_version VALUES (%s)", (COUNT_VERSION,))
+    return changed

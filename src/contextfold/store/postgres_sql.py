@@ -1,0 +1,148 @@
+"""The statements of the PostgreSQL store, unqualified: each connection's search path
+starts with the store's schema, so one text serves every schema and psycopg
+prepares it once per connection.
+
+Reads that select from ``sessions`` answer "unknown session" (no row) in the
+same statement; the others check the session only when they found nothing.
+"""
+
+from __future__ import annotations
+
+COLUMNS = "seq, message, tokens, key, created_at"
+SESSION_SQL = "SELECT id, encoding, meta, created_at FROM sessions WHERE id = %s"
+EXISTS_SQL = "SELECT 1 FROM sessions WHERE id = %s"
+CREATE_SESSION_SQL = (
+    "INSERT INTO sessions (id, encoding, meta, created_at) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT (id) DO NOTHING"
+)
+# An append takes the session's row lock (the UPDATE of its last seq, or first the
+# SELECT when it has keys to look up under it), so appends to one session queue and
+# seqs stay contiguous. NO KEY UPDATE leaves the key shareable by other writes'
+# foreign-key checks (a fold commit, a lease).
+LOCK_SESSION_SQL = "SELECT 1 FROM sessions WHERE id = %s FOR NO KEY UPDATE"
+LAST_SEQ_SQL = "SELECT last_seq FROM sessions WHERE id = %s"
+KEYS_SQL = f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND key = ANY(%s)"
+# The whole append in one statement: bump the last seq by the number of new messages,
+# insert them numbered from the old one, and their tool calls (``call_at``: the 1-based
+# index of the new message making each call). No row back means no such session.
+APPEND_SQL = (
+    "WITH base AS (UPDATE sessions SET last_seq = last_seq + %(n)s WHERE id = %(session)s "
+    "RETURNING last_seq - %(n)s AS seq0), "
+    "added AS (INSERT INTO messages (session_id, seq, role, message, tokens, key, created_at) "
+    "SELECT %(session)s, base.seq0 + m.i, m.role, m.message, m.tokens, m.key, %(now)s "
+    "FROM base, unnest(%(roles)s::text[], %(messages)s::text[], %(tokens)s::int[], "
+    "%(keys)s::text[]) WITH ORDINALITY AS m(role, message, tokens, key, i)), "
+    "calls AS (INSERT INTO tool_calls (session_id, call_id, seq) "
+    "SELECT %(session)s, c.call_id, base.seq0 + c.i "
+    "FROM base, unnest(%(call_ids)s::text[], %(call_at)s::bigint[]) AS c(call_id, i) "
+    "ON CONFLICT DO NOTHING) "
+    "SELECT seq0 FROM base"
+)
+MESSAGES_FROM_SQL = (
+    f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND seq >= %s ORDER BY seq"
+)
+MESSAGES_BETWEEN_SQL = (
+    f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND seq BETWEEN %s AND %s ORDER BY seq"
+)
+MESSAGES_BEFORE_SQL = (
+    f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND seq < %s ORDER BY seq DESC LIMIT %s"
+)
+LAST_OF_ROLE_SQL = (
+    f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND role = %s ORDER BY seq DESC LIMIT 1"
+)
+CALLED_IDS_SQL = (
+    "SELECT DISTINCT call_id FROM tool_calls WHERE session_id = %s AND call_id = ANY(%s)"
+)
+
+FOLD_ROW = "id, view, start_seq, end_seq, placement, fold, superseded_by"
+ACTIVE_FOLDS_SQL = (
+    f"SELECT {FOLD_ROW} FROM folds WHERE session_id = %s AND view = %s "
+    "AND superseded_by IS NULL AND quarantined IS NULL ORDER BY start_seq, created_at, ord"
+)
+ALL_FOLDS_SQL = (
+    f"SELECT {FOLD_ROW} FROM folds WHERE session_id = %s AND view = %s "
+    "AND quarantined IS NULL ORDER BY start_seq, created_at, ord"
+)
+# What a commit checks against, from the indexed columns alone and only near the new
+# folds: the active facts, the in-place fold before the range, and those starting in it.
+_SPAN = (
+    "SELECT id, start_seq, end_seq, placement FROM folds WHERE session_id = %(session)s "
+    "AND view = %(view)s AND superseded_by IS NULL AND quarantined IS NULL"
+)
+FACTS_SPANS_SQL = f"{_SPAN} AND placement = 'facts'"
+SPAN_BEFORE_SQL = (
+    f"{_SPAN} AND placement = 'in_place' AND start_seq < %(lo)s ORDER BY start_seq DESC LIMIT 1"
+)
+SPANS_IN_SQL = f"{_SPAN} AND placement = 'in_place' AND start_seq BETWEEN %(lo)s AND %(hi)s"
+SUPERSEDE_SQL = "UPDATE folds SET superseded_by = %s WHERE id = %s"
+FOLD_ID_SQL = "SELECT 1 FROM folds WHERE id = %s"
+INSERT_FOLD_SQL = (
+    "INSERT INTO folds (id, session_id, view, start_seq, end_seq, placement, kind, fold, "
+    "superseded_by, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+QUARANTINE_SQL = (
+    "UPDATE folds SET quarantined = %s WHERE session_id = %s AND view = %s AND id = %s "
+    "AND quarantined IS NULL"
+)
+QUARANTINED_SQL = (
+    "SELECT id, quarantined FROM folds WHERE session_id = %s AND view = %s "
+    "AND quarantined IS NOT NULL ORDER BY ord"
+)
+
+# The view's fold version row, made if new and then locked: fold commits and
+# quarantines of one view queue on it, appends do not. Inserting it checks the
+# session exists (a foreign key), so an unknown one fails here.
+ENSURE_VERSION_SQL = (
+    "INSERT INTO fold_versions (session_id, view, version) VALUES (%s, %s, 0) "
+    "ON CONFLICT DO NOTHING"
+)
+LOCK_VERSION_SQL = (
+    "SELECT f.version, s.last_seq FROM fold_versions AS f JOIN sessions AS s "
+    "ON s.id = f.session_id WHERE f.session_id = %s AND f.view = %s FOR UPDATE OF f"
+)
+SET_VERSION_SQL = "UPDATE fold_versions SET version = %s WHERE session_id = %s AND view = %s"
+_FOLD_VERSION = "(SELECT version FROM fold_versions WHERE session_id = s.id AND view = %(view)s)"
+_VIEW_VERSION = "(SELECT version FROM views WHERE session_id = s.id AND name = %(view)s)"
+FOLD_VERSION_SQL = f"SELECT {_FOLD_VERSION} FROM sessions AS s WHERE s.id = %(session)s"
+HEAD_SQL = (
+    f"SELECT s.last_seq, {_FOLD_VERSION}, {_VIEW_VERSION} FROM sessions AS s "
+    "WHERE s.id = %(session)s"
+)
+
+VIEW_VERSION_SQL = f"SELECT {_VIEW_VERSION} FROM sessions AS s WHERE s.id = %(session)s"
+# Each returns the new version, or no row when the stored version is not the expected one.
+UPSERT_VIEW_SQL = (
+    "INSERT INTO views AS v (session_id, name, config, version, updated_at) "
+    "VALUES (%s, %s, %s, 1, %s) ON CONFLICT (session_id, name) DO UPDATE "
+    "SET config = excluded.config, version = v.version + 1, updated_at = excluded.updated_at "
+    "RETURNING version"
+)
+CREATE_VIEW_SQL = (
+    "INSERT INTO views (session_id, name, config, version, updated_at) "
+    "VALUES (%s, %s, %s, 1, %s) ON CONFLICT (session_id, name) DO NOTHING RETURNING version"
+)
+UPDATE_VIEW_SQL = (
+    "UPDATE views SET config = %s, version = version + 1, updated_at = %s "
+    "WHERE session_id = %s AND name = %s AND version = %s RETURNING version"
+)
+GET_VIEW_SQL = (
+    "SELECT v.name, v.config, v.version, v.updated_at FROM sessions AS s "
+    "LEFT JOIN views AS v ON v.session_id = s.id AND v.name = %(view)s "
+    "WHERE s.id = %(session)s"
+)
+LIST_VIEWS_SQL = (
+    "SELECT name, config, version, updated_at FROM views WHERE session_id = %s ORDER BY name"
+)
+
+# Take the lease if it is free, expired or the caller's own, in one statement: the
+# row's lock makes the check and the take atomic across every connection.
+TAKE_LEASE_SQL = (
+    "INSERT INTO leases AS l (session_id, view, owner, expires_at) "
+    "VALUES (%(session)s, %(view)s, %(owner)s, %(expires)s) "
+    "ON CONFLICT (session_id, view) DO UPDATE "
+    "SET owner = excluded.owner, expires_at = excluded.expires_at "
+    "WHERE l.owner = excluded.owner OR l.expires_at <= %(now)s RETURNING 1"
+)
+RELEASE_LEASE_SQL = (
+    "DELETE FROM leases WHERE session_id = %s AND view = %s AND owner = %s RETURNING 1"
+)
