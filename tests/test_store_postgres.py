@@ -114,6 +114,9 @@ def test_writers_in_many_processes_keep_seq_contiguous_and_keys_unique(
     # Each worker logged its own message n times and the shared one n times in all.
     assert seqs == list(range(1, workers * n + n + 1))
     assert db.last_seq("s") == len(seqs)
+    info = db.session_info("s")
+    assert (info.messages, info.tokens) == (len(stored), sum(m.tokens for m in stored))
+    assert info.last_at == max(m.created_at for m in stored)
     keys = [m.key for m in stored if m.key is not None]
     assert sorted(keys) == sorted(f"shared-{i}" for i in range(n))
     by_seq = {m.seq: str(m.message["content"]) for m in stored}
@@ -191,7 +194,9 @@ def test_older_token_counts_recounted_on_open(schema: str) -> None:
     again = PostgresStore(pg.url(schema))
     from contextfold.core.tokens import get_counter
 
-    assert again.messages("s")[0].tokens == get_counter("o200k_base").message(message) > 1
+    fresh = get_counter("o200k_base").message(message)
+    assert again.messages("s")[0].tokens == fresh > 1
+    assert again.session_info("s").tokens == fresh
     again.close()
 
 

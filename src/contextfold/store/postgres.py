@@ -345,6 +345,7 @@ class PostgresStore:
             "n": len(fresh),
             "now": now,
             "channel": self.channel,
+            "total": sum(columns["tokens"]),
             **columns,
         }
         seq0 = int(self._row(cur, q.APPEND_SQL, params, session_id)[0])
