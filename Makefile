@@ -1,8 +1,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo serve test lint typecheck bench clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -13,6 +14,9 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/contextfold demo
 
+serve: $(STAMP)
+	$(VENV)/bin/contextfold serve --demo
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
@@ -20,8 +24,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy src/
 
-test: lint typecheck
-	$(VENV)/bin/pytest -q
+test: lint typecheck chromium
+	CONTEXTFOLD_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q
+
+# The page tests drive Debian's Chromium through Playwright (never a browser Playwright downloads).
+chromium:
+	@test -x $(CHROMIUM) || { \
+	  echo "installing chromium with apt-get (for the page tests)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+	  || { echo "apt-get could not install chromium: the page tests need $(CHROMIUM) (run as root, or install it)" >&2; exit 1; }; \
+	  test -x $(CHROMIUM) || { echo "chromium installed but $(CHROMIUM) is missing: set CHROMIUM=" >&2; exit 1; }; }
 
 bench: $(STAMP)
 	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done

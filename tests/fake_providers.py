@@ -39,6 +39,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     drop: bool = False  # close the connection without answering
+    cut: int | None = None  # send only this many bytes of the body, then close
+    pace: float = 0.0  # seconds between the events of a server-sent event body
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,8 @@ class FakeProvider:
     def __init__(self, protocol: Protocol) -> None:
         self.protocol = protocol
         self.requests: list[Request] = []
+        # Routes answered from the queue; any other is a 404 in the provider's shape.
+        self.routes: set[tuple[str, str]] = {("POST", PATHS[protocol])}
         self._replies: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -159,7 +163,7 @@ class FakeProvider:
     def _next(self, request: Request) -> Reply:
         with self._lock:
             self.requests.append(request)
-            if request.method != "POST" or request.path != PATHS[self.protocol]:
+            if (request.method, request.path) not in self.routes:
                 return error_reply(self.protocol, 404, f"no route {request.method} {request.path}")
             if not self._replies:
                 return error_reply(self.protocol, 599, "the fake server has no scripted reply left")
@@ -217,7 +221,15 @@ def _handler(owner: FakeProvider) -> type[BaseHTTPRequestHandler]:
                 for key, value in sent.items():
                     self.send_header(key, value)
                 self.end_headers()
-                self.wfile.write(payload)
+                if reply.pace:
+                    for event in payload.split(b"\n\n")[:-1]:
+                        self.wfile.write(event + b"\n\n")
+                        self.wfile.flush()
+                        time.sleep(reply.pace)
+                else:
+                    self.wfile.write(payload if reply.cut is None else payload[: reply.cut])
+                if reply.cut is not None:
+                    self.close_connection = True
             except (BrokenPipeError, ConnectionResetError):
                 # The client gave up (its timeout passed): nothing left to answer.
                 self.close_connection = True

@@ -6,6 +6,8 @@
     contextfold compact data.jsonl --index 3 --budget 4000 --out prompt.json
     contextfold demo
     contextfold presets
+    contextfold serve [--host 127.0.0.1] [--port 8765] [--database URL] [--no-auth] [--demo]
+    contextfold keys create --tenant T [--label L] [--database URL] | keys list | keys revoke ID
 
 Library errors (``ContextfoldError``) become a one-line message and exit code 2
 in ``main``, the one place where they are caught. ``compact`` exits 3 when it
@@ -38,6 +40,7 @@ from contextfold.memory.compact import (
     compact_messages,
     write_prompt,
 )
+from contextfold.server.commands import add_commands
 from contextfold.strategies.presets import get_preset, preset_names
 
 DEMO_RESOURCE = "data/demo_session.json"
@@ -99,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
 
     presets = sub.add_parser("presets", help="list the preset names")
     presets.set_defaults(command=_presets)
+    add_commands(sub)
     return parser
 
 

@@ -1,0 +1,229 @@
+"""``contextfold serve`` and ``contextfold keys``: the service's commands, added to the CLI.
+
+Only argparse is imported at the top, so the CLI works without the server
+extra; the commands name the extra when it is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.resources
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from contextfold.core.errors import InvalidInput, NotFound
+from contextfold.core.log import ApiKey
+from contextfold.store.registry import open_store
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from contextfold.server.service import Service
+
+DEMO_TENANT = "local"
+DEMO_SESSION = "demo"
+DEMO_VIEW = "default"
+DEMO_BUDGET = 12_000
+DEMO_RESOURCE = "data/demo_session.json"
+SHUTDOWN_S = 5
+"""How long a stopping server waits for open requests (event streams never end on their own)."""
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``serve`` and ``keys`` on the CLI's subparsers."""
+    serve = sub.add_parser("serve", help="run the HTTP service (pip install 'contextfold[server]')")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    serve.add_argument(
+        "--database",
+        default="contextfold.db",
+        help="store URL: a SQLite file (default contextfold.db), sqlite:///abs.db, "
+        "postgresql://..., memory://",
+    )
+    serve.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="no API keys: every request is tenant 'local' (loopback addresses only)",
+    )
+    serve.add_argument(
+        "--upstream",
+        help="the proxy's model server, e.g. openai-compatible:http://127.0.0.1:8080/v1",
+    )
+    serve.add_argument(
+        "--upstream-key-env",
+        default="CONTEXTFOLD_UPSTREAM_KEY",
+        metavar="NAME",
+        help="environment variable holding the upstream's API key",
+    )
+    serve.add_argument("--preset", default="offline", help="preset of views the proxy creates")
+    serve.add_argument("--budget", type=int, default=8000, help="budget of views the proxy creates")
+    serve.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="allow browser requests from ORIGIN (repeatable; CORS is off by default)",
+    )
+    serve.add_argument(
+        "--no-runner",
+        action="store_true",
+        help="no background compaction here (other processes run it); compact stays available",
+    )
+    serve.add_argument(
+        "--demo",
+        action="store_true",
+        help="seed the demo session (tenant 'local', no auth) and print the page's address",
+    )
+    serve.set_defaults(command=_serve)
+
+    keys = sub.add_parser("keys", help="create, list and revoke the service's API keys")
+    keys_sub = keys.add_subparsers(required=True, metavar="ACTION")
+    create = keys_sub.add_parser("create", help="make a key for a tenant; printed once")
+    create.add_argument("--tenant", required=True, help="a-z 0-9 _ -, up to 64")
+    create.add_argument("--label", default="", help="a note to recognize the key by")
+    create.add_argument("--database", default="contextfold.db", help="the service's store URL")
+    create.set_defaults(command=_keys_create)
+    listing = keys_sub.add_parser("list", help="the keys (never their secrets)")
+    listing.add_argument("--tenant", help="only this tenant's")
+    listing.add_argument("--database", default="contextfold.db", help="the service's store URL")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(command=_keys_list)
+    revoke = keys_sub.add_parser("revoke", help="revoke a key by its id")
+    revoke.add_argument("id", help="the key's id (the 12 hex digits after cf_)")
+    revoke.add_argument("--database", default="contextfold.db", help="the service's store URL")
+    revoke.set_defaults(command=_keys_revoke)
+
+
+def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
+    try:
+        import uvicorn
+
+        from contextfold.server.app import create_app
+        from contextfold.server.service import Service
+        from contextfold.server.settings import Settings
+    except ImportError as exc:
+        raise InvalidInput(
+            f"the service needs its extra: pip install 'contextfold[server]' ({exc})",
+            field="serve",
+        ) from exc
+    settings = Settings(
+        database=args.database,
+        host=args.host,
+        port=args.port,
+        auth=not (args.no_auth or args.demo),
+        upstream=args.upstream,
+        upstream_key_env=args.upstream_key_env,
+        preset=args.preset,
+        budget=args.budget,
+        cors_origins=tuple(args.cors_origin),
+        demo=args.demo,
+        runner=not args.no_runner,
+    )
+    service = Service(settings)
+    if args.demo:
+        seed_demo(service)
+    base = f"http://{_url_host(args.host)}:{args.port}"
+    out.print(f"contextfold serving {args.database} on {base}  (API docs: {base}/docs)")
+    if not settings.auth:
+        out.print("no auth: every request is tenant 'local'")
+    if args.demo:
+        out.print(f"demo session {DEMO_SESSION!r}: open {base}/sessions/{DEMO_SESSION}")
+    uvicorn.run(
+        create_app(service),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=SHUTDOWN_S,
+        loop=_best("uvloop", "auto"),
+        http=_best("httptools", "auto"),
+    )
+
+
+def _best(module: str, fallback: str) -> Any:
+    """``module`` if installed (uvicorn's faster loop and parser), else uvicorn's pick."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return fallback
+    return module
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def seed_demo(service: Service) -> None:
+    """The packaged demo session under tenant ``local``, with its view; kept if already there."""
+    text = importlib.resources.files("contextfold").joinpath(DEMO_RESOURCE).read_text("utf-8")
+    messages = json.loads(text)
+    try:
+        session = service.session(DEMO_TENANT, DEMO_SESSION)
+    except NotFound:
+        session = service.create(DEMO_TENANT, DEMO_SESSION, meta={"demo": True})
+        session.extend(messages, keys=[f"demo:{i}" for i in range(len(messages))])
+    view = session.view(DEMO_VIEW, preset="offline", budget=DEMO_BUDGET)
+    if not view.folds():  # so the page opens on a folded view
+        view.compact()
+
+
+def _keys_create(args: argparse.Namespace, out: Console, err: Console) -> None:
+    from contextfold.server.auth import hash_secret, new_key
+    from contextfold.server.ids import check_tenant
+
+    tenant = check_tenant(args.tenant)
+    store = open_store(args.database)
+    try:
+        key_id, secret, key = new_key()
+        store.put_api_key(
+            ApiKey(key_id, tenant, hash_secret(secret), label=args.label, created_at=time.time())
+        )
+    finally:
+        store.close()
+    err.print(f"key {key_id} for tenant {tenant!r} (shown once; the store keeps only its hash):")
+    out.print(key, soft_wrap=True, highlight=False)
+
+
+def _keys_list(args: argparse.Namespace, out: Console, err: Console) -> None:
+    from rich.table import Table
+
+    store = open_store(args.database)
+    try:
+        keys = store.list_api_keys(args.tenant)
+    finally:
+        store.close()
+    if args.json:
+        rows = [
+            {
+                "id": k.id,
+                "tenant": k.tenant,
+                "label": k.label,
+                "created_at": k.created_at,
+                "revoked_at": k.revoked_at,
+            }
+            for k in keys
+        ]
+        out.print_json(data=rows)
+        return
+    table = Table(title="API keys")
+    for column in ("id", "tenant", "label", "created", "revoked"):
+        table.add_column(column)
+    for k in keys:
+        table.add_row(k.id, k.tenant, k.label, _when(k.created_at), _when(k.revoked_at))
+    out.print(table)
+
+
+def _keys_revoke(args: argparse.Namespace, out: Console, err: Console) -> None:
+    store = open_store(args.database)
+    try:
+        revoked = store.revoke_api_key(args.id)
+    finally:
+        store.close()
+    if not revoked:
+        raise NotFound(f"no key {args.id!r} to revoke (see 'contextfold keys list')")
+    out.print(f"key {args.id} revoked")
+
+
+def _when(at: float | None) -> str:
+    return "" if not at else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))

@@ -1,0 +1,91 @@
+"""``/metrics``: requests by route and status, their latency, appends, renders, compaction.
+
+One ``CollectorRegistry`` per app, so apps built side by side (tests) count
+apart. Routes are labelled by their template (``/api/v1/sessions/{sid}``),
+never by a concrete path: session ids are unbounded. The request counting is a
+plain ASGI middleware, cheaper per request than Starlette's ``BaseHTTPMiddleware``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from contextfold.runtime.metrics import PrometheusMetrics
+
+BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class ServiceMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "contextfold_http_requests_total",
+            "HTTP requests by route template, method and status.",
+            ["route", "method", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "contextfold_http_request_seconds",
+            "HTTP request latency by route template.",
+            ["route", "method"],
+            buckets=BUCKETS,
+            registry=r,
+        )
+        self.appended = Counter(
+            "contextfold_messages_appended_total", "Messages stored by the API.", registry=r
+        )
+        self.renders = Counter("contextfold_renders_total", "Prompts rendered.", registry=r)
+        self.streams = Gauge(
+            "contextfold_event_streams", "Server-sent-event streams open.", registry=r
+        )
+        self.watched = Gauge(
+            "contextfold_runner_watched_views", "Views the background runner compacts.", registry=r
+        )
+        self.compaction = PrometheusMetrics(r)
+
+    def expose(self) -> bytes:
+        return bytes(generate_latest(self.registry))
+
+
+def route_of(scope: Scope) -> str:
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else "unmatched"
+
+
+class RequestMetrics:
+    """ASGI middleware counting each HTTP request by its route template and status."""
+
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = [500]
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = route_of(scope)
+            method = str(scope.get("method", ""))
+            self.metrics.requests.labels(route, method, str(status[0])).inc()
+            self.metrics.latency.labels(route, method).observe(time.perf_counter() - start)

@@ -1,0 +1,235 @@
+"""The request and response bodies of ``/api/v1``: the OpenAPI spec is made from these.
+
+The request models check shapes (types, lengths, the id pattern); the library
+checks meaning (a tool result answering a call, a known preset) and refuses
+with the same error shape. Messages are in OpenAI chat format, as the library
+stores them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from contextfold.core.folds import Fold
+from contextfold.core.log import LoggedMessage, SessionInfo, ViewRecord
+from contextfold.memory.cycle import CompactionReport
+
+SESSION_ID_PATTERN = r"^[A-Za-z0-9._:@-]{1,128}$"
+VIEW_NAME_PATTERN = r"^[A-Za-z0-9._:@-]{1,128}$"
+
+
+class Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ChatMessage(Closed):
+    """One message in OpenAI chat format (``meta`` is stored, never sent to a model)."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    refusal: str | None = None
+    meta: dict[str, Any] | None = None
+
+
+class SessionIn(Closed):
+    id: str | None = Field(None, pattern=SESSION_ID_PATTERN, description="generated when absent")
+    system: str | None = Field(None, description="the system prompt, logged as message 1")
+    meta: dict[str, Any] | None = None
+    encoding: str | None = Field(None, description="o200k_base (default), cl100k_base, approx")
+
+
+class SessionOut(BaseModel):
+    id: str
+    encoding: str
+    meta: dict[str, Any]
+    created_at: float
+    last_seq: int
+    messages: int
+    tokens: int
+    last_at: float
+
+    @classmethod
+    def of(cls, session_id: str, info: SessionInfo) -> SessionOut:
+        return cls(
+            id=session_id,
+            encoding=info.encoding,
+            meta=info.meta,
+            created_at=info.created_at,
+            last_seq=info.last_seq,
+            messages=info.messages,
+            tokens=info.tokens,
+            last_at=info.last_at,
+        )
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionOut]
+    next: str | None = Field(description="pass as ?after= for the next page; null on the last")
+
+
+class MessagesIn(Closed):
+    messages: list[ChatMessage] = Field(min_length=1, max_length=1000)
+
+
+class LoggedOut(BaseModel):
+    seq: int
+    message: dict[str, Any]
+    tokens: int
+    created_at: float
+
+    @staticmethod
+    def data(logged: LoggedMessage) -> dict[str, Any]:
+        return {
+            "seq": logged.seq,
+            "message": logged.message,
+            "tokens": logged.tokens,
+            "created_at": logged.created_at,
+        }
+
+
+class Appended(BaseModel):
+    messages: list[LoggedOut]
+
+
+class History(BaseModel):
+    messages: list[LoggedOut]
+    next_after: int | None = Field(description="pass as ?after= for the next page; null at the end")
+
+
+class ViewIn(Closed):
+    """Settings to store; those left out keep their stored value."""
+
+    preset: str | None = None
+    options: dict[str, Any] | None = None
+    pipeline: dict[str, Any] | None = None
+    budget: int | None = Field(None, gt=0)
+    model: str | None = Field(None, min_length=1)
+    filter: dict[str, Any] | None = None
+    high_water: float | None = Field(None, gt=0, le=1)
+    low_water: float | None = Field(None, gt=0, le=1)
+    expected_version: int | None = Field(
+        None, ge=0, description="refuse the update (409) unless the view is at this version"
+    )
+
+
+class ViewOut(BaseModel):
+    name: str
+    version: int
+    config: dict[str, Any]
+    updated_at: float
+
+    @classmethod
+    def of(cls, record: ViewRecord) -> ViewOut:
+        return cls(
+            name=record.name,
+            version=record.version,
+            config=record.config,
+            updated_at=record.updated_at,
+        )
+
+
+class ViewList(BaseModel):
+    views: list[ViewOut]
+
+
+class RenderReport(BaseModel):
+    tokens: int
+    budget: int | None
+    folds: list[str] = Field(description="ids of the folds the prompt holds")
+    omitted: int = Field(description="messages left out by the last-resort cut")
+    clipped: list[int] = Field(description="seq of the messages shortened to fit")
+    whole: bool = Field(description="nothing left out or shortened")
+
+
+class RenderOut(BaseModel):
+    messages: list[dict[str, Any]]
+    report: RenderReport
+
+
+class FoldOut(BaseModel):
+    id: str
+    start: int
+    end: int
+    kind: str
+    strategy: str
+    model: str | None
+    tokens_before: int
+    tokens_after: int
+    placement: str
+    superseded_by: str | None
+    created_at: float
+    text: str
+
+    @staticmethod
+    def data(fold: Fold) -> dict[str, Any]:
+        usage = fold.usage or {}
+        model = usage.get("model")
+        return {
+            "id": fold.id,
+            "start": fold.start,
+            "end": fold.end,
+            "kind": fold.kind,
+            "strategy": fold.strategy,
+            "model": model if isinstance(model, str) else None,
+            "tokens_before": fold.tokens_before,
+            "tokens_after": fold.tokens_after,
+            "placement": fold.placement,
+            "superseded_by": fold.superseded_by,
+            "created_at": fold.created_at,
+            "text": fold.text,
+        }
+
+
+class FoldList(BaseModel):
+    folds: list[FoldOut]
+
+
+class CompactOut(BaseModel):
+    folds: list[FoldOut] = Field(description="the folds this compaction committed")
+    conflicts: int
+    tokens_before: int
+    tokens_after: int
+    failed: list[str] = Field(description="strategies whose job failed")
+    reasons: list[str] = Field(description="why each failed, in the order of failed")
+    degraded: bool
+
+    @classmethod
+    def of(cls, report: CompactionReport) -> CompactOut:
+        return cls(
+            folds=[FoldOut(**FoldOut.data(f)) for f in report.folds],
+            conflicts=report.conflicts,
+            tokens_before=report.tokens_before,
+            tokens_after=report.tokens_after,
+            failed=list(report.failed),
+            reasons=list(report.reasons),
+            degraded=report.degraded,
+        )
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    field: str | None
+    index: int | None
+
+
+class ErrorOut(BaseModel):
+    error: ErrorDetail
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut, "description": text}
+    for status, text in {
+        401: "missing, unknown or revoked API key",
+        404: "no such session or view (for this key's tenant)",
+        409: "conflict",
+        413: "body over the size limit",
+        422: "invalid input (field and index name the fault)",
+        503: "the store is unavailable",
+    }.items()
+}

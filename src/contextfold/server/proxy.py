@@ -1,0 +1,380 @@
+"""The OpenAI-compatible proxy: any app gets compaction by changing its ``base_url``.
+
+``POST /v1/chat/completions``, streamed or not, tools included:
+
+1. The session is the ``X-Contextfold-Session`` header, else the body's
+   ``user`` field; it is the caller's tenant's session ``f"{tenant}/{sid}"``,
+   created on first use. Another tenant's session of the same name is never
+   touched: the tenant comes from the key alone.
+2. The client's messages are matched against the log
+   (``contextfold.server.proxy_match``): the log must be a prefix of them, and
+   only the rest is appended; a divergence is a 409 naming the index.
+3. The view (``X-Contextfold-View``, default ``default``; created on first
+   use with the server's default preset and budget, and watched by the
+   background runner) renders the prompt, for ``X-Contextfold-Budget`` tokens
+   when given, else the view's budget.
+4. The request goes upstream with the rendered messages in place of the
+   client's, every other field unchanged; the answer comes back unchanged
+   (streamed events byte for byte) and is appended to the log: streamed
+   answers assembled (``contextfold.server.proxy_stream``), tool calls
+   included. An upstream failure appends no answer: the log keeps the
+   client's messages, so a retry of the same conversation goes on from there.
+
+Calls on one session are served one at a time in a process (a lock held from
+the match until the answer is logged), so two identical concurrent calls
+cannot log two answers. ``GET /v1/models`` passes through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import httpx
+from anyio import to_thread
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import Response
+
+from contextfold.core.checks import check_budget
+from contextfold.core.errors import InvalidInput, NotFound
+from contextfold.core.messages import Message, validate_messages
+from contextfold.core.tokens import get_counter
+from contextfold.memory.session import Session
+from contextfold.server.auth import Tenant
+from contextfold.server.errors import ServiceError
+from contextfold.server.proxy_match import (
+    Divergence,
+    LogDigest,
+    LogDigests,
+    answer_message,
+    client_messages,
+    digest,
+    new_from,
+)
+from contextfold.server.proxy_stream import RelayResponse
+from contextfold.server.proxy_upstream import (
+    Upstream,
+    UpstreamError,
+    failure_of,
+    parse_upstream,
+    passed_headers,
+)
+from contextfold.server.service import SESSION_ID, Service, ServiceDep
+
+log = logging.getLogger("contextfold.proxy")
+
+_CHAT_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "description": "An OpenAI chat completion request; fields other than "
+                    "messages go upstream unchanged.",
+                    "required": ["messages"],
+                    "properties": {
+                        "model": {"type": "string"},
+                        "messages": {"type": "array", "minItems": 1, "items": {"type": "object"}},
+                        "stream": {"type": "boolean"},
+                        "user": {"type": "string", "description": "session id fallback"},
+                    },
+                    "additionalProperties": True,
+                }
+            }
+        },
+    }
+}
+_ANSWERS: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The upstream's answer, unchanged (JSON, or server-sent events when "
+        "stream is true); 4xx answers other than 401/403/407 pass through too.",
+        "content": {"application/json": {}, "text/event-stream": {}},
+    },
+    409: {"description": "The conversation diverges from the session's log (code conflict)."},
+    422: {"description": "Bad request field or header (code invalid_input)."},
+    502: {
+        "description": "The upstream failed, timed out or refused the server's key, or the "
+        "server has no upstream (code upstream_error)."
+    },
+}
+
+
+@dataclass
+class ProxyState:
+    """What the proxy keeps per app: the upstream client, log digests, per-session locks."""
+
+    upstream: Upstream | None
+    digests: LogDigests = field(default_factory=LogDigests)
+    locks: dict[str, tuple[asyncio.Lock, int]] = field(default_factory=dict)
+
+    async def hold(self, key: str) -> Callable[[], None]:
+        """Wait for the session's lock; returns its release (idempotent)."""
+        held = self.locks.get(key)
+        lock, users = held if held is not None else (asyncio.Lock(), 0)
+        self.locks[key] = (lock, users + 1)
+        try:
+            await lock.acquire()
+        except BaseException:
+            self._leave(key)
+            raise
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                lock.release()
+                self._leave(key)
+
+        return release
+
+    def _leave(self, key: str) -> None:
+        lock, users = self.locks[key]
+        if users == 1:
+            del self.locks[key]
+        else:
+            self.locks[key] = (lock, users - 1)
+
+
+def proxy_state(request: Request) -> ProxyState:
+    """The app's proxy state, made on first use inside the server's event loop."""
+    state: ProxyState | None = getattr(request.app.state, "proxy", None)
+    if state is None:
+        settings = request.app.state.service.settings
+        upstream = None
+        if settings.upstream:
+            upstream = Upstream(
+                parse_upstream(settings.upstream),
+                api_key=os.environ.get(settings.upstream_key_env) or None,
+                timeout_s=settings.upstream_timeout_s,
+            )
+        state = ProxyState(upstream)
+        request.app.state.proxy = state
+    return state
+
+
+@asynccontextmanager
+async def _lifespan(app: Any) -> AsyncIterator[None]:
+    """Close the upstream client with the app (FastAPI merges a router's lifespan into the app's)."""
+    try:
+        yield
+    finally:
+        state: ProxyState | None = getattr(app.state, "proxy", None)
+        if state is not None and state.upstream is not None:
+            await state.upstream.aclose()
+        app.state.proxy = None
+
+
+router = APIRouter(tags=["proxy"], lifespan=_lifespan)
+
+
+def _upstream(state: ProxyState) -> Upstream:
+    if state.upstream is None:
+        raise ServiceError(
+            502,
+            "upstream_error",
+            "this server has no upstream, so no proxy: start it with "
+            "--upstream openai-compatible:URL",
+        )
+    return state.upstream
+
+
+@dataclass
+class _Turn:
+    """One call's side of the session: where it is, and how to log the answer."""
+
+    session: Session
+    log: LogDigest
+    digests: LogDigests
+    prompt: list[Message]
+
+    def log_answer(self, answer: Message) -> None:
+        seq = self.log.last_seq + 1
+        logged = self.session.extend([answer], keys=[f"proxy:{seq}:{digest(answer).hex()}"])
+        _advance(self.digests, self.log, self.session.id, logged)
+
+
+def _advance(digests: LogDigests, log: LogDigest, sid: str, logged: list[Any]) -> None:
+    """Add what was just appended; an append that met older records drops the cache instead."""
+    if [m.seq for m in logged] == list(range(log.last_seq + 1, log.last_seq + 1 + len(logged))):
+        digests.add(sid, log, logged)
+    else:
+        digests.forget(sid)
+
+
+def _prepare(
+    service: Service,
+    state: ProxyState,
+    store_id: str,
+    messages: list[Message],
+    view_name: str,
+    budget: int | None,
+) -> _Turn:
+    """Match and append the client's new messages, then render the view (runs in a thread)."""
+    memory, store = service.memory, service.store
+    try:
+        record = store.get_session(store_id)
+    except NotFound:
+        # A new session's messages are all new: refuse bad ones before creating it.
+        validate_messages(messages)
+        record = store.create_session(store_id, encoding=memory.encoding)
+    session = Session(memory, record.id, get_counter(record.encoding))
+    log = state.digests.current(store, store_id, record.created_at)
+    try:
+        first, skipped = new_from(log, messages)
+    except Divergence as exc:
+        raise ServiceError(409, "conflict", exc.reason, index=exc.index) from None
+    new = messages[first:]
+    if new:
+        at = log.last_seq + 1
+        keys = [f"proxy:{at + i}:{digest(m).hex()}" for i, m in enumerate(new)]
+        try:
+            logged = session.extend(new, keys=keys)
+        except InvalidInput as exc:
+            index = None if exc.index is None else exc.index - skipped
+            raise InvalidInput(exc.reason, index=index, field=exc.field) from None
+        _advance(state.digests, log, store_id, logged)
+    ready = (view_name, id(service.runner))
+    if ready not in log.views:
+        if session.view(view_name).version == 0:
+            settings = service.settings
+            session.view(view_name, preset=settings.preset, budget=settings.budget)
+        service.watch(session, view_name)
+        log.views.add(ready)
+    return _Turn(session, log, state.digests, session.view(view_name).render(budget))
+
+
+def _session_id(header: str | None, body: dict[str, Any]) -> str:
+    if header is not None:
+        return _name(header, "X-Contextfold-Session")
+    if body.get("user") is not None:
+        return _name(body["user"], "user")
+    raise InvalidInput(
+        "a session id is required: the X-Contextfold-Session header, or the user field",
+        field="X-Contextfold-Session",
+    )
+
+
+def _name(value: Any, field: str) -> str:
+    """A session or view name: what an API session id may be."""
+    if not isinstance(value, str) or not SESSION_ID.fullmatch(value):
+        raise InvalidInput(
+            f"{field} must be 1 to 128 of A-Z a-z 0-9 . _ : @ -, not {value!r}", field=field
+        )
+    return value
+
+
+def _budget(header: str | None) -> int | None:
+    if header is None:
+        return None
+    if not header.strip().isdigit():
+        raise InvalidInput(
+            f"budget must be a positive integer, not {header!r}", field="X-Contextfold-Budget"
+        )
+    return check_budget(int(header), "X-Contextfold-Budget")
+
+
+def _body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidInput(f"request body is not JSON: {exc}", field="body") from None
+    if not isinstance(body, dict):
+        raise InvalidInput("request body must be a JSON object", field="body")
+    if "stream" in body and not isinstance(body["stream"], bool | None):
+        raise InvalidInput("stream must be true or false", field="stream")
+    return body
+
+
+@router.post(
+    "/v1/chat/completions",
+    openapi_extra=_CHAT_BODY,
+    responses=_ANSWERS,
+    summary="Chat completion through the session's compacted prompt",
+)
+async def chat_completions(
+    request: Request,
+    tenant: Tenant,
+    service: ServiceDep,
+    x_contextfold_session: Annotated[str | None, Header()] = None,
+    x_contextfold_view: Annotated[str | None, Header()] = None,
+    x_contextfold_budget: Annotated[str | None, Header()] = None,
+) -> Response:
+    body = _body(await request.body())
+    sid = _session_id(x_contextfold_session, body)
+    view_name = _name(x_contextfold_view, "X-Contextfold-View") if x_contextfold_view else "default"
+    budget = _budget(x_contextfold_budget)
+    messages = client_messages(body.get("messages"))
+    state = proxy_state(request)
+    upstream = _upstream(state)
+    store_id = service.store_id(tenant, sid)
+    release = await state.hold(store_id)
+    try:
+        turn = await to_thread.run_sync(
+            _prepare, service, state, store_id, messages, view_name, budget
+        )
+        payload = json.dumps(
+            {**body, "messages": turn.prompt}, ensure_ascii=False, separators=(",", ":")
+        ).encode()
+        try:
+            answer = await upstream.send("POST", "/chat/completions", payload)
+        except UpstreamError as exc:
+            raise ServiceError(502, "upstream_error", exc.reason) from exc
+        if body.get("stream") and answer.status_code == 200:
+            relay = RelayResponse(answer, turn.log_answer, turn.session.id, release)
+            release = _nothing
+            return relay
+        return await _whole(upstream, answer, turn)
+    finally:
+        release()
+
+
+def _nothing() -> None:
+    """The release of a lock the streamed response now holds."""
+
+
+async def _whole(upstream: Upstream, answer: httpx.Response, turn: _Turn | None) -> Response:
+    """A whole upstream answer back to the client, and logged when it is a completion."""
+    try:
+        data = await upstream.read(answer)
+    except UpstreamError as exc:
+        raise ServiceError(502, "upstream_error", exc.reason) from exc
+    failure = failure_of(answer.status_code, data)
+    if failure is not None:
+        raise ServiceError(502, "upstream_error", failure.reason)
+    if turn is not None and 200 <= answer.status_code < 300:
+        message = _completion_message(data)
+        try:
+            if message is None:
+                raise InvalidInput("the answer has no choices[0].message", field="choices")
+            await to_thread.run_sync(turn.log_answer, message)
+        except InvalidInput as exc:
+            # The upstream's answer, not the client's fault: it goes back unchanged; the
+            # client's next call sends it, and is told then what the log cannot keep.
+            log.warning("answer for %s not logged: %s", turn.session.id, exc)
+    return Response(data, answer.status_code, headers=passed_headers(answer.headers))
+
+
+def _completion_message(data: bytes) -> Message | None:
+    try:
+        choices = json.loads(data).get("choices")
+        return answer_message(choices[0]["message"])
+    except (ValueError, AttributeError, TypeError, LookupError, InvalidInput):
+        return None
+
+
+@router.get("/v1/models", summary="The upstream's models, passed through")
+async def models(request: Request, tenant: Tenant) -> Response:
+    upstream = _upstream(proxy_state(request))
+    try:
+        answer = await upstream.send("GET", "/models")
+    except UpstreamError as exc:
+        raise ServiceError(502, "upstream_error", exc.reason) from exc
+    return await _whole(upstream, answer, None)

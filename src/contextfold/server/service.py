@@ -1,0 +1,228 @@
+"""The service: one ``Memory`` over the store, the background runner, the event hub.
+
+Handlers reach it through ``ServiceDep``. Tenancy lives here: API session ``S``
+of tenant ``T`` is the store session ``T/S``, and every lookup goes through
+``store_id``, so a handler cannot name another tenant's session.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Annotated, Any, TypeVar
+
+from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
+
+from contextfold.core.errors import InvalidInput, NotFound
+from contextfold.core.events import Event
+from contextfold.core.tokens import get_counter
+from contextfold.memory.session import Memory, Session
+from contextfold.memory.view import View
+from contextfold.runtime.thread import ThreadRunner
+from contextfold.server.auth import KeyCache
+from contextfold.server.errors import ServiceError
+from contextfold.server.events import EventHub
+from contextfold.server.idempotency import IdempotentAppends
+from contextfold.server.ids import SESSION_ID as SESSION_ID  # the skeleton's interface
+from contextfold.server.ids import TENANT as TENANT
+from contextfold.server.ids import check_session_id, check_tenant
+from contextfold.server.metrics import ServiceMetrics
+from contextfold.server.settings import Settings
+from contextfold.store.base import Store
+from contextfold.store.ram import RAMStore
+from contextfold.store.sqlite import SQLiteStore
+from contextfold.store.wake import PollingWake
+
+STREAMED = frozenset({"planned", "committed", "failed", "degraded", "quarantined"})
+_HANDLES = 4096
+T = TypeVar("T")
+
+
+def event_data(event: Event) -> dict[str, Any]:
+    """A library event as the stream sends it (the session as the tenant sees it)."""
+    data = asdict(event)
+    data["session"] = event.session.partition("/")[2]
+    data["usage"] = dict(event.usage) if event.usage is not None else None
+    data["data"] = dict(event.data)
+    return data
+
+
+class Service:
+    """What every handler shares; ``start``/``stop`` run with the app's lifespan."""
+
+    def __init__(self, settings: Settings, store: Store | None = None) -> None:
+        self.settings = settings
+        self.memory = Memory(store if store is not None else settings.database)
+        self.store: Store = self.memory.store
+        if isinstance(self.memory.wake, PollingWake):
+            self.memory.wake.interval_s = settings.wake_poll_s
+        self.hub = EventHub(feed=self._feed_appends)
+        self.metrics = ServiceMetrics()
+        self.idempotent = IdempotentAppends()
+        self.keys = KeyCache(settings.key_cache_s)
+        self._watched: set[tuple[str, str]] = set()
+        self.runner: ThreadRunner | None = None
+        self._lock = threading.Lock()
+        self._handles: OrderedDict[str, Session] = OrderedDict()
+        local = isinstance(self.store, SQLiteStore | RAMStore)
+        self.offload = settings.offload if settings.offload is not None else not local
+
+    async def run(self, work: Callable[..., T], *args: Any) -> T:
+        """Run a handler's store and library work: here on the loop when the store answers
+        from this process (SQLite, RAM: no wait worth a thread hop), on a worker thread
+        when it waits on a network (PostgreSQL), so other requests go on meanwhile."""
+        if self.offload:
+            return await run_in_threadpool(work, *args)
+        return work(*args)
+
+    # -- lifecycle --------------------------------------------------------
+
+    def start(self) -> None:
+        if self.runner is None and self.settings.runner:
+            self.runner = ThreadRunner(
+                self.settings.runner_workers, settle_s=self.settings.settle_s
+            )
+
+    def stop(self) -> None:
+        runner, self.runner = self.runner, None
+        with self._lock:
+            self._watched.clear()
+        if runner is not None:
+            runner.stop()
+
+    def close(self) -> None:
+        self.stop()
+        self.memory.close()
+
+    # -- tenancy ----------------------------------------------------------
+
+    @staticmethod
+    def store_id(tenant: str, session_id: str) -> str:
+        """The store's id of the tenant's API session ``session_id``."""
+        return f"{check_tenant(tenant)}/{check_session_id(session_id)}"
+
+    def session(self, tenant: str, session_id: str) -> Session:
+        """The tenant's session, or ``NotFound`` (another tenant's session is not found either)."""
+        sid = self.store_id(tenant, session_id)
+        with self._lock:
+            handle = self._handles.get(sid)
+            if handle is not None:
+                self._handles.move_to_end(sid)
+        if handle is not None:
+            return handle
+        try:
+            record = self.store.get_session(sid)
+        except NotFound:
+            raise NotFound(f"no session {session_id!r}") from None
+        handle = Session(self.memory, record.id, get_counter(record.encoding))
+        with self._lock:
+            handle = self._handles.setdefault(sid, handle)
+            while len(self._handles) > _HANDLES:
+                self._handles.popitem(last=False)
+        return handle
+
+    def create(
+        self,
+        tenant: str,
+        session_id: str,
+        *,
+        system: str | None = None,
+        meta: dict[str, Any] | None = None,
+        encoding: str | None = None,
+    ) -> Session:
+        """A new session of the tenant; ``ServiceError`` 409 when the id is taken."""
+        sid = self.store_id(tenant, session_id)
+        try:
+            self.store.get_session(sid)
+        except NotFound:
+            pass
+        else:
+            raise ServiceError(
+                409, "conflict", f"session {session_id!r} exists already", field="id"
+            )
+        session = self.memory.session(sid, system=system, meta=meta, encoding=encoding)
+        with self._lock:
+            self._handles[sid] = session
+        return session
+
+    def delete(self, tenant: str, session_id: str) -> None:
+        """Delete the tenant's session and all that this process keeps for it."""
+        sid = self.store_id(tenant, session_id)
+        if self.runner is not None:
+            for view in self.runner.watched():
+                if view.session.id == sid:
+                    self.runner.unwatch(view)
+        with self._lock:
+            self._handles.pop(sid, None)
+            self._watched = {k for k in self._watched if k[0] != sid}
+        self.idempotent.forget(sid)
+        if not self.memory.delete_session(sid):
+            raise NotFound(f"no session {session_id!r}")
+
+    def in_batch(self, session: Session, exc: InvalidInput) -> InvalidInput:
+        """The error with ``index`` counted in the request's batch, not in the log.
+
+        The library counts from the start of the log; nothing was stored, so
+        the log's length now is where the batch would have started.
+        """
+        if exc.index is None:
+            return exc
+        offset = self.store.last_seq(session.id)
+        index = exc.index - offset if exc.index >= offset else exc.index
+        return InvalidInput(exc.reason, index=index, field=exc.field)
+
+    # -- views and events ---------------------------------------------------
+
+    def view(self, session: Session, name: str) -> View:
+        """A handle on the session's view whose events reach the session's streams."""
+        view = session.view(name)
+        with self._lock:
+            if self._on_event not in view.on_event:
+                view.on_event.append(self._on_event)
+        return view
+
+    def watch(self, session: Session, view_name: str) -> View:
+        """The view, compacted in the background from now on (if it has a pipeline).
+
+        A view is handed to the runner once; the runner re-reads its stored
+        configuration on every cycle, so later updates need no new watch.
+        """
+        view = self.view(session, view_name)
+        key = (session.id, view_name)
+        runner = self.runner
+        with self._lock:
+            if runner is None or key in self._watched:
+                return view
+        if view.pipeline is not None:
+            runner.watch(view)
+            with self._lock:
+                self._watched.add(key)
+        return view
+
+    def _on_event(self, event: Event) -> None:
+        self.metrics.compaction(event)
+        if event.kind in STREAMED:
+            self.hub.publish(event.session, {"event": event.kind, "data": event_data(event)})
+
+    def _feed_appends(self, store_id: str) -> Callable[[], None]:
+        """Announce appends to ``store_id`` (through any path the store's wake sees)."""
+
+        def appended(session_id: str) -> None:
+            self.hub.publish(
+                session_id,
+                {"event": "appended", "data": {"last_seq": self.store.last_seq(session_id)}},
+            )
+
+        return self.memory.wake.listen(store_id, appended)
+
+
+async def service(request: Request) -> Service:
+    """The app's service (a FastAPI dependency; ``async``, so it runs on the loop)."""
+    found: Service = request.app.state.service
+    return found
+
+
+ServiceDep = Annotated[Service, Depends(service)]

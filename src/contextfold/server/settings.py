@@ -1,0 +1,70 @@
+"""What a running service is configured with: one frozen record, built by the CLI or a test."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from contextfold.core.errors import InvalidInput
+
+DEFAULT_DATABASE = "contextfold.db"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+MAX_BODY_BYTES = 1 << 20
+LOCAL_TENANT = "local"
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine can reach (``localhost`` included)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The service's settings; ``auth=False`` is refused unless ``host`` is a loopback address."""
+
+    database: str = DEFAULT_DATABASE
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    auth: bool = True
+    upstream: str | None = None
+    upstream_key_env: str = "CONTEXTFOLD_UPSTREAM_KEY"
+    upstream_timeout_s: float = 600.0  # the proxy's wait for an upstream answer (read, write)
+    preset: str = "offline"
+    budget: int = 8000
+    max_body_bytes: int = MAX_BODY_BYTES
+    cors_origins: tuple[str, ...] = ()
+    demo: bool = False
+    runner: bool = True
+    """Compact watched views in the background; off when other processes do it."""
+    runner_workers: int = 2
+    settle_s: float = 0.25
+    """How long the runner lets a session's appends gather before planning it: one plan
+    per burst, not one per append, keeps planning off the requests' CPU."""
+    offload: bool | None = None
+    """Run handlers' store work on worker threads; None: only for stores that wait on a
+    network (PostgreSQL), not for SQLite and RAM, which answer faster than a thread hop."""
+    key_cache_s: float = 1.0
+    """How long a verified API key is trusted without a store read (a revoked key
+    stops working within this long); 0 checks the store on every request."""
+    wake_poll_s: float = 0.5
+    """How often appends by other processes to a SQLite file are looked for."""
+
+    def __post_init__(self) -> None:
+        if not self.auth and not is_loopback(self.host):
+            raise InvalidInput(
+                f"--no-auth is allowed only on a loopback address (127.0.0.1, ::1, localhost), "
+                f"not {self.host!r}: anyone who can reach the port would read every session",
+                field="no_auth",
+            )
+        if not 0 <= self.port <= 65535:
+            raise InvalidInput(f"port must be in 0..65535, not {self.port}", field="port")
+        if self.max_body_bytes < 1:
+            raise InvalidInput("max_body_bytes must be positive", field="max_body_bytes")
+        if self.budget < 1:
+            raise InvalidInput("budget must be a positive integer", field="budget")

@@ -1,0 +1,264 @@
+// One session: the log on one side, a view's prompt on the other, a view picker,
+// a budget slider, superseded folds on demand, and live updates from the event stream.
+import { ApiError, api, count, debounce, el, errorNode, isoTime, setCrumbs, storedKey, timeNode } from "./api.js";
+import { History } from "./history.js";
+import { Prompt } from "./prompt.js";
+
+const DEFAULT_BUDGET = 8000;
+
+export async function showSession(root, sid) {
+  const base = `/api/v1/sessions/${encodeURIComponent(sid)}`;
+  const params = new URLSearchParams(location.search);
+  setCrumbs(el("a", { href: "/" }, "Sessions"), el("span", { class: "sep" }, "/"), el("span", { class: "crumb-id" }, sid));
+
+  let info;
+  let views;
+  try {
+    [info, views] = await Promise.all([api(base), api(base + "/views")]);
+  } catch (error) {
+    const text = error instanceof ApiError && error.status === 404 ? `No session “${sid}” here.` : error;
+    root.replaceChildren(el("section", { class: "list-page" }, errorNode(text instanceof Error ? text : { message: text })));
+    return;
+  }
+
+  const state = {
+    views: views.views,
+    view: null,
+    budget: null,
+    folds: [],
+    superseded: false,
+  };
+  const logPane = new History(sid, showFold);
+  const prompt = new Prompt(sid, (fold) => logPane.reveal(fold));
+
+  const stats = el("p", { id: "session-stats", class: "muted small" });
+  const live = el("span", { id: "live", class: "live", dataset: { state: "connecting" } }, "connecting…");
+  const notice = el("p", { id: "notice", class: "notice", hidden: true });
+  const picker = el("select", { id: "view-picker", "aria-label": "View" });
+  const slider = el("input", { type: "range", id: "budget", min: 200, step: 50, "aria-label": "Budget (tokens)" });
+  const budgetOut = el("output", { id: "budget-value", for: "budget" });
+  const toggle = el("input", { type: "checkbox", id: "show-superseded" });
+
+  function drawStats() {
+    stats.replaceChildren(
+      `${count(info.messages)} messages · ${count(info.tokens)} tokens · encoding ${info.encoding} · created `,
+      el("time", { title: isoTime(info.created_at) }, isoTime(info.created_at)),
+      " · last activity ",
+      timeNode(info.last_at),
+    );
+  }
+
+  function viewRecord() {
+    return state.views.find((view) => view.name === state.view) || null;
+  }
+
+  function setSliderRange() {
+    const record = viewRecord();
+    const configured = (record && record.config && record.config.budget) || DEFAULT_BUDGET;
+    const top = Math.max(2 * configured, Math.ceil((info.tokens * 1.1) / 1000) * 1000, 1000);
+    slider.max = String(top);
+    if (state.budget === null) state.budget = configured;
+    state.budget = Math.min(Math.max(state.budget, Number(slider.min)), top);
+    slider.value = String(state.budget);
+    budgetOut.textContent = `${count(state.budget)} tokens`;
+  }
+
+  function remember() {
+    const search = new URLSearchParams();
+    if (state.view) search.set("view", state.view);
+    if (state.budget) search.set("budget", String(state.budget));
+    replaceQuery(search);
+  }
+
+  async function loadFolds() {
+    if (!state.view) return;
+    const path = `${base}/views/${encodeURIComponent(state.view)}/folds?superseded=${state.superseded}`;
+    const data = await api(path);
+    state.folds = data.folds;
+    logPane.setFolds(state.folds);
+  }
+
+  async function renderPrompt() {
+    if (!state.view) {
+      prompt.empty("This session has no view yet: create one with PUT " + `${base}/views/{name}`);
+      return;
+    }
+    await prompt.render(state.view, state.budget, state.folds);
+  }
+
+  async function selectView(name) {
+    state.view = name;
+    state.budget = null; // each view renders at its own budget until the slider moves
+    setSliderRange();
+    remember();
+    await loadFolds();
+    await renderPrompt();
+  }
+
+  function drawPicker() {
+    picker.replaceChildren(...state.views.map((view) => el("option", { value: view.name }, view.name)));
+    picker.disabled = state.views.length === 0;
+    if (state.view) picker.value = state.view;
+  }
+
+  function showFold(fold) {
+    const facts = document.getElementById("fold-facts");
+    const rows = [
+      ["range", `seq ${fold.start}–${fold.end}`],
+      ["kind", fold.kind],
+      ["strategy", fold.strategy],
+      ["model", fold.model || "none"],
+      ["placement", fold.placement],
+      ["tokens", `${count(fold.tokens_before)} → ${count(fold.tokens_after)}`],
+      ["created", isoTime(fold.created_at)],
+      ["superseded by", fold.superseded_by || "—"],
+    ];
+    facts.replaceChildren(...rows.flatMap(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]));
+    document.getElementById("fold-title").textContent = `Fold ${fold.id}`;
+    document.getElementById("fold-text").textContent = fold.text;
+    document.getElementById("fold-dialog").showModal();
+  }
+
+  function say(text) {
+    notice.hidden = !text;
+    notice.textContent = text || "";
+  }
+
+  // An event handler's failure is shown, not lost in the console.
+  function guarded(handler) {
+    return (event) => handler(event).catch((error) => say(String(error.message || error)));
+  }
+
+  const rerender = debounce(() => {
+    renderPrompt().catch((error) => say(String(error.message || error)));
+  }, 150);
+
+  picker.addEventListener("change", guarded(() => selectView(picker.value)));
+  slider.addEventListener("input", () => {
+    state.budget = Number(slider.value);
+    budgetOut.textContent = `${count(state.budget)} tokens`;
+    remember();
+    rerender();
+  });
+  toggle.addEventListener(
+    "change",
+    guarded(async () => {
+      state.superseded = toggle.checked;
+      await loadFolds();
+    }),
+  );
+
+  const wanted = params.get("view");
+  state.view = state.views.some((v) => v.name === wanted)
+    ? wanted
+    : state.views.some((v) => v.name === "default")
+      ? "default"
+      : (state.views[0] || {}).name || null;
+  state.budget = Number(params.get("budget")) || null;
+  drawStats();
+  drawPicker();
+  setSliderRange();
+
+  root.replaceChildren(
+    el(
+      "section",
+      { class: "session-page" },
+      el("div", { class: "session-head-row" }, el("h1", { class: "session-title" }, sid), live),
+      stats,
+      el(
+        "div",
+        { class: "toolbar controls" },
+        el("label", {}, "View ", picker),
+        el("label", { class: "budget" }, "Budget ", slider, budgetOut),
+        el("label", { class: "check" }, toggle, " superseded folds"),
+      ),
+      notice,
+      el(
+        "nav",
+        { class: "jump", "aria-label": "Sections" },
+        el("a", { href: "#history" }, "History"),
+        el("a", { href: "#prompt-section" }, "Prompt"),
+      ),
+      el("div", { class: "columns" }, logPane.node, prompt.node),
+    ),
+  );
+
+  logPane.setTotal(info.last_seq);
+  await guarded(async () => {
+    await logPane.loadMore();
+    await loadFolds();
+    await renderPrompt();
+  })();
+  listen();
+
+  // Server-sent events: appends bring the new messages, fold changes redraw bands and prompt.
+  function listen() {
+    const key = storedKey();
+    const source = new EventSource(`${base}/events` + (key ? `?api_key=${encodeURIComponent(key)}` : ""));
+    source.addEventListener("open", () => {
+      live.dataset.state = "live";
+      live.textContent = "live";
+    });
+    source.addEventListener("error", () => {
+      const closed = source.readyState === EventSource.CLOSED;
+      live.dataset.state = closed ? "off" : "connecting";
+      live.textContent = closed ? "live updates off" : "reconnecting…";
+    });
+    source.addEventListener(
+      "appended",
+      guarded(async () => {
+        info = await api(base);
+        drawStats();
+        setSliderRange();
+        logPane.setTotal(info.last_seq);
+        await logPane.catchUp();
+        rerender();
+      }),
+    );
+    source.addEventListener("planned", (event) => {
+      if (viewOf(event) === state.view) say("Compaction planned…");
+    });
+    source.addEventListener(
+      "committed",
+      guarded(async (event) => {
+        const name = viewOf(event);
+        if (name && !state.views.some((v) => v.name === name)) {
+          state.views = (await api(base + "/views")).views;
+          drawPicker();
+          if (!state.view) await selectView(name);
+        }
+        if (name !== state.view) return;
+        say("");
+        await loadFolds();
+        rerender();
+      }),
+    );
+    for (const kind of ["failed", "degraded", "quarantined"]) {
+      source.addEventListener(kind, (event) => {
+        if (viewOf(event) === state.view) say(`Compaction ${kind}: ${detail(event)}`);
+      });
+    }
+  }
+}
+
+function viewOf(event) {
+  try {
+    return JSON.parse(event.data).view || null;
+  } catch {
+    return null;
+  }
+}
+
+function detail(event) {
+  try {
+    const data = JSON.parse(event.data);
+    return data.error || data.reason || data.message || event.data;
+  } catch {
+    return event.data;
+  }
+}
+
+function replaceQuery(search) {
+  const text = search.toString();
+  window.history.replaceState(null, "", location.pathname + (text ? "?" + text : ""));
+}

@@ -1,0 +1,148 @@
+"""``/api/v1/sessions/{sid}/views``: store a view's settings, render it, list its folds, compact it.
+
+A view stored or used here is handed to the background runner, which compacts
+it after appends from then on.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+from starlette.concurrency import run_in_threadpool
+
+from contextfold.core.errors import InvalidInput, NotFound
+from contextfold.memory.view import View
+from contextfold.server.auth import Tenant
+from contextfold.server.models import (
+    ERRORS,
+    SESSION_ID_PATTERN,
+    VIEW_NAME_PATTERN,
+    CompactOut,
+    FoldList,
+    FoldOut,
+    RenderOut,
+    ViewIn,
+    ViewList,
+    ViewOut,
+)
+from contextfold.server.responses import FastJSON
+from contextfold.server.service import Service, ServiceDep
+
+router = APIRouter(prefix="/api/v1/sessions/{sid}/views", tags=["views"], responses=ERRORS)
+
+SessionPath = Annotated[str, Path(pattern=SESSION_ID_PATTERN, description="the session id")]
+ViewPath = Annotated[str, Path(pattern=VIEW_NAME_PATTERN, description="the view's name")]
+Budget = Annotated[int | None, Query(gt=0, description="tokens; the view's budget when absent")]
+
+
+def stored_view(svc: Service, tenant: str, sid: str, name: str) -> View:
+    """The session's stored view, watched by the runner; 404 when it was never stored."""
+    session = svc.session(tenant, sid)
+    if svc.view(session, name).version == 0:
+        raise NotFound(f"no view {name!r} in session {sid!r}")
+    return svc.watch(session, name)
+
+
+@router.put("/{name}")
+async def put_view(
+    sid: SessionPath, name: ViewPath, body: ViewIn, svc: ServiceDep, tenant: Tenant
+) -> ViewOut:
+    """Create or update the view: settings given replace the stored ones, others stay."""
+    changes: dict[str, Any] = body.model_dump(
+        exclude_unset=True, exclude={"expected_version", "preset", "pipeline", "options"}
+    )
+    given = body.model_fields_set
+    if body.preset is not None and body.pipeline is not None:
+        raise InvalidInput("give a preset or a pipeline, not both", field="pipeline")
+    if body.preset is not None:
+        changes.update(preset=body.preset, pipeline=None, options=body.options or {})
+    elif body.pipeline is not None:
+        changes.update(pipeline=body.pipeline, preset=None, options={})
+    elif "options" in given:
+        changes["options"] = body.options or {}
+
+    def put() -> ViewOut:
+        session = svc.session(tenant, sid)
+        svc.view(session, name).update(expected_version=body.expected_version, **changes)
+        svc.watch(session, name)
+        record = svc.store.get_view(session.id, name)
+        if record is None:  # deleted in between by another request
+            raise NotFound(f"no view {name!r} in session {sid!r}")
+        return ViewOut.of(record)
+
+    return await svc.run(put)
+
+
+@router.get("")
+async def list_views(sid: SessionPath, svc: ServiceDep, tenant: Tenant) -> ViewList:
+    def listing() -> ViewList:
+        session = svc.session(tenant, sid)
+        return ViewList(views=[ViewOut.of(r) for r in svc.store.list_views(session.id)])
+
+    return await svc.run(listing)
+
+
+@router.get("/{name}")
+async def get_view(sid: SessionPath, name: ViewPath, svc: ServiceDep, tenant: Tenant) -> ViewOut:
+    def get() -> ViewOut:
+        session = svc.session(tenant, sid)
+        record = svc.store.get_view(session.id, name)
+        if record is None:
+            raise NotFound(f"no view {name!r} in session {sid!r}")
+        return ViewOut.of(record)
+
+    return await svc.run(get)
+
+
+@router.get("/{name}/render", response_model=RenderOut)
+async def render(
+    sid: SessionPath, name: ViewPath, svc: ServiceDep, tenant: Tenant, budget: Budget = None
+) -> FastJSON:
+    """The view's prompt for the next model call, with what render did to fit it."""
+
+    def rendered() -> dict[str, Any]:
+        view = stored_view(svc, tenant, sid, name)
+        wanted = budget if budget is not None else view.budget
+        prompt = view.render_report(wanted)
+        report = {
+            "tokens": prompt.tokens,
+            "budget": wanted,
+            "folds": list(prompt.folds),
+            "omitted": prompt.omitted,
+            "clipped": list(prompt.clipped),
+            "whole": prompt.whole,
+        }
+        return {"messages": prompt.messages, "report": report}
+
+    body = await svc.run(rendered)
+    svc.metrics.renders.inc()
+    return FastJSON(body)
+
+
+@router.get("/{name}/folds", response_model=FoldList)
+async def folds(
+    sid: SessionPath,
+    name: ViewPath,
+    svc: ServiceDep,
+    tenant: Tenant,
+    superseded: Annotated[bool, Query(description="include superseded folds")] = False,
+) -> FastJSON:
+    """The view's folds by start: the range of the log each covers, how, and what it saved."""
+
+    def listing() -> list[dict[str, Any]]:
+        view = stored_view(svc, tenant, sid, name)
+        return [FoldOut.data(f) for f in view.folds(include_superseded=superseded)]
+
+    return FastJSON({"folds": await svc.run(listing)})
+
+
+@router.post("/{name}/compact")
+async def compact(
+    sid: SessionPath, name: ViewPath, svc: ServiceDep, tenant: Tenant, budget: Budget = None
+) -> CompactOut:
+    """Run the compaction cycle now, until no strategy plans a job (it may call a model)."""
+    view = await svc.run(stored_view, svc, tenant, sid, name)
+    # Always off the loop: the cycle may wait on a model for a long time.
+    report = await run_in_threadpool(view.compact, budget)
+    return CompactOut.of(report)

@@ -1,0 +1,336 @@
+"""The proxy's pure parts: matching a conversation against the log, assembling a
+streamed answer, and deciding what an upstream status means."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from contextfold import InvalidInput, Memory
+from contextfold.core.messages import Message
+from contextfold.server.proxy_match import (
+    Divergence,
+    LogDigest,
+    LogDigests,
+    answer_message,
+    client_messages,
+    digest,
+    new_from,
+)
+from contextfold.server.proxy_stream import StreamAnswer
+from contextfold.server.proxy_upstream import failure_of, parse_upstream, passed_headers
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "read", "arguments": '{"p":1}'}}
+
+
+def logged(messages: list[Message], *, system: str | None = None) -> tuple[Memory, str]:
+    memory = Memory()
+    session = memory.session("t/s", system=system)
+    if messages:
+        session.extend(messages)
+    return memory, session.id
+
+
+def digests_of(memory: Memory, sid: str) -> LogDigest:
+    created = memory.store.get_session(sid).created_at
+    return LogDigests().current(memory.store, sid, created)
+
+
+def test_client_messages_drop_what_clients_echo_around_the_protocol() -> None:
+    echoed = {
+        "role": "assistant",
+        "content": None,
+        "refusal": None,
+        "audio": None,
+        "function_call": None,
+        "annotations": [],
+        "tool_calls": [CALL],
+    }
+    assert client_messages([echoed]) == [{"role": "assistant", "tool_calls": [CALL]}]
+    assert client_messages([{"role": "assistant", "content": None, "tool_calls": []}]) == [
+        {"role": "assistant", "content": ""}
+    ]
+
+
+@pytest.mark.parametrize("bad", [None, [], {"role": "user"}, "hi"])
+def test_client_messages_must_be_a_non_empty_list(bad: Any) -> None:
+    with pytest.raises(InvalidInput) as err:
+        client_messages(bad)
+    assert err.value.field == "messages"
+
+
+def test_client_messages_refuse_a_message_that_is_not_an_object() -> None:
+    with pytest.raises(InvalidInput) as err:
+        client_messages([{"role": "user", "content": "a"}, "b"])
+    assert err.value.index == 1
+
+
+def test_digest_sees_what_a_model_sees() -> None:
+    a = {"role": "assistant", "content": None, "tool_calls": [CALL]}
+    untyped = {"id": "call_1", "function": {"name": "read", "arguments": '{"p":1}'}}
+    assert digest(a) == digest({"role": "assistant", "content": "", "tool_calls": [untyped]})
+    assert digest({"role": "user", "content": "x", "meta": {"k": 1}}) == digest(
+        {"role": "user", "content": "x"}
+    )
+    assert digest({"role": "user", "content": "x", "name": None}) == digest(
+        {"role": "user", "content": "x"}
+    )
+    assert digest({"role": "user", "content": "x"}) != digest({"role": "user", "content": "y"})
+    assert digest({"role": "user", "content": "x"}) != digest(
+        {"role": "user", "content": [{"type": "text", "text": "x"}]}
+    )
+    assert digest({"role": "user", "content": "x"}) != digest(
+        {"role": "user", "content": "x", "name": "n"}
+    )
+    assert digest({"role": "user", "content": "x"}) != digest({"role": "system", "content": "x"})
+    other_args = {**CALL, "function": {"name": "read", "arguments": '{"p":2}'}}
+    assert digest(a) != digest({"role": "assistant", "tool_calls": [other_args]})
+
+
+def test_answer_message_keeps_what_a_model_is_sent_back() -> None:
+    answer = {
+        "role": "assistant",
+        "content": "hi",
+        "refusal": None,
+        "annotations": [{"type": "url_citation"}],
+        "audio": None,
+    }
+    assert answer_message(answer) == {"role": "assistant", "content": "hi"}
+    refused = answer_message({"role": "assistant", "content": None, "refusal": "no"})
+    assert refused == {"role": "assistant", "content": "", "refusal": "no"}
+    assert answer_message("nothing") is None
+
+
+def test_the_log_as_prefix_gives_the_new_messages() -> None:
+    conversation = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "read it"},
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "data"},
+    ]
+    memory, sid = logged(conversation[:3])
+    client = client_messages([*conversation, {"role": "user", "content": "and?"}])
+    assert new_from(digests_of(memory, sid), client) == (3, 0)
+
+
+def test_a_session_system_prompt_is_skipped_for_a_client_without_one() -> None:
+    memory, sid = logged([{"role": "user", "content": "hi"}], system="server side")
+    log = digests_of(memory, sid)
+    assert log.system == 1
+    client = client_messages([{"role": "user", "content": "hi"}, {"role": "user", "content": "2"}])
+    assert new_from(log, client) == (1, 1)
+    # A client that sends a system prompt must send the session's.
+    with pytest.raises(Divergence) as err:
+        new_from(log, client_messages([{"role": "system", "content": "mine"}, *client]))
+    assert err.value.index == 0
+    assert "system" in err.value.reason
+
+
+def test_a_changed_message_diverges_at_its_index() -> None:
+    memory, sid = logged([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    client = client_messages(
+        [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "B"},
+            {"role": "user", "content": "c"},
+        ]
+    )
+    with pytest.raises(Divergence) as err:
+        new_from(digests_of(memory, sid), client)
+    assert err.value.index == 1
+    assert "seq 2" in err.value.reason
+
+
+def test_a_conversation_shorter_than_the_log_diverges_where_it_ends() -> None:
+    memory, sid = logged([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    with pytest.raises(Divergence) as err:
+        new_from(digests_of(memory, sid), client_messages([{"role": "user", "content": "a"}]))
+    assert err.value.index == 1
+    assert "1 more message" in err.value.reason
+
+
+def test_a_malformed_message_in_the_prefix_is_invalid_input_not_a_divergence() -> None:
+    memory, sid = logged([{"role": "user", "content": "a"}])
+    with pytest.raises(InvalidInput) as err:
+        new_from(digests_of(memory, sid), client_messages([{"role": "wizard", "content": "a"}]))
+    assert (err.value.index, err.value.field) == (0, "role")
+
+
+def test_log_digests_read_only_the_new_tail(monkeypatch: pytest.MonkeyPatch) -> None:
+    memory, sid = logged([{"role": "user", "content": str(i)} for i in range(5)])
+    created = memory.store.get_session(sid).created_at
+    table = LogDigests()
+    first = table.current(memory.store, sid, created)
+    assert first.last_seq == 5
+    reads: list[tuple[int, int | None]] = []
+    read = memory.store.messages
+
+    def counted(session_id: str, start: int = 1, end: int | None = None) -> Any:
+        reads.append((start, end))
+        return read(session_id, start, end)
+
+    monkeypatch.setattr(memory.store, "messages", counted)
+    assert table.current(memory.store, sid, created) is first
+    assert reads == []
+    memory.session(sid).append({"role": "user", "content": "5"})
+    again = table.current(memory.store, sid, created)
+    assert reads == [(6, 6)]
+    assert again.digest_at(5) == digest({"role": "user", "content": "5"})
+    assert (len(again), again.role_at(5)) == (6, "user")
+    # A recreated session (another created_at) is read afresh.
+    assert table.current(memory.store, sid, created + 1).last_seq == 6
+    assert reads[-1] == (1, 6)
+
+
+def test_log_digests_keep_within_their_capacity_dropping_the_least_recently_used() -> None:
+    memory = Memory()
+    table = LogDigests(capacity=5)
+    for name in ("a", "b", "c"):
+        memory.session(name).extend([{"role": "user", "content": name}] * 2)
+        table.current(memory.store, name, memory.store.get_session(name).created_at)
+    assert list(table._table) == ["b", "c"]
+    table.current(memory.store, "b", memory.store.get_session("b").created_at)
+    memory.session("d").extend([{"role": "user", "content": "d"}] * 4)
+    table.current(memory.store, "d", memory.store.get_session("d").created_at)
+    assert list(table._table) == ["d"]
+    # One session over the capacity on its own is still kept: it is the one in use.
+    memory.session("d").extend([{"role": "user", "content": "d"}] * 4)
+    assert len(table.current(memory.store, "d", memory.store.get_session("d").created_at)) == 8
+    table.forget("d")
+    assert table._messages == 0
+
+
+def sse(*events: Any) -> bytes:
+    out = b""
+    for event in events:
+        data = event if isinstance(event, str) else json.dumps(event)
+        out += f"data: {data}\n\n".encode()
+    return out
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None, index: int = 0) -> dict[str, Any]:
+    choice = {"index": index, "delta": delta, "finish_reason": finish}
+    return {"id": "c", "object": "chat.completion.chunk", "choices": [choice]}
+
+
+def feed_split(answer: StreamAnswer, data: bytes, size: int) -> None:
+    for i in range(0, len(data), size):
+        answer.feed(data[i : i + size])
+    answer.close()
+
+
+@pytest.mark.parametrize("size", [1, 7, 10_000])
+def test_a_streamed_text_answer_is_assembled_from_pieces_cut_anywhere(size: int) -> None:
+    stream = sse(
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"content": "Hel"}),
+        chunk({"content": "lo é"}),
+        chunk({"content": "x"}, index=1),
+        chunk({}, finish="stop"),
+        {"id": "c", "choices": [], "usage": {"total_tokens": 3}},
+        "[DONE]",
+    )
+    answer = StreamAnswer()
+    feed_split(answer, stream.replace(b"\n", b"\r\n") if size == 7 else stream, size)
+    assert answer.done
+    assert answer.message() == {"role": "assistant", "content": "Hello é"}
+
+
+def test_streamed_tool_calls_are_assembled_by_index() -> None:
+    stream = sse(
+        chunk({"role": "assistant", "content": None}),
+        chunk({"tool_calls": [{"index": 0, "id": "a", "type": "function",
+                               "function": {"name": "read", "arguments": ""}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"p":'}}]}),
+        chunk({"tool_calls": [{"index": 1, "id": "b", "type": "function",
+                               "function": {"name": "list", "arguments": "{}"}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}),
+        chunk({}, finish="tool_calls"),
+        "[DONE]",
+    )  # fmt: skip
+    answer = StreamAnswer()
+    feed_split(answer, stream, 5)
+    assert answer.message() == {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "read", "arguments": '{"p":1}'}},
+            {"id": "b", "type": "function", "function": {"name": "list", "arguments": "{}"}},
+        ],
+    }
+
+
+def test_a_stream_cut_short_or_failing_gives_no_message() -> None:
+    cut = StreamAnswer()
+    feed_split(cut, sse(chunk({"content": "Hel"})), 100)
+    assert cut.message() is None
+    failed = StreamAnswer()
+    feed_split(failed, sse(chunk({"content": "Hel"}), {"error": {"message": "boom"}}, "[DONE]"), 9)
+    assert failed.message() is None
+    assert failed.failed is not None and "boom" in failed.failed
+    garbled = StreamAnswer()
+    feed_split(garbled, b"data: {not json\n\n" + sse("[DONE]"), 100)
+    assert garbled.message() is None
+
+
+def test_a_finish_reason_without_done_completes_and_a_last_event_without_blank_line_counts() -> (
+    None
+):
+    answer = StreamAnswer()
+    answer.feed(sse(chunk({"content": "ok"})) + b"data: " + json.dumps(chunk({}, "stop")).encode())
+    assert answer.message() is None
+    answer.close()
+    assert answer.message() == {"role": "assistant", "content": "ok"}
+
+
+def test_multi_line_data_and_comments() -> None:
+    answer = StreamAnswer()
+    body = json.dumps(chunk({"content": "a"}, finish="stop"), indent=1)
+    event = b": keep-alive\nevent: message\n" + b"".join(
+        b"data: " + line.encode() + b"\n" for line in body.splitlines()
+    )
+    answer.feed(event + b"\n")
+    assert answer.message() == {"role": "assistant", "content": "a"}
+
+
+def test_parse_upstream() -> None:
+    assert parse_upstream("openai-compatible:http://127.0.0.1:9/v1/") == "http://127.0.0.1:9/v1"
+    for bad in ("http://x/v1", "openai-compatible:ftp://x", "anthropic:https://x"):
+        with pytest.raises(InvalidInput) as err:
+            parse_upstream(bad)
+        assert err.value.field == "upstream"
+
+
+@pytest.mark.parametrize(
+    ("status", "is_failure"),
+    [(200, False), (400, False), (404, False), (429, False), (401, True), (403, True),
+     (500, True), (503, True)],
+)  # fmt: skip
+def test_failure_of(status: int, is_failure: bool) -> None:
+    failure = failure_of(status, b'{"error": "x"}' * 1000)
+    assert (failure is not None) == is_failure
+    if failure is not None:
+        assert failure.status == status
+        assert f"HTTP {status}" in failure.reason
+        assert len(failure.reason) < 2100
+
+
+def test_passed_headers() -> None:
+    kept = passed_headers(
+        {
+            "Content-Type": "application/json",
+            "content-length": "3",
+            "x-request-id": "r",
+            "openai-processing-ms": "4",
+            "x-ratelimit-remaining-requests": "9",
+            "set-cookie": "a=b",
+            "connection": "keep-alive",
+        }
+    )
+    assert set(kept) == {
+        "Content-Type",
+        "x-request-id",
+        "openai-processing-ms",
+        "x-ratelimit-remaining-requests",
+    }
