@@ -90,12 +90,14 @@ def serve(tmp_path: Path, upstream: str | None, **settings: Any) -> Iterator[Liv
         service.close()
 
 
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
+@pytest.fixture(params=[False, True], ids=["on-loop", "offloaded"])
+def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Rig]:
+    """A served app and its upstream; the store work on the loop (SQLite's way) or on
+    worker threads (as for PostgreSQL)."""
     with FakeProvider("openai") as upstream:
         upstream.routes.add(("GET", "/v1/models"))
         spec = f"openai-compatible:{upstream.url}"
-        with serve(tmp_path, spec, upstream_timeout_s=1.0) as server:
+        with serve(tmp_path, spec, upstream_timeout_s=1.0, offload=request.param) as server:
             yield Rig(server, upstream)
 
 
