@@ -148,7 +148,10 @@ def user(text: str) -> dict[str, str]:
     return {"role": "user", "content": text}
 
 
-def test_a_completion_is_forwarded_returned_unchanged_and_logged(rig: Rig) -> None:
+def test_a_completion_is_forwarded_returned_unchanged_and_logged(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONTEXTFOLD_UPSTREAM_KEY", "sk-the-servers")
     rig.upstream.add(openai_reply("hello there"))
     client = rig.client()
     answer = client.chat.completions.create(
@@ -165,7 +168,7 @@ def test_a_completion_is_forwarded_returned_unchanged_and_logged(rig: Rig) -> No
         "max_tokens": 9,
     }
     assert sent["messages"] == [SYSTEM, user("hi")]
-    assert "unused" not in rig.upstream.requests[-1].headers.get("authorization", "")
+    assert rig.upstream.requests[-1].headers["authorization"] == "Bearer sk-the-servers"
     assert rig.log() == [SYSTEM, user("hi"), {"role": "assistant", "content": "hello there"}]
 
 
