@@ -140,14 +140,14 @@ def running(tmp: Path, *, auth: bool) -> Iterator[Server]:
         service.close()
 
 
-def save_shot(page: Any, name: str, *, docs: bool = True) -> Path:
+def save_shot(page: Any, name: str) -> Path:
     """A screenshot of the viewport into the artifacts folder, and into
-    ``$CONTEXTFOLD_PAGE_SHOTS`` too when set and ``docs`` (the README's images)."""
+    ``$CONTEXTFOLD_PAGE_SHOTS`` too when set (the README's images)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=False)
     extra = os.environ.get("CONTEXTFOLD_PAGE_SHOTS")
-    if extra and docs:
+    if extra:
         Path(extra).mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(Path(extra) / f"page-{name}.png"), full_page=False)
     print(f"screenshot: {path}")

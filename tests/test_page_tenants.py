@@ -77,6 +77,7 @@ def test_page_asks_for_a_key_once_and_keeps_it(
     page.wait_for_selector(".session-row")
     assert ids(page) == ["secret-plan"]
     assert page.evaluate("localStorage.getItem('contextfold.apiKey')") == key_a
+    assert page.locator("#forget-key").is_visible()
     page.goto(server.url + "/sessions/secret-plan")  # no second question
     page.wait_for_selector("#report[data-tokens]:not([data-tokens=''])")
     assert page.locator("#key-dialog[open]").count() == 0

@@ -1,12 +1,16 @@
 """The PostgreSQL store: the shipped contract, then what many processes on one database need.
 
 Every test gets a schema of its own on the local server (``tests/pg.py``),
-dropped afterwards; with the server down they fail under CI=true, else skip.
+dropped afterwards (the contract's tests share one, emptied before each); with
+the server down they fail under CI=true, else skip.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import secrets
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -50,12 +54,25 @@ def db(schema: str) -> Iterator[PostgresStore]:
     store.close()
 
 
+@pytest.fixture(scope="module")
+def contract_schema() -> Iterator[str]:
+    """One migrated schema for the contract's tests, emptied before each."""
+    pg.require_postgres()
+    with pg.fresh_schema() as name:
+        PostgresStore(pg.url(name)).close()
+        yield name
+
+
 class TestContract(StoreContract):
     """The shipped contract on PostgreSQL."""
 
     @pytest.fixture
-    def store(self, schema: str) -> Iterator[Store]:
-        backend = PostgresStore(pg.url(schema), pool_size=2)
+    def store(self, contract_schema: str) -> Iterator[Store]:
+        with pg.raw(contract_schema) as conn:
+            for table in ("sessions", "api_keys"):  # every other row goes with its session
+                conn.execute(f"DELETE FROM {table}")
+        backend = PostgresStore(pg.url(contract_schema), pool_size=2)
+        assert backend.list_sessions() == [] and backend.list_api_keys() == []
         yield backend
         backend.close()
 
@@ -97,6 +114,9 @@ def test_writers_in_many_processes_keep_seq_contiguous_and_keys_unique(
     # Each worker logged its own message n times and the shared one n times in all.
     assert seqs == list(range(1, workers * n + n + 1))
     assert db.last_seq("s") == len(seqs)
+    info = db.session_info("s")
+    assert (info.messages, info.tokens) == (len(stored), sum(m.tokens for m in stored))
+    assert info.last_at == max(m.created_at for m in stored)
     keys = [m.key for m in stored if m.key is not None]
     assert sorted(keys) == sorted(f"shared-{i}" for i in range(n))
     by_seq = {m.seq: str(m.message["content"]) for m in stored}
@@ -174,7 +194,9 @@ def test_older_token_counts_recounted_on_open(schema: str) -> None:
     again = PostgresStore(pg.url(schema))
     from contextfold.core.tokens import get_counter
 
-    assert again.messages("s")[0].tokens == get_counter("o200k_base").message(message) > 1
+    fresh = get_counter("o200k_base").message(message)
+    assert again.messages("s")[0].tokens == fresh > 1
+    assert again.session_info("s").tokens == fresh
     again.close()
 
 
@@ -192,10 +214,40 @@ def test_closed_store_raises_store_error(db: PostgresStore) -> None:
 
 
 def test_driver_errors_do_not_escape(db: PostgresStore) -> None:
+    name = secrets.token_hex(5000)  # a key too large for the server's index on view names
     with pytest.raises(StoreError) as info:
-        db.get_session("nul\x00byte")  # text cannot hold NUL: the driver refuses it
+        db.put_view("s", name, {})
     assert not isinstance(info.value, psycopg.Error)
     assert isinstance(info.value.__cause__, psycopg.Error)
+    assert db.list_views("s") == []
+
+
+def _call(call_id: str) -> NewMessage:
+    calls = [{"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    return NewMessage({"role": "assistant", "content": None, "tool_calls": calls}, 1)
+
+
+def test_nul_characters_are_bad_input_naming_the_field(db: PostgresStore) -> None:
+    """PostgreSQL text cannot hold NUL; SQLite can, so it is refused as input, not a failure."""
+    before = db.messages("s")
+    for call, index, field in [
+        (lambda: db.create_session("a\x00b", encoding="o200k_base"), None, "session_id"),
+        (lambda: db.append("s", [_user("ok"), _user("k", key="k\x00")]), 1, "key"),
+        (lambda: db.append("s", [_call("c\x001")]), 0, "tool_calls"),
+        (lambda: db.put_view("s", "v\x00", {}), None, "view"),
+        (lambda: db.acquire_lease("s", "default", "o\x00"), None, "owner"),
+        (lambda: db.get_session("a\x00b"), None, None),
+        (lambda: db.append("s", [_user("half a pair: \ud800")]), None, None),
+    ]:
+        with pytest.raises(InvalidInput) as info:
+            call()
+        assert (info.value.index, info.value.field) == (index, field)
+    assert db.messages("s") == before
+    for sid in ("t", "t/a", "t/b"):
+        db.create_session(sid, encoding="o200k_base")
+    assert db.list_sessions(search="\x00") == []
+    assert db.list_sessions("t\x00") == []
+    assert db.list_sessions("t", after="t\x00z") == ["t/a", "t/b"]
 
 
 @pytest.mark.parametrize(
@@ -243,16 +295,38 @@ def test_wake_for_a_postgres_store_listens_on_the_database(db: PostgresStore) ->
     heard: list[str] = []
     stop = wake.listen("s", heard.append)
     assert wake.listening()
-    other = PostgresStore(pg.url(db.schema))
-    other.announce(wake.channel, "s")  # as another process's append would
-    other.announce(wake.channel, "not listened")
-    deadline = time.monotonic() + WAIT
-    while not heard and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert heard == ["s"]
-    wake.notify("s")  # our own: fanned out here once, its echo dropped
+    other = PostgresStore(pg.url(db.schema))  # as another process would append
+    other.create_session("q", encoding="o200k_base")
+    other.append("q", [_user("not listened")])
+    other.append("s", [_user("hello")])
+    _wait_for(lambda: heard == ["s"])
+    db.append("s", [_user("our own")])
+    wake.notify("s")  # what Session.append does: the local fan-out; the echo is dropped
+    other.append("s", [_user("after ours")])
+    _wait_for(lambda: heard == ["s", "s", "s"])
     time.sleep(wake.poll_s * 2)
-    assert heard == ["s", "s"]
+    assert heard == ["s", "s", "s"]
+    assert db.append("s", [_user("k", key="k")])[0].seq == 4
+    assert db.append("s", [_user("k again", key="k")])[0].seq == 4  # nothing new: no echo
+    other.append("s", [_user("heard though we expected an echo")])
+    _wait_for(lambda: len(heard) == 4)  # the echoes of ours dropped, the other heard
+    time.sleep(wake.poll_s * 2)
+    assert len(heard) == 4
+    stop()
+    other.close()
+
+
+def test_an_echo_given_up_wakes_for_what_it_hid(db: PostgresStore) -> None:
+    wake = db.wake()
+    heard: list[str] = []
+    stop = wake.listen("s", heard.append)
+    assert wake.expect_echo("s")  # an append of ours about to notify...
+    other = PostgresStore(pg.url(db.schema))
+    other.append("s", [_user("theirs")])  # ...and theirs, taken for our echo
+    time.sleep(wake.poll_s * 2)
+    assert heard == []
+    wake.echo_lost("s")  # ours failed: theirs must still wake us
+    assert heard == ["s"]
     stop()
     other.close()
 
@@ -333,7 +407,33 @@ def test_listener_reconnects_and_wakes_what_it_may_have_missed(db: PostgresStore
     _wait_for(lambda: heard == ["s"])  # an append may have come while it was away
     _wait_for(wake.listening)
     other = PostgresStore(pg.url(db.schema))
-    other.announce(wake.channel, "s")
+    other.append("s", [_user("from elsewhere")])
     _wait_for(lambda: heard == ["s", "s"])
     other.close()
     stop()
+
+
+_WITHOUT_PSYCOPG = """
+import sys
+import contextfold, contextfold.store
+assert "psycopg" not in sys.modules, "psycopg imported before a PostgreSQL URL was opened"
+sys.modules["psycopg"] = None  # as if it were not installed
+try:
+    contextfold.store.open_store("postgresql://postgres@127.0.0.1:5432/test")
+except ImportError as exc:
+    print(exc)
+"""
+
+
+def test_without_psycopg_the_error_names_the_extra() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_PSYCOPG], capture_output=True, text=True, check=True
+    )
+    assert "pip install 'contextfold[postgres]'" in out.stdout
+
+
+def test_calls_in_turn_reuse_one_connection(db: PostgresStore) -> None:
+    for i in range(30):
+        db.append("s", [_user(f"m{i}")])
+        db.head("s", "default")
+    assert db._pool.get_stats()["pool_size"] == 1

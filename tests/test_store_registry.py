@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from contextfold.core.errors import InvalidInput
+from contextfold.core.errors import InvalidInput, StoreError
 from contextfold.memory.session import Memory
 from contextfold.store import RAMStore, SQLiteStore, Store, open_store, register_store, registry
 
@@ -102,10 +102,18 @@ def test_sqlite_without_a_path_refused(url: str) -> None:
 
 
 @pytest.mark.parametrize("url", ["postgresql://u@db/app", "postgres://localhost/app"])
-def test_postgres_is_a_seam_for_now(url: str) -> None:
-    message = str(refused(url))
-    assert "PostgreSQL backend is not installed" in message
-    assert "pip install 'contextfold[postgres]'" in message
+def test_postgres_urls_checked_before_connecting(url: str) -> None:
+    pytest.importorskip("psycopg")
+    for option, field in (("schema=not-a-name", "schema"), ("durability=fast", "durability")):
+        with pytest.raises(InvalidInput) as info:
+            open_store(f"{url}?{option}")
+        assert info.value.field == field
+
+
+def test_unreachable_postgres_is_a_store_error() -> None:
+    pytest.importorskip("psycopg")
+    with pytest.raises(StoreError, match=r"127\.0\.0\.1:1/"):
+        open_store("postgresql://u@127.0.0.1:1/app?timeout=0.5")
 
 
 def test_unknown_scheme_lists_the_known_ones() -> None:
@@ -132,11 +140,14 @@ def test_third_party_scheme_gets_the_whole_url() -> None:
     assert "acme+kv" in str(refused("nope://x"))
 
 
-def test_a_registered_backend_replaces_the_postgres_seam() -> None:
+def test_a_registered_backend_replaces_a_built_in_one() -> None:
     made = RAMStore()
     register_store("postgresql", lambda url: made)
     assert open_store("postgresql://u@db/app") is made
-    assert "not installed" in str(refused("postgres://u@db/app"))
+    pytest.importorskip("psycopg")
+    with pytest.raises(InvalidInput) as info:  # the other scheme still opens the built-in one
+        open_store("postgres://u@db/app?schema=1")
+    assert info.value.field == "schema"
 
 
 @pytest.mark.parametrize("scheme", ["", "Acme", "two words", "acme://", "1db", None])
@@ -158,4 +169,4 @@ def test_memory_opens_what_open_store_opens(tmp_path: Path) -> None:
     with Memory(tmp_path / "m.db") as again:
         assert again.store.list_sessions() == ["s"]
     with pytest.raises(InvalidInput):
-        Memory("postgresql://u@db/app")
+        Memory("postgresql://u@db/app?pool_size=0")

@@ -66,8 +66,8 @@ def sessions_page() -> Response:
 
 
 @router.get("/sessions/{sid}")
-def session_page(sid: str) -> Response:
-    """One session: the same shell, the script reads the id from the path."""
+def session_page() -> Response:
+    """One session: the same shell; the script reads the id from the path."""
     return _asset("index.html")
 
 

@@ -5,13 +5,14 @@ table in one schema (``public`` unless ``?schema=`` names another; it is made
 on first open), migrated on open (``contextfold.store.postgres_schema``).
 
 Connections come from a ``psycopg_pool.ConnectionPool`` in autocommit mode:
-a read is one statement, a write one explicit transaction, rolled back on any
-error. Concurrent writers are made safe by row locks, not by retries:
+a read, and an append without idempotency keys, is one statement; other writes
+are one explicit transaction, rolled back on any error. Concurrent writers are
+made safe by row locks, not by retries:
 
-- an append locks its session's row (``FOR NO KEY UPDATE``), which holds the
-  last seq handed out, so appends to one session queue and seqs stay
-  contiguous; the unique index on ``(session_id, key)`` backs the idempotency
-  keys, which the append looks up after taking the lock;
+- an append locks its session's row, which holds the last seq handed out, by
+  the ``UPDATE`` that moves it on (an append with keys takes the lock first and
+  then looks its keys up), so appends to one session queue and seqs stay
+  contiguous; a unique index on ``(session_id, key)`` backs the keys;
 - a fold commit or quarantine locks the view's row in ``fold_versions``, so
   the version check and the bump are one step, and appends are not held up;
 - a lease is taken by one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` the
@@ -20,8 +21,9 @@ error. Concurrent writers are made safe by row locks, not by retries:
 
 Driver errors become ``StoreError`` in ``_translated``, the one boundary;
 a foreign-key failure on a write means the session is unknown (``NotFound``).
-Appends wake runners in other processes through ``LISTEN/NOTIFY``
-(``contextfold.store.postgres_wake``), which ``wake()`` hands out.
+Every append that logs something sends ``NOTIFY`` in its own statement, so
+runners in other processes wake when it commits (``LISTEN``, in
+``contextfold.store.postgres_wake``, whose wake ``wake()`` hands out).
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ from contextfold.store.base import (
 from contextfold.store.postgres_folds import insert_fold, spans_near
 from contextfold.store.postgres_options import SYNCHRONOUS_COMMIT, PostgresOptions, parse_url
 from contextfold.store.postgres_schema import migrate
-from contextfold.store.postgres_wake import PostgresWake
+from contextfold.store.postgres_wake import PostgresWake, channel_for
 from contextfold.store.sqlite import _dumps, _fold_json, _prepare
 
 Cursor = psycopg.Cursor[tuple[Any, ...]]
@@ -75,13 +77,37 @@ CHECK_IDLE_S = 1.0
 """A pooled connection unused for longer is checked with the server before a call gets it."""
 
 
+NUL = "\x00"
+
+
 @contextmanager
 def _translated(where: str) -> Iterator[None]:
-    """The one place driver errors become ``StoreError``, naming the database."""
+    """The one place driver errors become ``StoreError``, naming the database.
+
+    A NUL character, which PostgreSQL text cannot hold, is bad input, not a
+    failing store: the writes name its field first (``_nul_free``), and any
+    other call carrying one gets ``InvalidInput`` here; so does a lone
+    surrogate, which the driver cannot encode.
+    """
     try:
         yield
+    except psycopg.DataError as exc:
+        if "NUL" not in str(exc):
+            raise StoreError(f"postgresql {where}: {exc}") from exc
+        raise InvalidInput(f"PostgreSQL text cannot hold a NUL (0x00) character: {exc}") from exc
     except psycopg.Error as exc:
         raise StoreError(f"postgresql {where}: {exc}") from exc
+    except UnicodeEncodeError as exc:  # a lone surrogate, which no UTF-8 database holds
+        raise InvalidInput(f"text that is not valid Unicode cannot be stored: {exc}") from exc
+
+
+def _nul_free(index: int | None = None, **texts: str | None) -> None:
+    """Refuse a NUL character before anything is sent, naming its field."""
+    for field, value in texts.items():
+        if value is not None and NUL in value:
+            raise InvalidInput(
+                "PostgreSQL text cannot hold a NUL (0x00) character", index=index, field=field
+            )
 
 
 def _not_found(session_id: str) -> NotFound:
@@ -94,6 +120,7 @@ class PostgresStore:
     def __init__(self, url: str, *, pool_size: int | None = None) -> None:
         self.options: PostgresOptions = parse_url(url, pool_size=pool_size)
         self.schema = self.options.schema
+        self.channel = channel_for(self.schema)
         self._where = self.options.display
         self._wake: PostgresWake | None = None
         self._wake_lock = threading.Lock()
@@ -109,7 +136,6 @@ class PostgresStore:
                 kwargs={"autocommit": True},
                 configure=self._configure,
                 check=self._check,
-                reset=self._returned,
                 timeout=self.options.timeout,
                 name=f"contextfold-{self.schema}",
                 open=False,
@@ -133,10 +159,6 @@ class PostgresStore:
             psycopg.sql.SQL("SET synchronous_commit TO {}").format(psycopg.sql.SQL(commit))
         )
 
-    def _returned(self, conn: psycopg.Connection[Any]) -> None:
-        with self._idle_lock:
-            self._idle_since[conn] = time.monotonic()
-
     def _check(self, conn: psycopg.Connection[Any]) -> None:
         """Ask the server before handing out a connection idle for ``CHECK_IDLE_S``.
 
@@ -150,19 +172,28 @@ class PostgresStore:
 
     @contextmanager
     def _read(self) -> Iterator[Cursor]:
-        with _translated(self._where), self._pool.connection() as conn, conn.cursor() as cur:
-            yield cur
+        with _translated(self._where), self._pool.connection() as conn:
+            try:
+                with conn.cursor() as cur:
+                    yield cur
+            finally:
+                self._used(conn)
 
     @contextmanager
     def _write(self) -> Iterator[Cursor]:
         """One transaction; rolled back on any error, the store's own included."""
-        with (
-            _translated(self._where),
-            self._pool.connection() as conn,
-            conn.transaction(),
-            conn.cursor() as cur,
-        ):
-            yield cur
+        with _translated(self._where), self._pool.connection() as conn:
+            try:
+                with conn.transaction(), conn.cursor() as cur:
+                    yield cur
+            finally:
+                self._used(conn)
+
+    def _used(self, conn: psycopg.Connection[Any]) -> None:
+        """Note when ``conn`` was last used (the pool's ``reset`` hook would do, but it
+        hands connections back through a worker, which spreads calls over all of them)."""
+        with self._idle_lock:
+            self._idle_since[conn] = time.monotonic()
 
     @staticmethod
     def _require(cur: Cursor, session_id: str) -> None:
@@ -193,6 +224,7 @@ class PostgresStore:
     ) -> SessionRecord:
         if not session_id:
             raise InvalidInput("session id must not be empty", field="session_id")
+        _nul_free(session_id=session_id, encoding=encoding)
         meta_json = _dumps(dict(meta or {}), field="meta")
         with self._write() as cur:
             cur.execute(q.CREATE_SESSION_SQL, (session_id, encoding, meta_json, time.time()))
@@ -212,6 +244,10 @@ class PostgresStore:
         search: str | None = None,
     ) -> list[str]:
         check_listing(prefix, after, limit, search)
+        if NUL in prefix or NUL in (search or ""):
+            return []  # no stored id holds one
+        if after is not None:
+            after = after.partition(NUL)[0]  # the same ids are greater than what precedes it
         with self._read() as cur:
             return admin.list_sessions(cur, prefix, after, limit, search)
 
@@ -226,9 +262,34 @@ class PostgresStore:
     # -- the log ------------------------------------------------------------
 
     def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
-        """One statement without keys; with keys, they are looked up under the session's lock."""
+        """One statement without keys; with keys, they are looked up under the session's lock.
+
+        The statement also sends the wake's ``NOTIFY``; while this process
+        listens, its echo is expected (``PostgresWake``), and given up if the
+        append fails or stores nothing new.
+        """
         prepared = [_prepare(i, new) for i, new in enumerate(batch)]
+        for i, (new, _, _, call_ids) in enumerate(prepared):
+            _nul_free(i, key=new.key, tool_calls="".join(call_ids))
         keys = sorted({new.key for new in batch if new.key})
+        wake = self._wake
+        echo = wake is not None and wake.expect_echo(session_id)
+        try:
+            logged, notified = self._append(session_id, prepared, keys)
+        except BaseException:
+            if wake is not None and echo:
+                wake.echo_lost(session_id)
+            raise
+        if wake is not None and echo and not notified:
+            wake.echo_lost(session_id)
+        return logged
+
+    def _append(
+        self,
+        session_id: str,
+        prepared: Sequence[tuple[NewMessage, str, str, list[str]]],
+        keys: list[str],
+    ) -> tuple[list[LoggedMessage], bool]:
         if not keys:
             with self._read() as cur:
                 return self._insert(cur, session_id, prepared, {})
@@ -246,8 +307,9 @@ class PostgresStore:
         session_id: str,
         prepared: Sequence[tuple[NewMessage, str, str, list[str]]],
         known: dict[str, LoggedMessage],
-    ) -> list[LoggedMessage]:
-        """Log what ``known`` (records by key) does not hold yet; a record for each message."""
+    ) -> tuple[list[LoggedMessage], bool]:
+        """Log what ``known`` (records by key) does not hold yet: a record for each
+        message, and whether anything new was logged (and so notified)."""
         fresh: list[NewMessage] = []
         columns: dict[str, list[Any]] = {
             name: [] for name in ("roles", "messages", "tokens", "keys", "call_ids", "call_at")
@@ -276,15 +338,22 @@ class PostgresStore:
                 places.append(index)
         if not fresh:
             self._require(cur, session_id)
-            return [p for p in places if isinstance(p, LoggedMessage)]
+            return [p for p in places if isinstance(p, LoggedMessage)], False
         now = time.time()
-        params = {"session": session_id, "n": len(fresh), "now": now, **columns}
+        params = {
+            "session": session_id,
+            "n": len(fresh),
+            "now": now,
+            "channel": self.channel,
+            "total": sum(columns["tokens"]),
+            **columns,
+        }
         seq0 = int(self._row(cur, q.APPEND_SQL, params, session_id)[0])
         logged = [
             LoggedMessage(seq0 + i, new.message, new.tokens, new.key or None, now)
             for i, new in enumerate(fresh, 1)
         ]
-        return [p if isinstance(p, LoggedMessage) else logged[p - 1] for p in places]
+        return [p if isinstance(p, LoggedMessage) else logged[p - 1] for p in places], True
 
     def messages(
         self, session_id: str, start: int = 1, end: int | None = None
@@ -399,6 +468,7 @@ class PostgresStore:
         expected_version: int | None = None,
     ) -> ViewRecord:
         config_json = view_config_json(name, config)
+        _nul_free(view=name)
         now = time.time()
         with self._write() as cur:
             with self._session_must_exist(session_id):
@@ -437,6 +507,7 @@ class PostgresStore:
 
     def acquire_lease(self, session_id: str, view: str, owner: str, ttl_s: float = 60.0) -> bool:
         check_lease(owner, ttl_s)
+        _nul_free(owner=owner)
         now = time.time()
         params = {
             "session": session_id,
@@ -459,6 +530,7 @@ class PostgresStore:
 
     def put_api_key(self, key: ApiKey) -> None:
         check_api_key(key)
+        _nul_free(id=key.id, tenant=key.tenant, secret_hash=key.secret_hash, label=key.label)
         with self._read() as cur:
             admin.put_api_key(cur, key)
 
@@ -477,18 +549,11 @@ class PostgresStore:
     # -- wake-ups and lifetime --------------------------------------------------
 
     def wake(self) -> PostgresWake:
-        """This store's wake-up port: appends announced by ``NOTIFY``, heard by ``LISTEN``."""
+        """This store's wake-up port: appends ``NOTIFY``, a thread ``LISTEN``s."""
         with self._wake_lock:
             if self._wake is None:
-                self._wake = PostgresWake(
-                    self.options.conninfo, self.schema, self.announce, where=self._where
-                )
+                self._wake = PostgresWake(self.options.conninfo, self.channel, where=self._where)
             return self._wake
-
-    def announce(self, channel: str, session_id: str) -> None:
-        """``NOTIFY`` ``channel`` that ``session_id``'s log grew."""
-        with self._read() as cur:
-            cur.execute("SELECT pg_notify(%s, %s)", (channel, session_id))
 
     def close(self) -> None:
         """Stop the wake's listener and close the pool; later calls raise ``StoreError``."""

@@ -29,10 +29,10 @@ LIST_SQL = (
     "AND (%(needle)s = '' OR strpos(lower(substr(id, %(skip)s) COLLATE \"C\"), %(needle)s) > 0) "
     "ORDER BY id LIMIT %(limit)s"
 )
+# One row: each append keeps the session's figures (postgres_schema).
 INFO_SQL = (
-    "SELECT s.id, s.encoding, s.meta, s.created_at, s.last_seq, COUNT(m.seq), "
-    "COALESCE(SUM(m.tokens), 0), MAX(m.created_at) FROM sessions AS s "
-    "LEFT JOIN messages AS m ON m.session_id = s.id WHERE s.id = %s GROUP BY s.id"
+    "SELECT id, encoding, meta, created_at, last_seq, messages, tokens, last_at "
+    "FROM sessions WHERE id = %s"
 )
 DELETE_SQL = "DELETE FROM sessions WHERE id = %s"
 

@@ -39,7 +39,13 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
                 meta text NOT NULL,
                 created_at double precision NOT NULL,
                 -- The highest seq ever handed out: a deleted row never frees its seq.
-                last_seq bigint NOT NULL DEFAULT 0
+                last_seq bigint NOT NULL DEFAULT 0,
+                -- What a listing shows, kept by each append so that reading it is one
+                -- row, not a pass over the log: messages logged, their token counts
+                -- summed, and when the newest was logged.
+                messages bigint NOT NULL DEFAULT 0,
+                tokens bigint NOT NULL DEFAULT 0,
+                last_at double precision
             )""",
             """CREATE TABLE messages (
                 session_id text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
@@ -214,6 +220,11 @@ def recount(conn: psycopg.Connection[Any], schema: str) -> int:
                     "UPDATE messages SET tokens = %s WHERE session_id = %s AND seq = %s", updates
                 )
         changed += len(updates)
+    if changed:
+        conn.execute(
+            "UPDATE sessions SET tokens = COALESCE("
+            "(SELECT SUM(tokens) FROM messages WHERE session_id = sessions.id), 0)"
+        )
     conn.execute("DELETE FROM contextfold_count_version")
     conn.execute("INSERT INTO contextfold_count_version VALUES (%s)", (COUNT_VERSION,))
     return changed

@@ -22,11 +22,16 @@ CREATE_SESSION_SQL = (
 LOCK_SESSION_SQL = "SELECT 1 FROM sessions WHERE id = %s FOR NO KEY UPDATE"
 LAST_SEQ_SQL = "SELECT last_seq FROM sessions WHERE id = %s"
 KEYS_SQL = f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND key = ANY(%s)"
-# The whole append in one statement: bump the last seq by the number of new messages,
+# The whole append in one statement: bump the last seq by the number of new messages
+# (and the session's figures for listings),
 # insert them numbered from the old one, and their tool calls (``call_at``: the 1-based
-# index of the new message making each call). No row back means no such session.
+# index of the new message making each call), and NOTIFY the schema's channel, which
+# PostgreSQL delivers when the append commits. No row back means no such session.
 APPEND_SQL = (
-    "WITH base AS (UPDATE sessions SET last_seq = last_seq + %(n)s WHERE id = %(session)s "
+    "WITH base AS (UPDATE sessions SET last_seq = last_seq + %(n)s, "
+    "messages = messages + %(n)s, tokens = tokens + %(total)s, "
+    "last_at = GREATEST(last_at, %(now)s) "
+    "WHERE id = %(session)s "
     "RETURNING last_seq - %(n)s AS seq0), "
     "added AS (INSERT INTO messages (session_id, seq, role, message, tokens, key, created_at) "
     "SELECT %(session)s, base.seq0 + m.i, m.role, m.message, m.tokens, m.key, %(now)s "
@@ -36,7 +41,7 @@ APPEND_SQL = (
     "SELECT %(session)s, c.call_id, base.seq0 + c.i "
     "FROM base, unnest(%(call_ids)s::text[], %(call_at)s::bigint[]) AS c(call_id, i) "
     "ON CONFLICT DO NOTHING) "
-    "SELECT seq0 FROM base"
+    "SELECT seq0, pg_notify(%(channel)s, %(session)s) FROM base"
 )
 MESSAGES_FROM_SQL = (
     f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND seq >= %s ORDER BY seq"

@@ -1,24 +1,25 @@
 """Wake-ups through PostgreSQL: an append in any process reaches the runners of every other.
 
-``notify(session_id)`` sends ``pg_notify(channel, session_id)`` on one of the
-store's pooled connections, then fans out to this process's listeners at once.
-While anyone here listens, a daemon thread holds one dedicated connection in
-``LISTEN channel`` and fans each notification out to the listeners of the
-session it names. There is one channel per schema, so stores in other schemas
-of the database stay apart.
+Every append of ``PostgresStore`` sends ``NOTIFY channel, session_id`` in its
+own statement, delivered when it commits. While anyone here listens, a daemon
+thread holds one dedicated connection in ``LISTEN channel`` and fans each
+notification out to the listeners of the session it names. There is one
+channel per schema, so stores in other schemas of the database stay apart.
+``notify`` is the local fan-out, which ``Session.append`` runs after each append.
 
-The listener hears this process's own notifications too; they were fanned out
-already when sent. Each one sent while listening is counted as an echo to
-expect, and a notification for a session with echoes pending is taken as one
-and dropped. That may drop another process's notification instead of ours, but
-only one delivered before our own, so committed before it: the local fan-out,
-which ran after ours was committed, already woke the listeners after that
-append too. Nothing is lost; at most the order of two wakes blurs.
+The listener hears this process's own appends too, which ``notify`` fans out
+already. The store counts each append it sends while the thread listens as an
+echo to expect (``expect_echo``), and a notification for a session with echoes
+pending is taken as one and dropped. It may be another process's notification
+that is dropped instead of ours; that one was delivered, so committed, before
+our echo, which then arrives with nothing pending and wakes the listeners after
+both appends. An append that fails or logs nothing gives its echo up
+(``echo_lost``); if a notification was already taken in its name, the
+listeners are woken then. Nothing is lost; at most a wake comes twice.
 
 When the listening connection fails, the thread logs it, reconnects after a
 pause, and then wakes every listened session once, since an append may have
-been missed meanwhile. A failed ``NOTIFY`` is logged and the local fan-out still
-runs: the append itself was stored.
+been missed meanwhile.
 """
 
 from __future__ import annotations
@@ -29,12 +30,8 @@ from collections.abc import Callable
 import psycopg
 from psycopg import sql
 
-from contextfold.core.errors import StoreError
 from contextfold.core.events import log
 from contextfold.store.wake import LocalWake, WakeCallback
-
-Announce = Callable[[str, str], None]
-"""Send ``NOTIFY channel, session_id``; raises ``StoreError`` when it cannot."""
 
 POLL_S = 0.25
 RETRY_S = 1.0
@@ -47,22 +44,15 @@ def channel_for(schema: str) -> str:
 
 
 class PostgresWake(LocalWake):
-    """``LocalWake`` plus ``NOTIFY`` on append and a ``LISTEN`` thread for other processes."""
+    """``LocalWake`` plus a ``LISTEN`` thread hearing the appends of other processes."""
 
     def __init__(
-        self,
-        conninfo: str,
-        schema: str,
-        announce: Announce,
-        *,
-        where: str = "postgresql",
-        poll_s: float = POLL_S,
+        self, conninfo: str, channel: str, *, where: str = "postgresql", poll_s: float = POLL_S
     ) -> None:
         super().__init__()
-        self.channel = channel_for(schema)
+        self.channel = channel
         self.poll_s = poll_s
         self._conninfo = conninfo
-        self._announce = announce
         self._where = where
         self._echoes: dict[str, int] = {}
         self._listening = False
@@ -88,18 +78,19 @@ class PostgresWake(LocalWake):
             log.warning("LISTEN on %s is not on yet after %ss", self._where, READY_S)
         return stop
 
-    def notify(self, session_id: str) -> None:
+    def expect_echo(self, session_id: str) -> bool:
+        """An append to ``session_id`` is about to notify: drop its echo. False (nothing
+        counted) while the thread does not listen."""
         with self._lock:
-            echo = self._listening
-            if echo:
-                self._echoes[session_id] = self._echoes.get(session_id, 0) + 1
-        try:
-            self._announce(self.channel, session_id)
-        except StoreError as exc:
-            log.warning("NOTIFY of an append to session %s failed: %s", session_id, exc)
-            if echo:
-                self._heard_echo(session_id)
-        super().notify(session_id)
+            if not self._listening:
+                return False
+            self._echoes[session_id] = self._echoes.get(session_id, 0) + 1
+            return True
+
+    def echo_lost(self, session_id: str) -> None:
+        """The append expected by ``expect_echo`` sent nothing after all."""
+        if not self._heard_echo(session_id):
+            LocalWake.notify(self, session_id)
 
     def listening(self) -> bool:
         """Whether the listener thread's ``LISTEN`` is on now."""
@@ -131,6 +122,8 @@ class PostgresWake(LocalWake):
     def _deaf(self) -> None:
         """The connection is gone: echoes pending will never come."""
         with self._lock:
+            if self._thread is not threading.current_thread():
+                return  # a newer thread listens
             self._listening = False
             self._echoes.clear()
 

@@ -35,6 +35,7 @@ function askKey(reason) {
       () => {
         const key = input.value.trim();
         if (key) localStorage.setItem(KEY_NAME, key);
+        document.getElementById("forget-key").hidden = !key;
         asking = null;
         resolve(key);
       },

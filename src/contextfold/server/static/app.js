@@ -11,10 +11,6 @@ forget.addEventListener("click", () => {
   location.reload();
 });
 
-// An address written as /#/sessions/<id> means /sessions/<id>.
-const hashed = location.hash.match(/^#\/sessions\/([^/]+)$/);
-if (hashed) history.replaceState(null, "", "/sessions/" + hashed[1]);
-
 const match = location.pathname.match(/^\/sessions\/([^/]+)\/?$/);
 if (match) showSession(root, decodeURIComponent(match[1]));
 else showList(root);

@@ -95,8 +95,8 @@ function row(session) {
       session.id,
       title ? el("span", { class: "muted small session-title" }, title) : null,
     ),
-    el("span", { class: "stat", "data-label": "messages" }, count(session.messages)),
-    el("span", { class: "stat", "data-label": "tokens" }, count(session.tokens)),
+    el("span", { class: "stat", "data-label": session.messages === 1 ? "message" : "messages" }, count(session.messages)),
+    el("span", { class: "stat", "data-label": session.tokens === 1 ? "token" : "tokens" }, count(session.tokens)),
     el("span", { class: "stat when" }, timeNode(session.last_at)),
   );
 }
