@@ -90,12 +90,14 @@ def serve(tmp_path: Path, upstream: str | None, **settings: Any) -> Iterator[Liv
         service.close()
 
 
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
+@pytest.fixture(params=[False, True], ids=["on-loop", "offloaded"])
+def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Rig]:
+    """A served app and its upstream; the store work on the loop (SQLite's way) or on
+    worker threads (as for PostgreSQL)."""
     with FakeProvider("openai") as upstream:
         upstream.routes.add(("GET", "/v1/models"))
         spec = f"openai-compatible:{upstream.url}"
-        with serve(tmp_path, spec, upstream_timeout_s=1.0) as server:
+        with serve(tmp_path, spec, upstream_timeout_s=1.0, offload=request.param) as server:
             yield Rig(server, upstream)
 
 
@@ -146,7 +148,10 @@ def user(text: str) -> dict[str, str]:
     return {"role": "user", "content": text}
 
 
-def test_a_completion_is_forwarded_returned_unchanged_and_logged(rig: Rig) -> None:
+def test_a_completion_is_forwarded_returned_unchanged_and_logged(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONTEXTFOLD_UPSTREAM_KEY", "sk-the-servers")
     rig.upstream.add(openai_reply("hello there"))
     client = rig.client()
     answer = client.chat.completions.create(
@@ -163,7 +168,7 @@ def test_a_completion_is_forwarded_returned_unchanged_and_logged(rig: Rig) -> No
         "max_tokens": 9,
     }
     assert sent["messages"] == [SYSTEM, user("hi")]
-    assert "unused" not in rig.upstream.requests[-1].headers.get("authorization", "")
+    assert rig.upstream.requests[-1].headers["authorization"] == "Bearer sk-the-servers"
     assert rig.log() == [SYSTEM, user("hi"), {"role": "assistant", "content": "hello there"}]
 
 

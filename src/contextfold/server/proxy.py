@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import httpx
-from anyio import to_thread
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import Response
 
@@ -190,12 +189,16 @@ def _upstream(state: ProxyState) -> Upstream:
 class _Turn:
     """One call's side of the session: where it is, and how to log the answer."""
 
+    service: Service
     session: Session
     log: LogDigest
     digests: LogDigests
     prompt: list[Message]
 
-    def log_answer(self, answer: Message) -> None:
+    async def log_answer(self, answer: Message) -> None:
+        await self.service.run(self._append, answer)
+
+    def _append(self, answer: Message) -> None:
         seq = self.log.last_seq + 1
         logged = self.session.extend([answer], keys=[f"proxy:{seq}:{digest(answer).hex()}"])
         _advance(self.digests, self.log, self.session.id, logged)
@@ -217,7 +220,11 @@ def _prepare(
     view_name: str,
     budget: int | None,
 ) -> _Turn:
-    """Match and append the client's new messages, then render the view (runs in a thread)."""
+    """Match and append the client's new messages, then render the view.
+
+    Runs through ``Service.run``: on the loop for SQLite and RAM, on a worker
+    thread for a store that waits on a network.
+    """
     memory, store = service.memory, service.store
     try:
         record = store.get_session(store_id)
@@ -248,7 +255,8 @@ def _prepare(
             session.view(view_name, preset=settings.preset, budget=settings.budget)
         service.watch(session, view_name)
         log.views.add(ready)
-    return _Turn(session, log, state.digests, session.view(view_name).render(budget))
+    prompt = session.view(view_name).render(budget)
+    return _Turn(service, session, log, state.digests, prompt)
 
 
 def _session_id(header: str | None, body: dict[str, Any]) -> str:
@@ -317,9 +325,7 @@ async def chat_completions(
     store_id = service.store_id(tenant, sid)
     release = await state.hold(store_id)
     try:
-        turn = await to_thread.run_sync(
-            _prepare, service, state, store_id, messages, view_name, budget
-        )
+        turn = await service.run(_prepare, service, state, store_id, messages, view_name, budget)
         payload = json.dumps(
             {**body, "messages": turn.prompt}, ensure_ascii=False, separators=(",", ":")
         ).encode()
@@ -354,7 +360,7 @@ async def _whole(upstream: Upstream, answer: httpx.Response, turn: _Turn | None)
         try:
             if message is None:
                 raise InvalidInput("the answer has no choices[0].message", field="choices")
-            await to_thread.run_sync(turn.log_answer, message)
+            await turn.log_answer(message)
         except InvalidInput as exc:
             # The upstream's answer, not the client's fault: it goes back unchanged; the
             # client's next call sends it, and is told then what the log cannot keep.

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from anyio import to_thread
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -167,7 +166,7 @@ class RelayResponse(StreamingResponse):
     def __init__(
         self,
         answer: httpx.Response,
-        log_answer: Callable[[Message], object],
+        log_answer: Callable[[Message], Awaitable[object]],
         session: str,
         release: Callable[[], None],
     ) -> None:
@@ -211,7 +210,7 @@ class RelayResponse(StreamingResponse):
             )
             return True
         try:
-            await to_thread.run_sync(self._log_answer, message)
+            await self._log_answer(message)
         except Exception:
             log.exception("could not log the streamed answer of %s", self._session)
         return True
