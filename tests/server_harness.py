@@ -5,16 +5,13 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
-import fastapi.routing
 import uvicorn
 from fastapi import FastAPI
 
-from contextfold.core.log import ApiKey
-from contextfold.server.auth import hash_secret, new_key
+from contextfold.server.auth import create_key
 from contextfold.server.service import Service
 from contextfold.server.settings import Settings
 from contextfold.store.base import Store
@@ -25,11 +22,7 @@ def make_service(store: Store | None = None, **settings: object) -> Service:
     return Service(Settings(**settings), store=store if store is not None else RAMStore())  # type: ignore[arg-type]
 
 
-def add_key(store: Store, tenant: str, label: str = "") -> str:
-    """A new key of ``tenant`` in ``store``, as a client sends it."""
-    key_id, secret, key = new_key()
-    store.put_api_key(ApiKey(key_id, tenant, hash_secret(secret), label, time.time()))
-    return key
+add_key = create_key
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -69,9 +62,3 @@ def running(app: FastAPI, timeout: float = 20.0) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout)
-
-
-def every_route(routes: Iterable[Any]) -> Iterator[Any]:
-    """The app's routes with included routers flattened (newer FastAPI nests them)."""
-    flatten = getattr(fastapi.routing, "iter_route_contexts", None)
-    yield from (flatten(list(routes)) if flatten is not None else routes)

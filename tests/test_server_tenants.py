@@ -10,74 +10,20 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from server_harness import add_key, bearer, every_route, make_service
+from server_harness import add_key, bearer, make_service
 
 from contextfold.cli import main
 from contextfold.server.app import create_app
+from contextfold.server.auth import create_key
 from contextfold.server.service import Service
 from contextfold.store.sqlite import SQLiteStore
+from contextfold.testing.isolation import A_SESSION, ATTEMPTS, cross_tenant
 
 API = "/api/v1/sessions"
-A_SESSION = "a-private"
-A_VIEW = "a-view"
-A_SECRET = "A-SECRET-4711"  # in A's messages, meta and view; never in an answer to B
-PUBLIC = {
-    "/healthz",
-    "/readyz",
-    "/metrics",
-    "/openapi.json",
-    "/docs",
-    "/docs/oauth2-redirect",
-    "/redoc",
-    # The web page's shell and files: no session data; the page reads it through the API.
-    "/",
-    "/sessions/{sid}",
-    "/static/{name}",
-}
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """How one route is tried with B's key, and the statuses that are no leak."""
-
-    expect: frozenset[int]
-    body: Any = None
-    headers: dict[str, str] = field(default_factory=dict)
-    params: dict[str, str] = field(default_factory=dict)
-
-
-NOT_FOUND = frozenset({404})
-ATTEMPTS: dict[tuple[str, str], Attempt] = {
-    ("POST", API): Attempt(frozenset({201}), body={"id": "b-own"}),
-    ("GET", API): Attempt(frozenset({200})),
-    ("GET", API + "/{sid}"): Attempt(NOT_FOUND),
-    ("DELETE", API + "/{sid}"): Attempt(NOT_FOUND),
-    ("POST", API + "/{sid}/messages"): Attempt(
-        NOT_FOUND, body={"messages": [{"role": "user", "content": "b writes"}]}
-    ),
-    ("GET", API + "/{sid}/messages"): Attempt(NOT_FOUND),
-    ("GET", API + "/{sid}/events"): Attempt(NOT_FOUND),
-    ("GET", API + "/{sid}/views"): Attempt(NOT_FOUND),
-    ("PUT", API + "/{sid}/views/{name}"): Attempt(NOT_FOUND, body={"budget": 100}),
-    ("GET", API + "/{sid}/views/{name}"): Attempt(NOT_FOUND),
-    ("GET", API + "/{sid}/views/{name}/render"): Attempt(NOT_FOUND),
-    ("GET", API + "/{sid}/views/{name}/folds"): Attempt(NOT_FOUND, params={"superseded": "true"}),
-    ("POST", API + "/{sid}/views/{name}/compact"): Attempt(NOT_FOUND),
-    # The proxy reads the session from a header: B naming A's id reaches B's own session
-    # of that name, never A's. This server has no upstream, so the call itself fails.
-    ("POST", "/v1/chat/completions"): Attempt(
-        frozenset({502}),
-        body={"model": "m", "messages": [{"role": "user", "content": "b asks"}]},
-        headers={"X-Contextfold-Session": A_SESSION, "X-Contextfold-View": A_VIEW},
-    ),
-    ("GET", "/v1/models"): Attempt(frozenset({502})),
-}
 
 
 @pytest.fixture
@@ -92,110 +38,40 @@ def client(service: Service) -> Iterator[TestClient]:
         yield c
 
 
-def a_state(service: Service) -> Any:
-    sid = f"a/{A_SESSION}"
-    store = service.store
-    return (
-        [(m.seq, m.message) for m in store.messages(sid)],
-        [(v.name, v.version, v.config) for v in store.list_views(sid)],
-        [f.id for f in store.folds(sid, A_VIEW, include_superseded=True)],
-        store.list_sessions("a/"),
-    )
-
-
-def seed_a(client: TestClient, key: str) -> None:
-    h = bearer(key)
-    assert (
-        client.post(
-            API, json={"id": A_SESSION, "system": A_SECRET, "meta": {"s": A_SECRET}}, headers=h
-        ).status_code
-        == 201
-    )
-    for i in range(30):
-        text = f"{A_SECRET} turn {i} " + "words " * 60
-        body = {
-            "messages": [{"role": "user", "content": text}, {"role": "assistant", "content": text}]
-        }
-        assert client.post(f"{API}/{A_SESSION}/messages", json=body, headers=h).status_code == 201
-    view = {"preset": "offline", "budget": 1500, "filter": {"meta": {"s": A_SECRET}}}
-    assert (
-        client.put(
-            f"{API}/{A_SESSION}/views/{A_VIEW}", json={**view, "filter": None}, headers=h
-        ).status_code
-        == 200
-    )
-    assert client.post(f"{API}/{A_SESSION}/views/{A_VIEW}/compact", headers=h).json()["folds"]
-
-
-def concrete(path: str) -> str:
-    return path.replace("{sid}", A_SESSION).replace("{name}", A_VIEW)
-
-
-def routes(client: TestClient) -> list[tuple[str, str]]:
-    """Every (method, path template) the app serves, included routers flattened."""
-    found = []
-    for route in every_route(client.app.routes):  # type: ignore[attr-defined]
-        path = getattr(route, "path", None)
-        methods = getattr(route, "methods", None) or ()
-        assert isinstance(path, str), f"a route without a path: {route!r}"
-        found += [(m, path) for m in sorted(methods) if m != "HEAD"]
-    assert len(found) > len(ATTEMPTS)
-    return found
-
-
 def test_no_route_leaks_another_tenants_session(client: TestClient, service: Service) -> None:
-    key_a = add_key(service.store, "a")
-    key_b = add_key(service.store, "b")
-    seed_a(client, key_a)
-    before = a_state(service)
-    attempts = leaks = 0
-    uncovered = []
-    for method, path in routes(client):
-        if path in PUBLIC:
-            answer = client.request(method, path, headers=bearer(key_b))
-            attempts += 1
-            leaks += A_SECRET in answer.text or A_SESSION in answer.text
-            continue
-        attempt = ATTEMPTS.get((method, path))
-        if attempt is None:
-            uncovered.append(f"{method} {path}")
-            continue
-        url = concrete(path)
-        tries = [bearer(key_b), {}, {"Authorization": "Bearer cf_000000000000_" + "x" * 32}]
-        if path.endswith("/events"):
-            tries.append({})  # with ?api_key=B below
-        for i, auth in enumerate(tries):
-            params = dict(attempt.params)
-            if i == 3:
-                params["api_key"] = key_b
-            answer = client.request(
-                method, url, json=attempt.body, headers={**attempt.headers, **auth}, params=params
-            )
-            attempts += 1
-            expected = attempt.expect if auth or i == 3 else frozenset({401})
-            if i == 2:
-                expected = frozenset({401})
-            assert answer.status_code in expected, (
-                method,
-                path,
-                i,
-                answer.status_code,
-                answer.text,
-            )
-            leaks += A_SECRET in answer.text
-    assert not uncovered, f"routes the isolation table does not cover: {uncovered}"
-    assert leaks == 0
-    assert a_state(service) == before
-    # B's listing holds B's sessions only (a proxy call may have made B's own one of A's
-    # name, empty of A's data); A still sees all of A
-    listed = client.get(API, headers=bearer(key_b))
-    assert {s["id"] for s in listed.json()["sessions"]} <= {"b-own", A_SESSION}
-    assert A_SECRET not in listed.text
-    assert [s["id"] for s in client.get(API, headers=bearer(key_a)).json()["sessions"]] == [
-        A_SESSION
-    ]
-    assert attempts >= 3 * len(ATTEMPTS)
-    print(f"tenant isolation: {attempts} cross-tenant attempts, {leaks} leaks")
+    found = cross_tenant(client, service.store)
+    assert not found.uncovered, f"routes the isolation table does not cover: {found.uncovered}"
+    assert found.leaks == []
+    assert found.wrong == []
+    assert found.a_unchanged and found.b_lists_only_own
+    assert found.attempts >= 3 * len(ATTEMPTS)
+    listed = client.get(API, headers=bearer(create_key(service.store, "a"))).json()["sessions"]
+    assert [s["id"] for s in listed] == [A_SESSION]
+
+
+def test_the_walk_notices_a_route_that_leaks(service: Service) -> None:
+    """The walk itself can fail: a route that answers A's data to anyone is caught."""
+    app = create_app(service)
+
+    @app.get(API + "/{sid}/peek")
+    def peek(sid: str) -> dict[str, object]:
+        return {"messages": [m.message for m in service.store.messages(f"a/{sid}")]}
+
+    with TestClient(app) as c:
+        found = cross_tenant(c, service.store)
+    assert found.uncovered == [f"GET {API}/{{sid}}/peek"]
+    ATTEMPTS[("GET", API + "/{sid}/peek")] = ATTEMPTS[("GET", API + "/{sid}")]
+    try:
+        fresh = make_service(runner=False, key_cache_s=0)
+        app = create_app(fresh)
+        app.get(API + "/{sid}/peek")(
+            lambda sid: {"messages": [m.message for m in fresh.store.messages(f"a/{sid}")]}
+        )
+        with TestClient(app) as c:
+            found = cross_tenant(c, fresh.store)
+    finally:
+        del ATTEMPTS[("GET", API + "/{sid}/peek")]
+    assert found.leaks and found.wrong
 
 
 def test_api_key_in_the_query_counts_for_the_event_stream_only(
@@ -238,7 +114,7 @@ def test_keys_commands_make_list_and_revoke_keys(
     assert main(["keys", "list", "--json", "--database", db]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [(k["tenant"], k["label"], k["revoked_at"]) for k in listed] == [("acme", "ci", None)]
-    assert key.split("_")[2] not in json.dumps(listed)  # the secret is never shown again
+    assert key.split("_", 2)[2] not in json.dumps(listed)  # the secret is never shown again
     store = SQLiteStore(db)
     stored = store.list_api_keys()[0]
     assert stored.secret_hash != key.split("_", 2)[2] and len(stored.secret_hash) == 64

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
+from contextfold.core.log import ApiKey
 from contextfold.server.errors import ServiceError
 from contextfold.server.ids import check_tenant
 from contextfold.server.settings import LOCAL_TENANT
@@ -38,6 +39,13 @@ def new_key() -> tuple[str, str, str]:
 
 def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def create_key(store: Store, tenant: str, label: str = "") -> str:
+    """Store a new key of ``tenant`` (its hash only); the key as a client sends it, shown once."""
+    key_id, secret, key = new_key()
+    store.put_api_key(ApiKey(key_id, check_tenant(tenant), hash_secret(secret), label, time.time()))
+    return key
 
 
 def parse_key(key: str) -> tuple[str, str] | None:

@@ -13,7 +13,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from contextfold.core.errors import InvalidInput, NotFound
-from contextfold.core.log import ApiKey
 from contextfold.store.registry import open_store
 
 if TYPE_CHECKING:
@@ -169,18 +168,16 @@ def seed_demo(service: Service) -> None:
 
 
 def _keys_create(args: argparse.Namespace, out: Console, err: Console) -> None:
-    from contextfold.server.auth import hash_secret, new_key
+    from contextfold.server.auth import create_key
     from contextfold.server.ids import check_tenant
 
     tenant = check_tenant(args.tenant)
     store = open_store(args.database)
     try:
-        key_id, secret, key = new_key()
-        store.put_api_key(
-            ApiKey(key_id, tenant, hash_secret(secret), label=args.label, created_at=time.time())
-        )
+        key = create_key(store, tenant, args.label)
     finally:
         store.close()
+    key_id = key.split("_", 2)[1]  # cf_<id>_<secret>
     err.print(f"key {key_id} for tenant {tenant!r} (shown once; the store keeps only its hash):")
     out.print(key, soft_wrap=True, highlight=False)
 
