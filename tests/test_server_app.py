@@ -125,3 +125,29 @@ def test_fast_json_encodes_what_the_standard_encoder_does() -> None:
     fast = FastJSON(body).body
     plain = JSONResponse(body).body
     assert json.loads(fast) == json.loads(plain) == body
+
+
+def test_model_free_folding_runs_in_worker_processes_unless_told_otherwise(tmp_path: Any) -> None:
+    from contextfold.runtime.process import ProcessRunner
+    from contextfold.runtime.thread import ThreadRunner
+
+    for processes, kind in ((1, ProcessRunner), (0, ThreadRunner)):
+        service = Service(
+            Settings(database=str(tmp_path / f"p{processes}.db"), runner_processes=processes)
+        )
+        service.start()
+        try:
+            assert type(service.runner) is kind
+            session = service.create("t", "s", system="sys")
+            session.extend(
+                {"role": "user", "content": f"turn {i} " + "words " * 80} for i in range(40)
+            )
+            session.view("default", preset="offline", budget=600)
+            view = service.watch(session, "default")
+            assert service.runner is not None and service.runner.wait_idle(timeout=60)
+            assert view.folds(), kind
+        finally:
+            service.close()
+    with pytest.raises(InvalidInput) as caught:
+        Settings(runner_processes=-1)
+    assert caught.value.field == "runner_processes"

@@ -70,6 +70,13 @@ def add_commands(sub: Any) -> None:
         help="no background compaction here (other processes run it); compact stays available",
     )
     serve.add_argument(
+        "--runner-processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes for model-free folding, off the requests' GIL (0: fold on threads)",
+    )
+    serve.add_argument(
         "--demo",
         action="store_true",
         help="seed the demo session (tenant 'local', no auth) and print the page's address",
@@ -118,6 +125,7 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
         cors_origins=tuple(args.cors_origin),
         demo=args.demo,
         runner=not args.no_runner,
+        runner_processes=args.runner_processes,
     )
     service = Service(settings)
     if args.demo:

@@ -21,6 +21,7 @@ from contextfold.core.events import Event
 from contextfold.core.tokens import get_counter
 from contextfold.memory.session import Memory, Session
 from contextfold.memory.view import View
+from contextfold.runtime.process import ProcessRunner
 from contextfold.runtime.thread import ThreadRunner
 from contextfold.server.auth import KeyCache
 from contextfold.server.errors import ServiceError
@@ -81,9 +82,16 @@ class Service:
     # -- lifecycle --------------------------------------------------------
 
     def start(self) -> None:
-        if self.runner is None and self.settings.runner:
-            self.runner = ThreadRunner(
-                self.settings.runner_workers, settle_s=self.settings.settle_s
+        settings = self.settings
+        if self.runner is None and settings.runner:
+            self.runner = (
+                ProcessRunner(
+                    settings.runner_workers,
+                    processes=settings.runner_processes,
+                    settle_s=settings.settle_s,
+                )
+                if settings.runner_processes
+                else ThreadRunner(settings.runner_workers, settle_s=settings.settle_s)
             )
 
     def stop(self) -> None:

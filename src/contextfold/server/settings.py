@@ -43,6 +43,10 @@ class Settings:
     runner: bool = True
     """Compact watched views in the background; off when other processes do it."""
     runner_workers: int = 2
+    runner_processes: int = 1
+    """Worker processes for model-free folding (``ProcessRunner``): the extractive
+    selection is CPU work that, on a thread, would hold the GIL the requests need.
+    0 folds on the runner's threads (``ThreadRunner``)."""
     settle_s: float = 0.25
     """How long the runner lets a session's appends gather before planning it: one plan
     per burst, not one per append, keeps planning off the requests' CPU."""
@@ -66,5 +70,7 @@ class Settings:
             raise InvalidInput(f"port must be in 0..65535, not {self.port}", field="port")
         if self.max_body_bytes < 1:
             raise InvalidInput("max_body_bytes must be positive", field="max_body_bytes")
+        if self.runner_processes < 0:
+            raise InvalidInput("runner_processes must be 0 or more", field="runner_processes")
         if self.budget < 1:
             raise InvalidInput("budget must be a positive integer", field="budget")
