@@ -16,9 +16,10 @@ append of one key run under a lock, so concurrent requests with one key queue
 and the later ones are answered as retries. Two processes sent one key at the
 same instant can both find it unknown; the store's unique keys still log each
 message once, and the records the append hands back are compared with the
-request, so the loser gets the stored records (same messages) or a 409. Only a
-loser with more messages than the winner has its extra messages stored before
-that 409: the store has no conditional append to close this last window.
+request: the later request gets them when they hold its messages, a 409 when
+not. Only a later request with more messages than the first has its extra
+messages stored before that 409: the store has no conditional append to close
+this last window.
 """
 
 from __future__ import annotations
