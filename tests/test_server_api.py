@@ -204,7 +204,7 @@ def test_idempotency_key_with_another_body_is_409_and_stores_nothing(client: Tes
     assert client.get(f"{API}/s1").json()["last_seq"] == 2
 
 
-def test_idempotency_across_processes_falls_back_to_the_store() -> None:
+def test_idempotency_across_processes_is_answered_by_the_store() -> None:
     store = RAMStore()
     with TestClient(create_app(make_service(store, auth=False, runner=False))) as one:
         create(one, "s1")

@@ -1,35 +1,41 @@
 """Idempotency keys on appends: a retried request is answered, not stored twice.
 
 A request's ``Idempotency-Key: K`` becomes the store key ``K:i`` of its message
-``i``, so the store itself never logs a keyed message twice, whichever process
-or retry sends it. This process also remembers, for each recent key, a digest
-of the request's messages and the seqs they got: a retry is answered from the
-log, and the same key sent with another body is refused with 409 before
-anything is stored. A key this process has not seen (another process took the
-first request, or it restarted) falls back to the store: the records it hands
-back for known keys are compared with the request, and a mismatch is a 409.
+``i``. Before appending, the store is asked which of ``K:0`` .. ``K:n`` it holds
+(``Store.keyed``; ``K:n`` tells whether the key came with more messages):
+
+- none: the batch is appended under its keys;
+- ``K:0`` .. ``K:n-1`` and not ``K:n``, holding the request's messages: a retry;
+  the stored records are returned and nothing is stored;
+- anything else (some keys, other messages, more or fewer of them): 409, and
+  nothing is stored.
+
+The store is the only memory, so the answer is the same whichever process took
+the first request, and after a restart. Within this process the look-up and the
+append of one key run under a lock, so concurrent requests with one key queue
+and the later ones are answered as retries. Two processes sent one key at the
+same instant can both find it unknown; the store's unique keys still log each
+message once, and the records the append hands back are compared with the
+request: the later request gets them when they hold its messages, a 409 when
+not. Only a later request with more messages than the first has its extra
+messages stored before that 409: the store has no conditional append to close
+this last window.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from contextfold.core.errors import InvalidInput
 from contextfold.core.log import LoggedMessage
-from contextfold.core.messages import validate_message
+from contextfold.core.messages import Message, validate_message
 from contextfold.memory.session import Session
 from contextfold.server.errors import ServiceError
 
-REMEMBERED = 100_000
-
-
-def digest(messages: Sequence[dict[str, Any]]) -> str:
-    text = json.dumps(messages, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+STRIPES = 64
+"""Locks shared by hash of (session, key): enough that unrelated keys seldom wait."""
 
 
 def mismatch(key: str) -> ServiceError:
@@ -41,52 +47,33 @@ def mismatch(key: str) -> ServiceError:
     )
 
 
-class IdempotentAppends:
-    """Appends under request keys, remembering the last ``REMEMBERED`` keys in this process."""
+def validated(messages: Sequence[dict[str, Any]], key: str) -> list[Message]:
+    """The messages as the log would hold them; a message the log would refuse cannot
+    be what the key stored, so it is the key's mismatch."""
+    try:
+        return [validate_message(m, index=i) for i, m in enumerate(messages)]
+    except InvalidInput:
+        raise mismatch(key) from None
 
-    def __init__(self, remembered: int = REMEMBERED) -> None:
-        self._lock = threading.Lock()
-        self._seen: OrderedDict[tuple[str, str], tuple[str, int, int]] = OrderedDict()
-        self._remembered = remembered
+
+class IdempotentAppends:
+    """Appends under request keys, each checked against the store before anything is stored."""
+
+    def __init__(self) -> None:
+        self._locks = [threading.Lock() for _ in range(STRIPES)]
 
     def append(
         self, session: Session, messages: list[dict[str, Any]], key: str
     ) -> list[LoggedMessage]:
-        body = digest(messages)
-        seen = self._recall(session.id, key)
-        if seen is not None:
-            if seen[0] != body:
+        keys = [f"{key}:{i}" for i in range(len(messages))]
+        with self._locks[hash((session.id, key)) % STRIPES]:
+            known = session.store.keyed(session.id, [*keys, f"{key}:{len(messages)}"])
+            logged = None if known else session.extend(messages, keys=keys)
+        if logged is None:
+            if sorted(known) != sorted(keys):
                 raise mismatch(key)
-            return session.store.messages(session.id, seen[1], seen[1] + seen[2] - 1)
-        before = session.store.last_seq(session.id)
-        logged = session.extend(messages, keys=[f"{key}:{i}" for i in range(len(messages))])
-        earlier = [r.seq <= before for r in logged]
-        if any(earlier):
-            same = all(earlier) and [r.message for r in logged] == [
-                validate_message(m, index=i) for i, m in enumerate(messages)
-            ]
-            if not same:
-                raise mismatch(key)
-        seqs = [r.seq for r in logged]
-        if seqs == list(range(seqs[0], seqs[0] + len(seqs))):
-            self._remember(session.id, key, (body, seqs[0], len(seqs)))
+            logged = [known[k] for k in keys]
+        # Also after an append: another process may have stored the keys meanwhile.
+        if [r.message for r in logged] != validated(messages, key):
+            raise mismatch(key)
         return logged
-
-    def _recall(self, session_id: str, key: str) -> tuple[str, int, int] | None:
-        with self._lock:
-            found = self._seen.get((session_id, key))
-            if found is not None:
-                self._seen.move_to_end((session_id, key))
-            return found
-
-    def _remember(self, session_id: str, key: str, entry: tuple[str, int, int]) -> None:
-        with self._lock:
-            self._seen[(session_id, key)] = entry
-            while len(self._seen) > self._remembered:
-                self._seen.popitem(last=False)
-
-    def forget(self, session_id: str) -> None:
-        """The session was deleted: its keys mean nothing now."""
-        with self._lock:
-            for k in [k for k in self._seen if k[0] == session_id]:
-                del self._seen[k]

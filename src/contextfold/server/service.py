@@ -166,7 +166,6 @@ class Service:
         with self._lock:
             self._handles.pop(sid, None)
             self._watched = {k for k in self._watched if k[0] != sid}
-        self.idempotent.forget(sid)
         if not self.memory.delete_session(sid):
             raise NotFound(f"no session {session_id!r}")
 

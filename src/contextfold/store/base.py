@@ -127,6 +127,14 @@ class Store(Protocol):
         """Which of ``ids`` some logged assistant message called as a tool."""
         ...
 
+    def keyed(self, session_id: str, keys: Sequence[str]) -> dict[str, LoggedMessage]:
+        """The logged messages stored under any of these idempotency keys, by key.
+
+        What a caller checks before appending under keys: which are taken, and
+        by what (a retry is answered from them, a reused key is refused).
+        """
+        ...
+
     def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:
         """The view's folds ordered by start (superseded ones only on request)."""
         ...

@@ -224,6 +224,15 @@ class PostgresStore:
                 require(cur, session_id)
         return {row[0] for row in found}
 
+    def keyed(self, session_id: str, keys: Sequence[str]) -> dict[str, LoggedMessage]:
+        wanted = sorted(set(keys))
+        with self._db.read() as cur:
+            found = cur.execute(q.KEYS_SQL, (session_id, wanted)).fetchall()
+            if not found:
+                require(cur, session_id)
+        logged = [rows.logged(session_id, row) for row in found]
+        return {str(m.key): m for m in logged}
+
     # -- folds ----------------------------------------------------------------
 
     def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:

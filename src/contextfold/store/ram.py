@@ -192,6 +192,12 @@ class RAMStore:
         self.get_session(session_id)
         return set(ids) & self._calls[session_id]
 
+    def keyed(self, session_id: str, keys: Sequence[str]) -> dict[str, LoggedMessage]:
+        self.get_session(session_id)
+        with self._lock:
+            stored = self._keys[session_id]
+            return {k: copied(stored[k]) for k in set(keys) if k in stored}
+
     def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:
         self.get_session(session_id)
         with self._lock:

@@ -101,6 +101,10 @@ CALLED_IDS_SQL = (
     "SELECT DISTINCT call_id FROM tool_calls WHERE session_id = ? "
     "AND call_id IN (SELECT value FROM json_each(?))"
 )
+KEYED_SQL = (
+    f"SELECT {_COLUMNS} FROM messages INDEXED BY messages_key WHERE session_id = ? "
+    "AND key IN (SELECT value FROM json_each(?))"
+)
 _FOLD_ROW = "id, view, start_seq, end_seq, placement, fold, superseded_by"
 # By the index of active folds: a long past of superseded folds is never scanned.
 ACTIVE_FOLDS_SQL = (
@@ -387,6 +391,15 @@ class SQLiteStore:
             if not found:
                 self._require(conn, session_id)
         return {row[0] for row in found}
+
+    def keyed(self, session_id: str, keys: Sequence[str]) -> dict[str, LoggedMessage]:
+        wanted = json.dumps(sorted(set(keys)))
+        with self._read() as conn:
+            found = conn.execute(KEYED_SQL, (session_id, wanted)).fetchall()
+            if not found:
+                self._require(conn, session_id)
+        logged = [rows.logged(session_id, row) for row in found]
+        return {str(m.key): m for m in logged}
 
     def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:
         sql = ALL_FOLDS_SQL if include_superseded else ACTIVE_FOLDS_SQL

@@ -1,4 +1,5 @@
-"""The Store contract's promises about listings, session figures, deletion and API keys.
+"""The Store contract's promises about listings, session figures, deletion, API keys
+and the look-up of idempotency keys.
 
 Part of ``contextfold.testing.store_contract.StoreContract``, which inherits
 these tests; kept apart because they are what the service asks of a store
@@ -22,6 +23,10 @@ def _new(text: str, tokens: int = 3) -> NewMessage:
     return NewMessage({"role": "user", "content": text}, tokens)
 
 
+def _keyed(text: str, key: str) -> NewMessage:
+    return NewMessage({"role": "user", "content": text}, 3, key)
+
+
 def _fold(start: int, end: int) -> Fold:
     return Fold(
         view="default",
@@ -41,7 +46,31 @@ def _blank(field: str) -> dict[str, Any]:
 
 
 class SessionAdminContract:
-    """Listings, ``session_info``, ``delete_session`` and API keys."""
+    """Listings, ``session_info``, ``delete_session``, API keys and ``keyed``."""
+
+    def test_keyed_finds_the_records_stored_under_keys(self, store: Store) -> None:
+        store.create_session("s", encoding="o200k_base")
+        logged = store.append(
+            "s", [_new("plain"), _keyed("a", "r:0"), _keyed("b", "r:1"), _keyed("c", "q:0")]
+        )
+        found = store.keyed("s", ["r:0", "r:1", "r:2", "nope"])
+        assert found == {"r:0": logged[1], "r:1": logged[2]}
+        assert store.keyed("s", ["q:0"]) == {"q:0": logged[3]}
+        assert store.keyed("s", []) == {}
+        assert store.keyed("s", ["r:0", "r:0"]) == {"r:0": logged[1]}
+
+    def test_keyed_is_per_session_and_hands_out_copies(self, store: Store) -> None:
+        for sid in ("s", "t"):
+            store.create_session(sid, encoding="o200k_base")
+        store.append("s", [_keyed("mine", "k")])
+        assert store.keyed("t", ["k"]) == {}
+        store.keyed("s", ["k"])["k"].message["content"] = "edited"
+        assert store.keyed("s", ["k"])["k"].message["content"] == "mine"
+        assert store.keyed("s", ["k"])["k"].seq == 1
+        with pytest.raises(NotFound):
+            store.keyed("missing", ["k"])
+        with pytest.raises(NotFound):
+            store.keyed("missing", [])
 
     def test_list_sessions_by_prefix_in_id_order(self, store: Store) -> None:
         for sid in ("b/2", "a/3", "a/1", "a/10", "ab/1", "c"):
