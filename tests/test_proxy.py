@@ -18,13 +18,13 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from fake_providers import FakeProvider, Reply, error_reply, openai_reply
+from server_harness import add_key, running
 
 from contextfold.core.messages import Message
 from contextfold.server.app import create_app
 from contextfold.server.service import Service
 from contextfold.server.settings import Settings
-from tests.fake_providers import FakeProvider, Reply, error_reply, openai_reply
-from tests.server_harness import add_key, running
 
 SYSTEM = {"role": "system", "content": "You are terse."}
 CALL = {"id": "call_7", "type": "function", "function": {"name": "read", "arguments": '{"p": "a"}'}}

@@ -131,6 +131,24 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 
+Migrations = list[tuple[str, tuple[str, ...]]]
+
+
+def pending(migrations: Migrations, done: set[str], where: str) -> Migrations:
+    """The migrations not applied yet, in order; every store applies its own list this way.
+
+    Refuses a database recording migrations this code does not know: a newer
+    contextfold wrote it, and this one would misread it.
+    """
+    unknown = done - {name for name, _ in migrations}
+    if unknown:
+        raise StoreError(
+            f"{where} was written by a newer contextfold (schema migrations "
+            f"{sorted(unknown)} are unknown here); upgrade contextfold to open it"
+        )
+    return [(name, statements) for name, statements in migrations if name not in done]
+
+
 def check_ours(conn: sqlite3.Connection, path: str) -> None:
     """Refuse a database that another application made: it has tables, none of them ours.
 
@@ -158,16 +176,8 @@ def migrate(conn: sqlite3.Connection, path: str = "database") -> list[str]:
             "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
         )
         done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
-        unknown = done - {name for name, _ in MIGRATIONS}
-        if unknown:
-            raise StoreError(
-                f"{path} was written by a newer contextfold (schema migrations "
-                f"{sorted(unknown)} are unknown here); upgrade contextfold to open it"
-            )
         applied: list[str] = []
-        for name, statements in MIGRATIONS:
-            if name in done:
-                continue
+        for name, statements in pending(MIGRATIONS, done, path):
             for statement in statements:
                 conn.execute(statement)
             conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))

@@ -77,7 +77,6 @@ from contextfold.store.postgres_pool import (
 )
 from contextfold.store.postgres_schema import migrate
 from contextfold.store.postgres_wake import PostgresWake, channel_for
-from contextfold.store.sqlite import _dumps, _fold_json, _prepare
 
 
 class PostgresStore:
@@ -106,7 +105,7 @@ class PostgresStore:
         if not session_id:
             raise InvalidInput("session id must not be empty", field="session_id")
         nul_free(session_id=session_id, encoding=encoding)
-        meta_json = _dumps(dict(meta or {}), field="meta")
+        meta_json = rows.dumps(dict(meta or {}), field="meta")
         with self._db.write() as cur:
             cur.execute(q.CREATE_SESSION_SQL, (session_id, encoding, meta_json, time.time()))
             row = one_row(cur, q.SESSION_SQL, (session_id,), session_id)
@@ -149,7 +148,7 @@ class PostgresStore:
         listens, its echo is expected (``PostgresWake``), and given up if the
         append fails or stores nothing new.
         """
-        prepared = [_prepare(i, new) for i, new in enumerate(batch)]
+        prepared = [rows.prepare(i, new) for i, new in enumerate(batch)]
         for i, (new, _, _, call_ids) in enumerate(prepared):
             nul_free(i, key=new.key, tool_calls="".join(call_ids))
         keys = sorted({new.key for new in batch if new.key})
@@ -279,7 +278,7 @@ class PostgresStore:
     def commit_folds(
         self, session_id: str, view: str, folds: Sequence[Fold], expected_version: int
     ) -> int:
-        encoded = [_fold_json(i, fold) for i, fold in enumerate(folds)]
+        encoded = [rows.fold_json(i, fold) for i, fold in enumerate(folds)]
         with self._db.write() as cur:
             version, last = self._lock_version(cur, session_id, view)
             if version != expected_version:

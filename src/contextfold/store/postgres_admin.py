@@ -80,18 +80,7 @@ def session_info(cur: Cursor, session_id: str) -> SessionInfo:
     row = cur.execute(INFO_SQL, (session_id,)).fetchone()
     if row is None:
         raise NotFound(f"no session {session_id!r}")
-    record = rows.session(row[:4])
-    last_seq, count, tokens, last_at = row[4:]
-    return SessionInfo(
-        record.id,
-        record.encoding,
-        record.meta,
-        record.created_at,
-        int(last_seq),
-        int(count),
-        int(tokens),
-        record.created_at if last_at is None else float(last_at),
-    )
+    return rows.session_info(row)
 
 
 def delete_session(cur: Cursor, session_id: str) -> bool:

@@ -14,6 +14,7 @@ import psycopg
 from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold, FoldSpan, Span
 from contextfold.store import postgres_sql as q
+from contextfold.store import rows
 
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 
@@ -39,16 +40,5 @@ def insert_fold(cur: Cursor, session_id: str, fold: Fold, body: str) -> None:
         raise InvalidInput(f"fold id {fold.id!r} is already stored", field="id")
     cur.execute(
         q.INSERT_FOLD_SQL,
-        (
-            fold.id,
-            session_id,
-            fold.view,
-            fold.start,
-            fold.end,
-            fold.placement,
-            fold.kind,
-            body,
-            fold.superseded_by,
-            fold.created_at,
-        ),
+        rows.fold_params(session_id, fold, body),
     )

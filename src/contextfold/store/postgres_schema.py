@@ -25,7 +25,8 @@ from psycopg import sql
 
 from contextfold.core.errors import StoreError
 from contextfold.core.tokens import COUNT_VERSION
-from contextfold.store.recount import _count, _counter
+from contextfold.store.migrations import pending
+from contextfold.store.recount import current, stale
 
 MIGRATIONS_TABLE = "contextfold_migrations"
 
@@ -168,16 +169,8 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> list[str]:
             "(name text PRIMARY KEY, applied_at double precision NOT NULL)"
         )
         done = {row[0] for row in conn.execute(f"SELECT name FROM {MIGRATIONS_TABLE}")}
-        unknown = done - {name for name, _ in MIGRATIONS}
-        if unknown:
-            raise StoreError(
-                f"schema {schema!r} was written by a newer contextfold (schema migrations "
-                f"{sorted(unknown)} are unknown here); upgrade contextfold to open it"
-            )
         applied: list[str] = []
-        for name, statements in MIGRATIONS:
-            if name in done:
-                continue
+        for name, statements in pending(MIGRATIONS, done, f"schema {schema!r}"):
             for statement in statements:
                 conn.execute(statement)
             conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} VALUES (%s, %s)", (name, time.time()))
@@ -193,27 +186,14 @@ def recount(conn: psycopg.Connection[Any], schema: str) -> int:
     than this code knows: it would misjudge every budget.
     """
     row = conn.execute("SELECT MAX(version) FROM contextfold_count_version").fetchone()
-    recorded = None if row is None else row[0]
-    if recorded is not None and recorded > COUNT_VERSION:
-        raise StoreError(
-            f"schema {schema!r} was written by a newer contextfold (token count version "
-            f"{recorded}, this one counts by version {COUNT_VERSION}); upgrade contextfold"
-        )
-    if recorded == COUNT_VERSION:
+    if current(None if row is None else row[0], f"schema {schema!r}"):
         return 0
     changed = 0
     for session_id, encoding in conn.execute("SELECT id, encoding FROM sessions").fetchall():
-        counter = _counter(encoding)
-        if counter is None:
-            continue
         found = conn.execute(
             "SELECT seq, message, tokens FROM messages WHERE session_id = %s", (session_id,)
         ).fetchall()
-        updates = [
-            (fresh, session_id, seq)
-            for seq, text, tokens in found
-            if (fresh := _count(counter, text)) is not None and fresh != tokens
-        ]
+        updates = [(fresh, session_id, seq) for fresh, seq in stale(encoding, found)]
         if updates:
             with conn.cursor() as cur:
                 cur.executemany(

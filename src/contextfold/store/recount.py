@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterable
 from typing import Any
 
 from contextfold.core.errors import InvalidInput, StoreError
@@ -39,29 +40,44 @@ def recount(conn: sqlite3.Connection, path: str) -> int:
     Call inside a write transaction. Refuses a file whose counts follow a newer
     formula than this code knows: it would misjudge every budget.
     """
-    recorded = conn.execute(VERSION_SQL).fetchone()[0]
-    if recorded is not None and recorded > COUNT_VERSION:
-        raise StoreError(
-            f"{path} was written by a newer contextfold (token count version {recorded}, "
-            f"this one counts by version {COUNT_VERSION}); upgrade contextfold to open it"
-        )
-    if recorded == COUNT_VERSION:
+    if current(conn.execute(VERSION_SQL).fetchone()[0], path):
         return 0
     changed = 0
     for session_id, encoding in conn.execute(SESSIONS_SQL).fetchall():
-        counter = _counter(encoding)
-        if counter is None:
-            continue
-        updates = [
-            (fresh, session_id, seq)
-            for seq, text, tokens in conn.execute(MESSAGES_SQL, (session_id,))
-            if (fresh := _count(counter, text)) is not None and fresh != tokens
-        ]
+        found = conn.execute(MESSAGES_SQL, (session_id,)).fetchall()
+        updates = [(fresh, session_id, seq) for fresh, seq in stale(encoding, found)]
         conn.executemany(SET_TOKENS_SQL, updates)
         changed += len(updates)
     conn.execute("DELETE FROM _count_version")
     conn.execute("INSERT INTO _count_version VALUES (?)", (COUNT_VERSION,))
     return changed
+
+
+def current(recorded: int | None, where: str) -> bool:
+    """Whether counts recorded at version ``recorded`` are this code's; every store asks.
+
+    Refuses counts by a newer formula than this code knows: it would misjudge
+    every budget.
+    """
+    if recorded is not None and recorded > COUNT_VERSION:
+        raise StoreError(
+            f"{where} was written by a newer contextfold (token count version {recorded}, "
+            f"this one counts by version {COUNT_VERSION}); upgrade contextfold to open it"
+        )
+    return recorded == COUNT_VERSION
+
+
+def stale(encoding: Any, rows: Iterable[tuple[Any, Any, Any]]) -> list[tuple[int, int]]:
+    """``(fresh count, seq)`` of a session's ``(seq, message JSON, tokens)`` rows counted
+    otherwise now; none for an encoding no session can be opened with."""
+    counter = _counter(encoding)
+    if counter is None:
+        return []
+    return [
+        (fresh, seq)
+        for seq, text, tokens in rows
+        if (fresh := _count(counter, text)) is not None and fresh != tokens
+    ]
 
 
 def _counter(encoding: Any) -> TokenCounter | None:

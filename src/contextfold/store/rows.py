@@ -1,4 +1,5 @@
-"""Rows of the SQLite store read back as records, with a clear error for a damaged one.
+"""Rows of the database stores (SQLite, PostgreSQL): records encoded for a row, and read
+back with a clear error for a damaged one.
 
 A database file can be edited by hand or by a tool that knows nothing of
 contextfold. Every row is therefore decoded here, and what cannot be decoded
@@ -12,11 +13,12 @@ be invented in its place.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from contextfold.core.errors import DamagedFold, InvalidInput, StoreError
 from contextfold.core.folds import Fold
-from contextfold.core.log import LoggedMessage, SessionRecord, ViewRecord
+from contextfold.core.log import LoggedMessage, NewMessage, SessionInfo, SessionRecord, ViewRecord
 from contextfold.core.messages import ROLES
 
 
@@ -49,6 +51,38 @@ def session(row: tuple[Any, ...]) -> SessionRecord:
     except (TypeError, ValueError) as exc:
         raise StoreError(f"session {session_id!r}: its meta is not JSON ({exc})") from exc
     return SessionRecord(session_id, encoding, data if isinstance(data, dict) else {}, created_at)
+
+
+def session_info(row: tuple[Any, ...]) -> SessionInfo:
+    """A session row followed by its last seq, message count, token sum and newest time."""
+    record = session(row[:4])
+    last_seq, count, tokens, last_at = row[4:]
+    return SessionInfo(
+        record.id,
+        record.encoding,
+        record.meta,
+        record.created_at,
+        int(last_seq),
+        int(count),
+        int(tokens),
+        record.created_at if last_at is None else float(last_at),
+    )
+
+
+def fold_params(session_id: str, fold: Fold, body: str) -> tuple[Any, ...]:
+    """A fold's columns in the order of both stores' ``INSERT INTO folds``."""
+    return (
+        fold.id,
+        session_id,
+        fold.view,
+        fold.start,
+        fold.end,
+        fold.placement,
+        fold.kind,
+        body,
+        fold.superseded_by,
+        fold.created_at,
+    )
 
 
 def view(session_id: str, row: tuple[Any, ...]) -> ViewRecord:
@@ -92,3 +126,41 @@ def fold(session_id: str, row: tuple[Any, ...]) -> Fold:
         if getattr(out, name) != column:
             raise damaged(f"its {name} {getattr(out, name)!r} disagrees with its row ({column!r})")
     return out
+
+
+def dumps(value: Any, *, field: str, index: int | None = None) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"not JSON-serializable: {exc}", index=index, field=field) from exc
+
+
+def prepare(index: int, new: NewMessage) -> tuple[NewMessage, str, str, list[str]]:
+    """Role, JSON and tool-call ids, worked out before any write begins."""
+    message: Any = new.message
+    role = message.get("role") if isinstance(message, Mapping) else None
+    if not isinstance(role, str):
+        raise InvalidInput("a logged message needs a string role", index=index, field="role")
+    try:
+        calls = [str(call["id"]) for call in message.get("tool_calls") or ()]
+    except (KeyError, TypeError) as exc:
+        raise InvalidInput("tool call without an id", index=index, field="tool_calls") from exc
+    return new, role, dumps(message, index=index, field="message"), calls
+
+
+def fold_json(index: int, fold: Fold) -> str:
+    """The fold as stored; ``superseded_by`` lives in its own column only."""
+    body = {k: v for k, v in fold.to_dict().items() if k != "superseded_by"}
+    try:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        field = next((k for k, v in body.items() if not _serializable(v)), "fold")
+        raise InvalidInput(f"fold {index} is not JSON-serializable: {exc}", field=field) from exc
+
+
+def _serializable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True

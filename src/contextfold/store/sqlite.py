@@ -180,13 +180,6 @@ def _translated(path: str) -> Iterator[None]:
         raise StoreError(f"sqlite {path}: {exc}") from exc
 
 
-def _dumps(value: Any, *, field: str, index: int | None = None) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"not JSON-serializable: {exc}", index=index, field=field) from exc
-
-
 def _not_found(session_id: str) -> NotFound:
     return NotFound(f"no session {session_id!r}")
 
@@ -276,7 +269,7 @@ class SQLiteStore:
     ) -> SessionRecord:
         if not session_id:
             raise InvalidInput("session id must not be empty", field="session_id")
-        meta_json = _dumps(dict(meta or {}), field="meta")
+        meta_json = rows.dumps(dict(meta or {}), field="meta")
         with self._write() as conn:
             conn.execute(CREATE_SESSION_SQL, (session_id, encoding, meta_json, time.time()))
             row = conn.execute(SESSION_SQL, (session_id,)).fetchone()
@@ -307,7 +300,7 @@ class SQLiteStore:
             return admin.delete_session(conn, session_id)
 
     def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
-        prepared = [_prepare(i, new) for i, new in enumerate(batch)]
+        prepared = [rows.prepare(i, new) for i, new in enumerate(batch)]
         with self._write() as conn:
             seq = int(self._row(conn, LAST_SEQ_SQL, (session_id,), session_id)[0] or 0)
             now = time.time()
@@ -440,7 +433,7 @@ class SQLiteStore:
     def commit_folds(
         self, session_id: str, view: str, folds: Sequence[Fold], expected_version: int
     ) -> int:
-        encoded = [_fold_json(i, fold) for i, fold in enumerate(folds)]
+        encoded = [rows.fold_json(i, fold) for i, fold in enumerate(folds)]
         params = {"session": session_id, "view": view}
         with self._write() as conn:
             last_row, version_row = self._row(conn, FOLD_HEAD_SQL, params, session_id)
@@ -479,18 +472,7 @@ class SQLiteStore:
             raise InvalidInput(f"fold id {fold.id!r} is already stored", field="id")
         conn.execute(
             INSERT_FOLD_SQL,
-            (
-                fold.id,
-                session_id,
-                fold.view,
-                fold.start,
-                fold.end,
-                fold.placement,
-                fold.kind,
-                body,
-                fold.superseded_by,
-                fold.created_at,
-            ),
+            rows.fold_params(session_id, fold, body),
         )
 
     def put_view(
@@ -584,34 +566,3 @@ def _use_wal(conn: sqlite3.Connection, timeout: float) -> None:
             if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
                 raise
             time.sleep(0.01)
-
-
-def _prepare(index: int, new: NewMessage) -> tuple[NewMessage, str, str, list[str]]:
-    """Role, JSON and tool-call ids, worked out before any write begins."""
-    message: Any = new.message
-    role = message.get("role") if isinstance(message, Mapping) else None
-    if not isinstance(role, str):
-        raise InvalidInput("a logged message needs a string role", index=index, field="role")
-    try:
-        calls = [str(call["id"]) for call in message.get("tool_calls") or ()]
-    except (KeyError, TypeError) as exc:
-        raise InvalidInput("tool call without an id", index=index, field="tool_calls") from exc
-    return new, role, _dumps(message, index=index, field="message"), calls
-
-
-def _fold_json(index: int, fold: Fold) -> str:
-    """The fold as stored; ``superseded_by`` lives in its own column only."""
-    body = {k: v for k, v in fold.to_dict().items() if k != "superseded_by"}
-    try:
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        field = next((k for k, v in body.items() if not _serializable(v)), "fold")
-        raise InvalidInput(f"fold {index} is not JSON-serializable: {exc}", field=field) from exc
-
-
-def _serializable(value: Any) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
