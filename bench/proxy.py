@@ -116,7 +116,7 @@ _SERVICE = """
 import sys, uvicorn
 from contextfold.core.log import ApiKey
 from contextfold.server.app import create_app
-from contextfold.server.auth import hash_secret
+from contextfold.server.keys import hash_secret
 from contextfold.server.settings import Settings
 from contextfold.store import open_store
 db, port, upstream, key_id, secret, runner = sys.argv[1:]

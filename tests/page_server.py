@@ -26,7 +26,7 @@ import uvicorn
 
 from contextfold.core.log import ApiKey
 from contextfold.server.app import create_app
-from contextfold.server.auth import hash_secret, new_key
+from contextfold.server.keys import hash_secret, new_key
 from contextfold.server.service import Service
 from contextfold.server.settings import Settings
 

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import uvicorn
 from fastapi import FastAPI
 
-from contextfold.server.auth import create_key
+from contextfold.server.keys import create_key
 from contextfold.server.service import Service
 from contextfold.server.settings import Settings
 from contextfold.store.base import Store

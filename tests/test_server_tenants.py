@@ -18,7 +18,7 @@ from server_harness import add_key, bearer, make_service
 
 from contextfold.cli import main
 from contextfold.server.app import create_app
-from contextfold.server.auth import create_key
+from contextfold.server.keys import create_key
 from contextfold.server.service import Service
 from contextfold.store.sqlite import SQLiteStore
 from contextfold.testing.isolation import A_SESSION, ATTEMPTS, cross_tenant

@@ -176,8 +176,8 @@ def seed_demo(service: Service) -> None:
 
 
 def _keys_create(args: argparse.Namespace, out: Console, err: Console) -> None:
-    from contextfold.server.auth import create_key
     from contextfold.server.ids import check_tenant
+    from contextfold.server.keys import create_key
 
     tenant = check_tenant(args.tenant)
     store = open_store(args.database)

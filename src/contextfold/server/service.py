@@ -23,13 +23,13 @@ from contextfold.memory.session import Memory, Session
 from contextfold.memory.view import View
 from contextfold.runtime.process import ProcessRunner
 from contextfold.runtime.thread import ThreadRunner
-from contextfold.server.auth import KeyCache
 from contextfold.server.errors import ServiceError
 from contextfold.server.events import EventHub
 from contextfold.server.idempotency import IdempotentAppends
 from contextfold.server.ids import SESSION_ID as SESSION_ID  # the skeleton's interface
 from contextfold.server.ids import TENANT as TENANT
 from contextfold.server.ids import check_session_id, check_tenant
+from contextfold.server.keys import KeyCache
 from contextfold.server.metrics import ServiceMetrics
 from contextfold.server.settings import Settings
 from contextfold.store.base import Store

@@ -18,7 +18,7 @@ from typing import Any
 import fastapi.routing
 from fastapi.testclient import TestClient
 
-from contextfold.server.auth import create_key
+from contextfold.server.keys import create_key
 from contextfold.store.base import Store
 
 API = "/api/v1/sessions"
