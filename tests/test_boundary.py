@@ -129,6 +129,8 @@ BAD_ARGUMENTS: list[tuple[str, Bad, str]] = [
     ("render(budget='100')", lambda s: s.view("v").render(budget="100"), "budget"),  # type: ignore[arg-type]
     ("render(budget=-1)", lambda s: s.view("v").render(budget=-1), "budget"),
     ("render(budget=0)", lambda s: s.view("v").render(budget=0), "budget"),
+    ("render(budget=2**64)", lambda s: s.view("v").render(budget=2**64), "budget"),
+    ("view(budget=2**31)", lambda s: s.view("v", budget=2**31), "budget"),
     ("render(budget=True)", lambda s: s.view("v").render(budget=True), "budget"),
     ("render(budget=nan)", lambda s: s.view("v").render(budget=math.nan), "budget"),  # type: ignore[arg-type]
     ("render(budget=100.0)", lambda s: s.view("v").render(budget=100.0), "budget"),  # type: ignore[arg-type]

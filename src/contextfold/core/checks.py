@@ -14,13 +14,22 @@ from typing import Any
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import check_json
 
+MAX_BUDGET = 2**31 - 1
+"""The largest budget taken: far past any model's window, and a number every store,
+JSON encoder and database integer column keeps as it is."""
+
 
 def check_budget(value: Any, field: str = "budget") -> int | None:
-    """A token budget: a positive ``int`` (not a bool, float or string), or None."""
+    """A token budget: a positive ``int`` (not a bool, float or string) up to
+    ``MAX_BUDGET``, or None."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise InvalidInput(f"budget must be a positive integer, not {value!r}", field=field)
+    if value > MAX_BUDGET:
+        raise InvalidInput(
+            f"budget must be at most {MAX_BUDGET:,} tokens, not {value}", field=field
+        )
     return value
 
 

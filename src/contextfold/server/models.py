@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contextfold.core.checks import MAX_BUDGET
 from contextfold.core.folds import Fold
 from contextfold.core.log import LoggedMessage, SessionInfo, ViewRecord
 from contextfold.memory.cycle import CompactionReport
@@ -107,7 +108,7 @@ class ViewIn(Closed):
     preset: str | None = None
     options: dict[str, Any] | None = None
     pipeline: dict[str, Any] | None = None
-    budget: int | None = Field(None, gt=0)
+    budget: int | None = Field(None, gt=0, le=MAX_BUDGET)
     model: str | None = Field(None, min_length=1)
     filter: dict[str, Any] | None = None
     high_water: float | None = Field(None, gt=0, le=1)

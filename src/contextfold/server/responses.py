@@ -3,7 +3,8 @@
 A rendered prompt is tens of kilobytes of message text; the standard library
 takes about half a millisecond to encode one, orjson a twentieth of that.
 Everything encoded here is JSON the library has already checked (no NaN, string
-keys), so both encoders give the same document.
+keys), so both encoders give the same document; what orjson cannot write (an
+integer past 64 bits in a message) goes to the standard library's encoder.
 """
 
 from __future__ import annotations
@@ -22,4 +23,7 @@ class FastJSON(JSONResponse):
     def render(self, content: Any) -> bytes:
         if orjson is None:
             return super().render(content)
-        return orjson.dumps(content)
+        try:
+            return orjson.dumps(content)
+        except TypeError:  # an integer past 64 bits, which only the stdlib encoder writes
+            return super().render(content)

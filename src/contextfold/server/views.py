@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query
 from starlette.concurrency import run_in_threadpool
 
+from contextfold.core.checks import MAX_BUDGET
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.memory.view import View
 from contextfold.server.auth import Tenant
@@ -33,7 +34,10 @@ router = APIRouter(prefix="/api/v1/sessions/{sid}/views", tags=["views"], respon
 
 SessionPath = Annotated[str, Path(pattern=SESSION_ID_PATTERN, description="the session id")]
 ViewPath = Annotated[str, Path(pattern=VIEW_NAME_PATTERN, description="the view's name")]
-Budget = Annotated[int | None, Query(gt=0, description="tokens; the view's budget when absent")]
+Budget = Annotated[
+    int | None,
+    Query(gt=0, le=MAX_BUDGET, description="tokens; the view's budget when absent"),
+]
 
 
 def stored_view(svc: Service, tenant: str, sid: str, name: str) -> View:
