@@ -39,6 +39,7 @@ from contextfold.core.log import (
 )
 from contextfold.store import rows
 from contextfold.store import sqlite_admin as admin
+from contextfold.store import sqlite_sql as q
 from contextfold.store.base import (
     Head,
     Quarantined,
@@ -52,123 +53,6 @@ from contextfold.store.migrations import check_ours, migrate
 Durability = Literal["process", "full"]
 # What ``PRAGMA synchronous`` each durability sets (the class docstring says why).
 SYNCHRONOUS: dict[str, str] = {"process": "NORMAL", "full": "FULL"}
-
-# Every statement is a module constant, prepared once by the driver's statement
-# cache (keyed by the text) and reused on every call.
-# Reads that select from ``sessions`` answer "unknown session" (no row) in the
-# same statement; the others check the session only when they found nothing.
-_COLUMNS = "seq, message, tokens, key, created_at"
-SESSION_SQL = "SELECT id, encoding, meta, created_at FROM sessions WHERE id = ?"
-EXISTS_SQL = "SELECT 1 FROM sessions WHERE id = ?"
-# The highest seq handed out: the session's own record of it, or the log's if that is
-# higher (a file from before the record). A deleted row never frees its seq.
-_LAST = "MAX(s.last_seq, COALESCE((SELECT MAX(seq) FROM messages WHERE session_id = s.id), 0))"
-LAST_SEQ_SQL = f"SELECT {_LAST} FROM sessions AS s WHERE s.id = ?"
-SET_LAST_SEQ_SQL = "UPDATE sessions SET last_seq = ? WHERE id = ?"
-CREATE_SESSION_SQL = (
-    "INSERT OR IGNORE INTO sessions (id, encoding, meta, created_at, last_seq) "
-    "VALUES (?, ?, ?, ?, 0)"
-)
-FOLD_VERSION_SQL = (
-    "SELECT (SELECT version FROM fold_versions WHERE session_id = s.id AND view = :view) "
-    "FROM sessions AS s WHERE s.id = :session"
-)
-_LAST_AND_FOLDS = (
-    f"SELECT {_LAST}, (SELECT version FROM fold_versions WHERE session_id = s.id AND view = :view)"
-)
-FOLD_HEAD_SQL = f"{_LAST_AND_FOLDS} FROM sessions AS s WHERE s.id = :session"
-HEAD_SQL = (
-    f"{_LAST_AND_FOLDS}, (SELECT version FROM views WHERE session_id = s.id AND name = :view) "
-    "FROM sessions AS s WHERE s.id = :session"
-)
-KEY_SQL = f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND key = ?"
-INSERT_MESSAGE_SQL = "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?)"
-INSERT_CALL_SQL = "INSERT OR IGNORE INTO tool_calls VALUES (?, ?, ?)"
-# Two range statements so that both bounds are index constraints.
-MESSAGES_FROM_SQL = (
-    f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq >= ? ORDER BY seq"
-)
-MESSAGES_BETWEEN_SQL = (
-    f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq BETWEEN ? AND ? ORDER BY seq"
-)
-MESSAGES_BEFORE_SQL = (
-    f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?"
-)
-LAST_OF_ROLE_SQL = (
-    f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND role = ? ORDER BY seq DESC LIMIT 1"
-)
-CALLED_IDS_SQL = (
-    "SELECT DISTINCT call_id FROM tool_calls WHERE session_id = ? "
-    "AND call_id IN (SELECT value FROM json_each(?))"
-)
-KEYED_SQL = (
-    f"SELECT {_COLUMNS} FROM messages INDEXED BY messages_key WHERE session_id = ? "
-    "AND key IN (SELECT value FROM json_each(?))"
-)
-_FOLD_ROW = "id, view, start_seq, end_seq, placement, fold, superseded_by"
-# By the index of active folds: a long past of superseded folds is never scanned.
-ACTIVE_FOLDS_SQL = (
-    f"SELECT {_FOLD_ROW} FROM folds INDEXED BY folds_active WHERE session_id = ? AND view = ? "
-    "AND superseded_by IS NULL AND quarantined IS NULL ORDER BY start_seq, created_at, rowid"
-)
-ALL_FOLDS_SQL = (
-    f"SELECT {_FOLD_ROW} FROM folds WHERE session_id = ? AND view = ? "
-    "AND quarantined IS NULL ORDER BY start_seq, created_at, rowid"
-)
-# What a commit checks against, from the indexed columns alone and only near the new
-# folds: the active facts, the in-place fold before the range, and those starting in it.
-_SPAN = (
-    "SELECT id, start_seq, end_seq, placement FROM folds WHERE session_id = :session "
-    "AND view = :view AND superseded_by IS NULL AND quarantined IS NULL"
-)
-FACTS_SPANS_SQL = f"{_SPAN} AND placement = 'facts'"
-SPAN_BEFORE_SQL = (
-    f"{_SPAN} AND placement = 'in_place' AND start_seq < :lo ORDER BY start_seq DESC LIMIT 1"
-)
-SPANS_IN_SQL = f"{_SPAN} AND placement = 'in_place' AND start_seq BETWEEN :lo AND :hi"
-QUARANTINE_SQL = (
-    "UPDATE folds SET quarantined = ? WHERE session_id = ? AND view = ? AND id = ? "
-    "AND quarantined IS NULL"
-)
-QUARANTINED_SQL = (
-    "SELECT id, quarantined FROM folds WHERE session_id = ? AND view = ? "
-    "AND quarantined IS NOT NULL ORDER BY rowid"
-)
-SUPERSEDE_SQL = "UPDATE folds SET superseded_by = ? WHERE id = ?"
-FOLD_ID_SQL = "SELECT 1 FROM folds WHERE id = ?"
-INSERT_FOLD_SQL = (
-    "INSERT INTO folds (id, session_id, view, start_seq, end_seq, placement, kind, fold, "
-    "superseded_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-SET_VERSION_SQL = (
-    "INSERT INTO fold_versions VALUES (?, ?, ?) ON CONFLICT (session_id, view) "
-    "DO UPDATE SET version = excluded.version"
-)
-VIEW_VERSION_SQL = (
-    "SELECT (SELECT version FROM views WHERE session_id = s.id AND name = :name) "
-    "FROM sessions AS s WHERE s.id = :session"
-)
-PUT_VIEW_SQL = (
-    "INSERT INTO views VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, name) "
-    "DO UPDATE SET config = excluded.config, version = excluded.version, "
-    "updated_at = excluded.updated_at"
-)
-GET_VIEW_SQL = (
-    "SELECT v.name, v.config, v.version, v.updated_at FROM sessions AS s "
-    "LEFT JOIN views AS v ON v.session_id = s.id AND v.name = :name WHERE s.id = :session"
-)
-LIST_VIEWS_SQL = (
-    "SELECT name, config, version, updated_at FROM views WHERE session_id = ? ORDER BY name"
-)
-LEASE_SQL = (
-    "SELECT l.owner, l.expires_at FROM sessions AS s "
-    "LEFT JOIN leases AS l ON l.session_id = s.id AND l.view = :view WHERE s.id = :session"
-)
-TAKE_LEASE_SQL = (
-    "INSERT INTO leases VALUES (?, ?, ?, ?) ON CONFLICT (session_id, view) "
-    "DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at"
-)
-RELEASE_LEASE_SQL = "DELETE FROM leases WHERE session_id = ? AND view = ? AND owner = ?"
 
 
 @contextmanager
@@ -251,7 +135,7 @@ class SQLiteStore:
     @staticmethod
     def _require(conn: sqlite3.Connection, session_id: str) -> None:
         """For reads that found nothing: was there nothing, or no session?"""
-        if conn.execute(EXISTS_SQL, (session_id,)).fetchone() is None:
+        if conn.execute(q.EXISTS_SQL, (session_id,)).fetchone() is None:
             raise _not_found(session_id)
 
     @staticmethod
@@ -271,13 +155,13 @@ class SQLiteStore:
             raise InvalidInput("session id must not be empty", field="session_id")
         meta_json = rows.dumps(dict(meta or {}), field="meta")
         with self._write() as conn:
-            conn.execute(CREATE_SESSION_SQL, (session_id, encoding, meta_json, time.time()))
-            row = conn.execute(SESSION_SQL, (session_id,)).fetchone()
+            conn.execute(q.CREATE_SESSION_SQL, (session_id, encoding, meta_json, time.time()))
+            row = conn.execute(q.SESSION_SQL, (session_id,)).fetchone()
         return rows.session(row)
 
     def get_session(self, session_id: str) -> SessionRecord:
         with self._read() as conn:
-            return rows.session(self._row(conn, SESSION_SQL, (session_id,), session_id))
+            return rows.session(self._row(conn, q.SESSION_SQL, (session_id,), session_id))
 
     def list_sessions(
         self,
@@ -302,7 +186,7 @@ class SQLiteStore:
     def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
         prepared = [rows.prepare(i, new) for i, new in enumerate(batch)]
         with self._write() as conn:
-            seq = int(self._row(conn, LAST_SEQ_SQL, (session_id,), session_id)[0] or 0)
+            seq = int(self._row(conn, q.LAST_SEQ_SQL, (session_id,), session_id)[0] or 0)
             now = time.time()
             out: list[LoggedMessage] = []
             added: dict[str, LoggedMessage] = {}
@@ -314,17 +198,18 @@ class SQLiteStore:
                 seq += 1
                 key = new.key or None
                 conn.execute(
-                    INSERT_MESSAGE_SQL, (session_id, seq, role, message_json, new.tokens, key, now)
+                    q.INSERT_MESSAGE_SQL,
+                    (session_id, seq, role, message_json, new.tokens, key, now),
                 )
                 if calls:
                     conn.executemany(
-                        INSERT_CALL_SQL, [(session_id, call_id, seq) for call_id in calls]
+                        q.INSERT_CALL_SQL, [(session_id, call_id, seq) for call_id in calls]
                     )
                 logged = LoggedMessage(seq, new.message, new.tokens, key, now)
                 if key is not None:
                     added[key] = logged
                 out.append(logged)
-            conn.execute(SET_LAST_SEQ_SQL, (seq, session_id))
+            conn.execute(q.SET_LAST_SEQ_SQL, (seq, session_id))
         return out
 
     @staticmethod
@@ -339,7 +224,7 @@ class SQLiteStore:
             return None
         if key in added:
             return added[key]
-        row = conn.execute(KEY_SQL, (session_id, key)).fetchone()
+        row = conn.execute(q.KEY_SQL, (session_id, key)).fetchone()
         return None if row is None else rows.logged(session_id, row)
 
     def messages(
@@ -347,9 +232,9 @@ class SQLiteStore:
     ) -> list[LoggedMessage]:
         with self._read() as conn:
             if end is None:
-                found = conn.execute(MESSAGES_FROM_SQL, (session_id, start)).fetchall()
+                found = conn.execute(q.MESSAGES_FROM_SQL, (session_id, start)).fetchall()
             else:
-                found = conn.execute(MESSAGES_BETWEEN_SQL, (session_id, start, end)).fetchall()
+                found = conn.execute(q.MESSAGES_BETWEEN_SQL, (session_id, start, end)).fetchall()
             if not found:
                 self._require(conn, session_id)
         return [rows.logged(session_id, row) for row in found]
@@ -358,7 +243,7 @@ class SQLiteStore:
         with self._read() as conn:
             # SQLite reads a negative LIMIT as "no limit", so none is asked for then.
             found = (
-                conn.execute(MESSAGES_BEFORE_SQL, (session_id, before, limit)).fetchall()
+                conn.execute(q.MESSAGES_BEFORE_SQL, (session_id, before, limit)).fetchall()
                 if limit > 0
                 else []
             )
@@ -368,11 +253,11 @@ class SQLiteStore:
 
     def last_seq(self, session_id: str) -> int:
         with self._read() as conn:
-            return int(self._row(conn, LAST_SEQ_SQL, (session_id,), session_id)[0] or 0)
+            return int(self._row(conn, q.LAST_SEQ_SQL, (session_id,), session_id)[0] or 0)
 
     def last_of_role(self, session_id: str, role: str) -> LoggedMessage | None:
         with self._read() as conn:
-            row = conn.execute(LAST_OF_ROLE_SQL, (session_id, role)).fetchone()
+            row = conn.execute(q.LAST_OF_ROLE_SQL, (session_id, role)).fetchone()
             if row is None:
                 self._require(conn, session_id)
         return None if row is None else rows.logged(session_id, row)
@@ -380,7 +265,7 @@ class SQLiteStore:
     def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:
         wanted = json.dumps(sorted(set(ids)))
         with self._read() as conn:
-            found = conn.execute(CALLED_IDS_SQL, (session_id, wanted)).fetchall()
+            found = conn.execute(q.CALLED_IDS_SQL, (session_id, wanted)).fetchall()
             if not found:
                 self._require(conn, session_id)
         return {row[0] for row in found}
@@ -388,14 +273,14 @@ class SQLiteStore:
     def keyed(self, session_id: str, keys: Sequence[str]) -> dict[str, LoggedMessage]:
         wanted = json.dumps(sorted(set(keys)))
         with self._read() as conn:
-            found = conn.execute(KEYED_SQL, (session_id, wanted)).fetchall()
+            found = conn.execute(q.KEYED_SQL, (session_id, wanted)).fetchall()
             if not found:
                 self._require(conn, session_id)
         logged = [rows.logged(session_id, row) for row in found]
         return {str(m.key): m for m in logged}
 
     def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:
-        sql = ALL_FOLDS_SQL if include_superseded else ACTIVE_FOLDS_SQL
+        sql = q.ALL_FOLDS_SQL if include_superseded else q.ACTIVE_FOLDS_SQL
         with self._read() as conn:
             found = conn.execute(sql, (session_id, view)).fetchall()
             if not found:
@@ -405,16 +290,16 @@ class SQLiteStore:
     def quarantine_fold(self, session_id: str, view: str, fold_id: str, reason: str) -> int:
         params = {"session": session_id, "view": view}
         with self._write() as conn:
-            version = int(self._row(conn, FOLD_VERSION_SQL, params, session_id)[0] or 0)
-            marked = conn.execute(QUARANTINE_SQL, (reason, session_id, view, fold_id)).rowcount
+            version = int(self._row(conn, q.FOLD_VERSION_SQL, params, session_id)[0] or 0)
+            marked = conn.execute(q.QUARANTINE_SQL, (reason, session_id, view, fold_id)).rowcount
             if not marked:
                 return version
-            conn.execute(SET_VERSION_SQL, (session_id, view, version + 1))
+            conn.execute(q.SET_VERSION_SQL, (session_id, view, version + 1))
         return version + 1
 
     def quarantined(self, session_id: str, view: str) -> list[Quarantined]:
         with self._read() as conn:
-            found = conn.execute(QUARANTINED_SQL, (session_id, view)).fetchall()
+            found = conn.execute(q.QUARANTINED_SQL, (session_id, view)).fetchall()
             if not found:
                 self._require(conn, session_id)
         return [Quarantined(str(fold_id), str(reason)) for fold_id, reason in found]
@@ -422,12 +307,12 @@ class SQLiteStore:
     def fold_version(self, session_id: str, view: str) -> int:
         params = {"session": session_id, "view": view}
         with self._read() as conn:
-            return int(self._row(conn, FOLD_VERSION_SQL, params, session_id)[0] or 0)
+            return int(self._row(conn, q.FOLD_VERSION_SQL, params, session_id)[0] or 0)
 
     def head(self, session_id: str, view: str) -> Head:
         params = {"session": session_id, "view": view}
         with self._read() as conn:
-            last, folds, config = self._row(conn, HEAD_SQL, params, session_id)
+            last, folds, config = self._row(conn, q.HEAD_SQL, params, session_id)
         return Head(int(last or 0), int(folds or 0), int(config or 0))
 
     def commit_folds(
@@ -436,7 +321,7 @@ class SQLiteStore:
         encoded = [rows.fold_json(i, fold) for i, fold in enumerate(folds)]
         params = {"session": session_id, "view": view}
         with self._write() as conn:
-            last_row, version_row = self._row(conn, FOLD_HEAD_SQL, params, session_id)
+            last_row, version_row = self._row(conn, q.FOLD_HEAD_SQL, params, session_id)
             last, version = int(last_row or 0), int(version_row or 0)
             if version != expected_version:
                 raise FoldConflict(view, expected_version, version)
@@ -444,9 +329,9 @@ class SQLiteStore:
             for (fold, gone), body_json in zip(
                 plan_commit(active, view, folds, last), encoded, strict=True
             ):
-                conn.executemany(SUPERSEDE_SQL, [(fold.id, fold_id) for fold_id in gone])
+                conn.executemany(q.SUPERSEDE_SQL, [(fold.id, fold_id) for fold_id in gone])
                 self._insert_fold(conn, session_id, fold, body_json)
-            conn.execute(SET_VERSION_SQL, (session_id, view, version + 1))
+            conn.execute(q.SET_VERSION_SQL, (session_id, view, version + 1))
         return version + 1
 
     @staticmethod
@@ -458,20 +343,20 @@ class SQLiteStore:
         Active in-place folds never overlap, so those meeting ``lo..hi`` are the
         one starting before ``lo`` (if it reaches in) and those starting inside.
         """
-        found = list(conn.execute(FACTS_SPANS_SQL, params))
+        found = list(conn.execute(q.FACTS_SPANS_SQL, params))
         placed = [f for f in folds if f.placement == "in_place"]
         if placed:
             near = {**params, "lo": min(f.start for f in placed), "hi": max(f.end for f in placed)}
-            found += conn.execute(SPAN_BEFORE_SQL, near).fetchall()
-            found += conn.execute(SPANS_IN_SQL, near).fetchall()
+            found += conn.execute(q.SPAN_BEFORE_SQL, near).fetchall()
+            found += conn.execute(q.SPANS_IN_SQL, near).fetchall()
         return [Span(str(i), int(start), int(end), str(at)) for i, start, end, at in found]
 
     @staticmethod
     def _insert_fold(conn: sqlite3.Connection, session_id: str, fold: Fold, body: str) -> None:
-        if conn.execute(FOLD_ID_SQL, (fold.id,)).fetchone():
+        if conn.execute(q.FOLD_ID_SQL, (fold.id,)).fetchone():
             raise InvalidInput(f"fold id {fold.id!r} is already stored", field="id")
         conn.execute(
-            INSERT_FOLD_SQL,
+            q.INSERT_FOLD_SQL,
             rows.fold_params(session_id, fold, body),
         )
 
@@ -485,22 +370,22 @@ class SQLiteStore:
         config_json = view_config_json(name, config)
         params = {"session": session_id, "name": name}
         with self._write() as conn:
-            version = int(self._row(conn, VIEW_VERSION_SQL, params, session_id)[0] or 0)
+            version = int(self._row(conn, q.VIEW_VERSION_SQL, params, session_id)[0] or 0)
             if expected_version is not None and expected_version != version:
                 raise ViewConflict(name, expected_version, version)
             now = time.time()
-            conn.execute(PUT_VIEW_SQL, (session_id, name, config_json, version + 1, now))
+            conn.execute(q.PUT_VIEW_SQL, (session_id, name, config_json, version + 1, now))
         return ViewRecord(session_id, name, json.loads(config_json), version + 1, now)
 
     def get_view(self, session_id: str, name: str) -> ViewRecord | None:
         params = {"session": session_id, "name": name}
         with self._read() as conn:
-            row = self._row(conn, GET_VIEW_SQL, params, session_id)
+            row = self._row(conn, q.GET_VIEW_SQL, params, session_id)
         return None if row[0] is None else rows.view(session_id, row)
 
     def list_views(self, session_id: str) -> list[ViewRecord]:
         with self._read() as conn:
-            found = conn.execute(LIST_VIEWS_SQL, (session_id,)).fetchall()
+            found = conn.execute(q.LIST_VIEWS_SQL, (session_id,)).fetchall()
             if not found:
                 self._require(conn, session_id)
         return [rows.view(session_id, row) for row in found]
@@ -511,16 +396,16 @@ class SQLiteStore:
         check_lease(owner, ttl_s)
         params = {"session": session_id, "view": view}
         with self._write() as conn:
-            holder, expires_at = self._row(conn, LEASE_SQL, params, session_id)
+            holder, expires_at = self._row(conn, q.LEASE_SQL, params, session_id)
             now = time.time()
             if holder is not None and holder != owner and expires_at > now:
                 return False
-            conn.execute(TAKE_LEASE_SQL, (session_id, view, owner, now + ttl_s))
+            conn.execute(q.TAKE_LEASE_SQL, (session_id, view, owner, now + ttl_s))
         return True
 
     def release_lease(self, session_id: str, view: str, owner: str) -> bool:
         with self._write() as conn:
-            gone = conn.execute(RELEASE_LEASE_SQL, (session_id, view, owner)).rowcount
+            gone = conn.execute(q.RELEASE_LEASE_SQL, (session_id, view, owner)).rowcount
             if not gone:
                 self._require(conn, session_id)
         return gone > 0

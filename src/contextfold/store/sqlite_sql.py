@@ -1,0 +1,120 @@
+"""The SQLite store's statements, one module constant each.
+
+Every statement is prepared once by the driver's statement cache (keyed by the
+text) and reused on every call. Reads that select from ``sessions`` answer
+"unknown session" (no row) in the same statement; the others check the session
+only when they found nothing.
+"""
+
+_COLUMNS = "seq, message, tokens, key, created_at"
+SESSION_SQL = "SELECT id, encoding, meta, created_at FROM sessions WHERE id = ?"
+EXISTS_SQL = "SELECT 1 FROM sessions WHERE id = ?"
+# The highest seq handed out: the session's own record of it, or the log's if that is
+# higher (a file from before the record). A deleted row never frees its seq.
+_LAST = "MAX(s.last_seq, COALESCE((SELECT MAX(seq) FROM messages WHERE session_id = s.id), 0))"
+LAST_SEQ_SQL = f"SELECT {_LAST} FROM sessions AS s WHERE s.id = ?"
+SET_LAST_SEQ_SQL = "UPDATE sessions SET last_seq = ? WHERE id = ?"
+CREATE_SESSION_SQL = (
+    "INSERT OR IGNORE INTO sessions (id, encoding, meta, created_at, last_seq) "
+    "VALUES (?, ?, ?, ?, 0)"
+)
+FOLD_VERSION_SQL = (
+    "SELECT (SELECT version FROM fold_versions WHERE session_id = s.id AND view = :view) "
+    "FROM sessions AS s WHERE s.id = :session"
+)
+_LAST_AND_FOLDS = (
+    f"SELECT {_LAST}, (SELECT version FROM fold_versions WHERE session_id = s.id AND view = :view)"
+)
+FOLD_HEAD_SQL = f"{_LAST_AND_FOLDS} FROM sessions AS s WHERE s.id = :session"
+HEAD_SQL = (
+    f"{_LAST_AND_FOLDS}, (SELECT version FROM views WHERE session_id = s.id AND name = :view) "
+    "FROM sessions AS s WHERE s.id = :session"
+)
+KEY_SQL = f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND key = ?"
+INSERT_MESSAGE_SQL = "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?)"
+INSERT_CALL_SQL = "INSERT OR IGNORE INTO tool_calls VALUES (?, ?, ?)"
+# Two range statements so that both bounds are index constraints.
+MESSAGES_FROM_SQL = (
+    f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq >= ? ORDER BY seq"
+)
+MESSAGES_BETWEEN_SQL = (
+    f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq BETWEEN ? AND ? ORDER BY seq"
+)
+MESSAGES_BEFORE_SQL = (
+    f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?"
+)
+LAST_OF_ROLE_SQL = (
+    f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND role = ? ORDER BY seq DESC LIMIT 1"
+)
+CALLED_IDS_SQL = (
+    "SELECT DISTINCT call_id FROM tool_calls WHERE session_id = ? "
+    "AND call_id IN (SELECT value FROM json_each(?))"
+)
+KEYED_SQL = (
+    f"SELECT {_COLUMNS} FROM messages INDEXED BY messages_key WHERE session_id = ? "
+    "AND key IN (SELECT value FROM json_each(?))"
+)
+_FOLD_ROW = "id, view, start_seq, end_seq, placement, fold, superseded_by"
+# By the index of active folds: a long past of superseded folds is never scanned.
+ACTIVE_FOLDS_SQL = (
+    f"SELECT {_FOLD_ROW} FROM folds INDEXED BY folds_active WHERE session_id = ? AND view = ? "
+    "AND superseded_by IS NULL AND quarantined IS NULL ORDER BY start_seq, created_at, rowid"
+)
+ALL_FOLDS_SQL = (
+    f"SELECT {_FOLD_ROW} FROM folds WHERE session_id = ? AND view = ? "
+    "AND quarantined IS NULL ORDER BY start_seq, created_at, rowid"
+)
+# What a commit checks against, from the indexed columns alone and only near the new
+# folds: the active facts, the in-place fold before the range, and those starting in it.
+_SPAN = (
+    "SELECT id, start_seq, end_seq, placement FROM folds WHERE session_id = :session "
+    "AND view = :view AND superseded_by IS NULL AND quarantined IS NULL"
+)
+FACTS_SPANS_SQL = f"{_SPAN} AND placement = 'facts'"
+SPAN_BEFORE_SQL = (
+    f"{_SPAN} AND placement = 'in_place' AND start_seq < :lo ORDER BY start_seq DESC LIMIT 1"
+)
+SPANS_IN_SQL = f"{_SPAN} AND placement = 'in_place' AND start_seq BETWEEN :lo AND :hi"
+QUARANTINE_SQL = (
+    "UPDATE folds SET quarantined = ? WHERE session_id = ? AND view = ? AND id = ? "
+    "AND quarantined IS NULL"
+)
+QUARANTINED_SQL = (
+    "SELECT id, quarantined FROM folds WHERE session_id = ? AND view = ? "
+    "AND quarantined IS NOT NULL ORDER BY rowid"
+)
+SUPERSEDE_SQL = "UPDATE folds SET superseded_by = ? WHERE id = ?"
+FOLD_ID_SQL = "SELECT 1 FROM folds WHERE id = ?"
+INSERT_FOLD_SQL = (
+    "INSERT INTO folds (id, session_id, view, start_seq, end_seq, placement, kind, fold, "
+    "superseded_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+SET_VERSION_SQL = (
+    "INSERT INTO fold_versions VALUES (?, ?, ?) ON CONFLICT (session_id, view) "
+    "DO UPDATE SET version = excluded.version"
+)
+VIEW_VERSION_SQL = (
+    "SELECT (SELECT version FROM views WHERE session_id = s.id AND name = :name) "
+    "FROM sessions AS s WHERE s.id = :session"
+)
+PUT_VIEW_SQL = (
+    "INSERT INTO views VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, name) "
+    "DO UPDATE SET config = excluded.config, version = excluded.version, "
+    "updated_at = excluded.updated_at"
+)
+GET_VIEW_SQL = (
+    "SELECT v.name, v.config, v.version, v.updated_at FROM sessions AS s "
+    "LEFT JOIN views AS v ON v.session_id = s.id AND v.name = :name WHERE s.id = :session"
+)
+LIST_VIEWS_SQL = (
+    "SELECT name, config, version, updated_at FROM views WHERE session_id = ? ORDER BY name"
+)
+LEASE_SQL = (
+    "SELECT l.owner, l.expires_at FROM sessions AS s "
+    "LEFT JOIN leases AS l ON l.session_id = s.id AND l.view = :view WHERE s.id = :session"
+)
+TAKE_LEASE_SQL = (
+    "INSERT INTO leases VALUES (?, ?, ?, ?) ON CONFLICT (session_id, view) "
+    "DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at"
+)
+RELEASE_LEASE_SQL = "DELETE FROM leases WHERE session_id = ? AND view = ? AND owner = ?"
