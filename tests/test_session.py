@@ -284,3 +284,15 @@ def test_deleted_session_is_gone_and_its_views_start_clean_when_recreated(tmp_pa
     assert [m["content"] for m in after] == ["new system", "new"]
     with pytest.raises(InvalidInput):
         memory.delete_session("")
+
+
+def test_a_rendered_prompt_says_the_budget_it_was_fit_to_fresh_and_from_the_cache() -> None:
+    session = Memory().session("s", system="sys")
+    session.extend({"role": "user", "content": f"turn {i} " + "words " * 20} for i in range(10))
+    view = session.view("default", preset="keep-recent", budget=300)
+    assert view.render_report().budget == 300
+    assert view.render_report(120).budget == 120
+    session.append({"role": "assistant", "content": "short"})
+    grown = view.render_report()  # extended from the cached prompt
+    assert grown.budget == 300 and grown.tokens <= 300
+    assert Memory().session("n").view("v").render_report().budget is None

@@ -43,6 +43,8 @@ class Rendered:
     whole: bool = True
     """Nothing left out and nothing shortened, folds and facts included (``clipped``
     names raw messages only): the prompt is the view as it is."""
+    budget: int | None = None
+    """The budget the prompt was fit to (None: no budget)."""
 
 
 def render(
@@ -181,7 +183,9 @@ def render(
         out = head + facts_msgs + pinned + tail
         total = body_tokens
     whole = not shortened and before + after == 0
-    return Rendered(out, total, before + after, tuple(sorted(clipped)), tuple(fold_ids), whole)
+    return Rendered(
+        out, total, before + after, tuple(sorted(clipped)), tuple(fold_ids), whole, budget
+    )
 
 
 @functools.lru_cache(maxsize=16)

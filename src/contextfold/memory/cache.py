@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Generic, TypeVar
 
 from contextfold.core.entries import Entry
@@ -102,7 +103,7 @@ class PromptCache:
             tokens = base.tokens + sum(m.tokens for m in new)
             if budget is not None and tokens > budget:
                 return None
-            return Rendered(messages, tokens, 0, (), base.folds, True)
+            return Rendered(messages, tokens, 0, (), base.folds, True, budget)
 
         key = (head.fold_version, head.view_version, budget)
         grown = self._grown.grow(key, head.last_seq, read_after, extend)
@@ -142,11 +143,4 @@ class StateCache:
 
 def _copy(rendered: Rendered) -> Rendered:
     """The caller gets its own messages; the cache keeps extending its own."""
-    return Rendered(
-        json_copy(rendered.messages),
-        rendered.tokens,
-        rendered.omitted,
-        rendered.clipped,
-        rendered.folds,
-        rendered.whole,
-    )
+    return replace(rendered, messages=json_copy(rendered.messages))

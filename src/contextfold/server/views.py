@@ -106,12 +106,10 @@ async def render(
     """The view's prompt for the next model call, with what render did to fit it."""
 
     def rendered() -> dict[str, Any]:
-        view = stored_view(svc, tenant, sid, name)
-        wanted = budget if budget is not None else view.budget
-        prompt = view.render_report(wanted)
+        prompt = stored_view(svc, tenant, sid, name).render_report(budget)
         report = {
             "tokens": prompt.tokens,
-            "budget": wanted,
+            "budget": prompt.budget,
             "folds": list(prompt.folds),
             "omitted": prompt.omitted,
             "clipped": list(prompt.clipped),
