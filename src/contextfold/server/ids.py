@@ -1,4 +1,4 @@
-"""The shapes of the service's names: API session ids and tenants.
+"""The shapes of the service's names: API session ids, view names and tenants.
 
 An API session ``S`` of tenant ``T`` is the store session ``T/S``: neither may
 hold a ``/``, so no id of one tenant can name another's session.
@@ -10,16 +10,19 @@ import re
 
 from contextfold.core.errors import InvalidInput
 
-SESSION_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+NAME = r"[A-Za-z0-9._:@-]{1,128}"
+"""What an API session id or view name may be (the OpenAPI spec says it too)."""
+_NAME = re.compile(NAME)
 TENANT = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 
-def check_session_id(session_id: str, field: str = "session_id") -> str:
-    if not isinstance(session_id, str) or not SESSION_ID.fullmatch(session_id):
+def check_api_name(value: object, field: str = "session_id") -> str:
+    """``value`` if it is a name of the API's shape, else ``InvalidInput`` naming ``field``."""
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise InvalidInput(
-            f"a session id is 1 to 128 of A-Z a-z 0-9 . _ : @ -, not {session_id!r}", field=field
+            f"{field} must be 1 to 128 of A-Z a-z 0-9 . _ : @ -, not {value!r}", field=field
         )
-    return session_id
+    return value
 
 
 def check_tenant(tenant: str) -> str:

@@ -8,17 +8,20 @@ stores them.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from contextfold.core.checks import MAX_BUDGET
 from contextfold.core.folds import Fold
 from contextfold.core.log import LoggedMessage, SessionInfo, ViewRecord
 from contextfold.memory.cycle import CompactionReport
+from contextfold.server.ids import NAME
 
-SESSION_ID_PATTERN = r"^[A-Za-z0-9._:@-]{1,128}$"
-VIEW_NAME_PATTERN = r"^[A-Za-z0-9._:@-]{1,128}$"
+SESSION_ID_PATTERN = VIEW_NAME_PATTERN = f"^{NAME}$"
+SessionPath = Annotated[str, Path(pattern=SESSION_ID_PATTERN, description="the session id")]
+ViewPath = Annotated[str, Path(pattern=VIEW_NAME_PATTERN, description="the view's name")]
 
 
 class Closed(BaseModel):

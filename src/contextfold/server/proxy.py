@@ -47,6 +47,7 @@ from contextfold.core.tokens import get_counter
 from contextfold.memory.session import Session
 from contextfold.server.auth import Tenant
 from contextfold.server.errors import ServiceError
+from contextfold.server.ids import check_api_name
 from contextfold.server.proxy_match import (
     Divergence,
     LogDigest,
@@ -64,7 +65,7 @@ from contextfold.server.proxy_upstream import (
     parse_upstream,
     passed_headers,
 )
-from contextfold.server.service import SESSION_ID, Service, ServiceDep
+from contextfold.server.service import Service, ServiceDep
 
 log = logging.getLogger("contextfold.proxy")
 
@@ -261,22 +262,13 @@ def _prepare(
 
 def _session_id(header: str | None, body: dict[str, Any]) -> str:
     if header is not None:
-        return _name(header, "X-Contextfold-Session")
+        return check_api_name(header, "X-Contextfold-Session")
     if body.get("user") is not None:
-        return _name(body["user"], "user")
+        return check_api_name(body["user"], "user")
     raise InvalidInput(
         "a session id is required: the X-Contextfold-Session header, or the user field",
         field="X-Contextfold-Session",
     )
-
-
-def _name(value: Any, field: str) -> str:
-    """A session or view name: what an API session id may be."""
-    if not isinstance(value, str) or not SESSION_ID.fullmatch(value):
-        raise InvalidInput(
-            f"{field} must be 1 to 128 of A-Z a-z 0-9 . _ : @ -, not {value!r}", field=field
-        )
-    return value
 
 
 def _budget(header: str | None) -> int | None:
@@ -317,7 +309,11 @@ async def chat_completions(
 ) -> Response:
     body = _body(await request.body())
     sid = _session_id(x_contextfold_session, body)
-    view_name = _name(x_contextfold_view, "X-Contextfold-View") if x_contextfold_view else "default"
+    view_name = (
+        check_api_name(x_contextfold_view, "X-Contextfold-View")
+        if x_contextfold_view
+        else "default"
+    )
     budget = _budget(x_contextfold_budget)
     messages = client_messages(body.get("messages"))
     state = proxy_state(request)

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from contextfold.core.errors import InvalidInput
@@ -27,13 +27,13 @@ from contextfold.server.models import (
     SessionIn,
     SessionList,
     SessionOut,
+    SessionPath,
 )
 from contextfold.server.responses import FastJSON
 from contextfold.server.service import ServiceDep
 
 router = APIRouter(prefix="/api/v1/sessions", tags=["sessions"], responses=ERRORS)
 
-SessionPath = Annotated[str, Path(pattern=SESSION_ID_PATTERN, description="the session id")]
 PAGE = 50
 MAX_PAGE = 500
 HISTORY_PAGE = 200

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
 from contextfold.core.checks import MAX_BUDGET
@@ -17,23 +17,21 @@ from contextfold.memory.view import View
 from contextfold.server.auth import Tenant
 from contextfold.server.models import (
     ERRORS,
-    SESSION_ID_PATTERN,
-    VIEW_NAME_PATTERN,
     CompactOut,
     FoldList,
     FoldOut,
     RenderOut,
+    SessionPath,
     ViewIn,
     ViewList,
     ViewOut,
+    ViewPath,
 )
 from contextfold.server.responses import FastJSON
 from contextfold.server.service import Service, ServiceDep
 
 router = APIRouter(prefix="/api/v1/sessions/{sid}/views", tags=["views"], responses=ERRORS)
 
-SessionPath = Annotated[str, Path(pattern=SESSION_ID_PATTERN, description="the session id")]
-ViewPath = Annotated[str, Path(pattern=VIEW_NAME_PATTERN, description="the view's name")]
 Budget = Annotated[
     int | None,
     Query(gt=0, le=MAX_BUDGET, description="tokens; the view's budget when absent"),

@@ -36,7 +36,7 @@ INFO_SQL = (
 )
 DELETE_SQL = "DELETE FROM sessions WHERE id = %s"
 
-_KEY_COLUMNS = "id, tenant, secret_hash, label, created_at, revoked_at"
+_KEY_COLUMNS = rows.API_KEY_COLUMNS
 PUT_KEY_SQL = (
     f"INSERT INTO api_keys ({_KEY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s) "
     "ON CONFLICT (id) DO NOTHING"
@@ -90,7 +90,7 @@ def delete_session(cur: Cursor, session_id: str) -> bool:
 def put_api_key(cur: Cursor, key: ApiKey) -> None:
     stored = cur.execute(
         PUT_KEY_SQL,
-        (key.id, key.tenant, key.secret_hash, key.label, key.created_at, key.revoked_at),
+        rows.api_key_params(key),
     ).rowcount
     if not stored:
         raise InvalidInput(f"an API key with id {key.id!r} exists", field="id")
@@ -98,18 +98,13 @@ def put_api_key(cur: Cursor, key: ApiKey) -> None:
 
 def get_api_key(cur: Cursor, key_id: str) -> ApiKey | None:
     row = cur.execute(GET_KEY_SQL, (key_id,)).fetchone()
-    return None if row is None else _key(row)
+    return None if row is None else rows.api_key(row)
 
 
 def list_api_keys(cur: Cursor, tenant: str | None) -> list[ApiKey]:
     found = cur.execute(ALL_KEYS_SQL) if tenant is None else cur.execute(TENANT_KEYS_SQL, (tenant,))
-    return [_key(row) for row in found]
+    return [rows.api_key(row) for row in found]
 
 
 def revoke_api_key(cur: Cursor, key_id: str) -> bool:
     return cur.execute(REVOKE_KEY_SQL, (time.time(), key_id)).rowcount > 0
-
-
-def _key(row: tuple[Any, ...]) -> ApiKey:
-    key_id, tenant, secret_hash, label, created_at, revoked_at = row
-    return ApiKey(key_id, tenant, secret_hash, label, created_at, revoked_at)

@@ -14,11 +14,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import astuple
 from typing import Any
 
 from contextfold.core.errors import DamagedFold, InvalidInput, StoreError
 from contextfold.core.folds import Fold
-from contextfold.core.log import LoggedMessage, NewMessage, SessionInfo, SessionRecord, ViewRecord
+from contextfold.core.log import (
+    ApiKey,
+    LoggedMessage,
+    NewMessage,
+    SessionInfo,
+    SessionRecord,
+    ViewRecord,
+)
 from contextfold.core.messages import ROLES
 
 
@@ -67,6 +75,20 @@ def session_info(row: tuple[Any, ...]) -> SessionInfo:
         int(tokens),
         record.created_at if last_at is None else float(last_at),
     )
+
+
+API_KEY_COLUMNS = "id, tenant, secret_hash, label, created_at, revoked_at"
+"""The ``api_keys`` table's columns in ``ApiKey``'s field order, in both stores."""
+
+
+def api_key(row: tuple[Any, ...]) -> ApiKey:
+    """An ``api_keys`` row, its columns in ``ApiKey``'s field order."""
+    return ApiKey(*row)
+
+
+def api_key_params(key: ApiKey) -> tuple[Any, ...]:
+    """A key's columns in ``ApiKey``'s field order, as both stores' ``INSERT`` takes them."""
+    return astuple(key)
 
 
 def fold_params(session_id: str, fold: Fold, body: str) -> tuple[Any, ...]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any
 
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.log import ApiKey, SessionInfo
@@ -43,7 +42,7 @@ DELETE_SQL = tuple(
         ("sessions", "id"),
     )
 )
-_KEY_COLUMNS = "id, tenant, secret_hash, label, created_at, revoked_at"
+_KEY_COLUMNS = rows.API_KEY_COLUMNS
 PUT_KEY_SQL = f"INSERT INTO api_keys ({_KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
 GET_KEY_SQL = f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ?"
 ALL_KEYS_SQL = f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY created_at, id"
@@ -83,26 +82,21 @@ def put_api_key(conn: sqlite3.Connection, key: ApiKey) -> None:
         raise InvalidInput(f"an API key with id {key.id!r} exists", field="id")
     conn.execute(
         PUT_KEY_SQL,
-        (key.id, key.tenant, key.secret_hash, key.label, key.created_at, key.revoked_at),
+        rows.api_key_params(key),
     )
 
 
 def get_api_key(conn: sqlite3.Connection, key_id: str) -> ApiKey | None:
     row = conn.execute(GET_KEY_SQL, (key_id,)).fetchone()
-    return None if row is None else _key(row)
+    return None if row is None else rows.api_key(row)
 
 
 def list_api_keys(conn: sqlite3.Connection, tenant: str | None) -> list[ApiKey]:
     found = (
         conn.execute(ALL_KEYS_SQL) if tenant is None else conn.execute(TENANT_KEYS_SQL, (tenant,))
     )
-    return [_key(row) for row in found]
+    return [rows.api_key(row) for row in found]
 
 
 def revoke_api_key(conn: sqlite3.Connection, key_id: str) -> bool:
     return conn.execute(REVOKE_KEY_SQL, (time.time(), key_id)).rowcount > 0
-
-
-def _key(row: tuple[Any, ...]) -> ApiKey:
-    key_id, tenant, secret_hash, label, created_at, revoked_at = row
-    return ApiKey(key_id, tenant, secret_hash, label, created_at, revoked_at)
