@@ -4,7 +4,7 @@ import gzip
 import itertools
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +55,11 @@ def load_rows(name: str, limit: int | None = None) -> list[dict[str, Any]]:
 
 def _rows(lines: Iterable[str], limit: int | None) -> list[dict[str, Any]]:
     return [json.loads(line) for line in itertools.islice(lines, limit)]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's Chromium under Playwright, one a test module (``page_server``)."""
+    from page_server import launched_browser
+
+    yield from launched_browser()

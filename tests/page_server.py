@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,11 +19,10 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
+from server_harness import running as serving
 
-from contextfold.core.log import ApiKey
 from contextfold.server.app import create_app
-from contextfold.server.keys import hash_secret, new_key
+from contextfold.server.keys import create_key
 from contextfold.server.service import Service
 from contextfold.server.settings import Settings
 
@@ -75,13 +71,7 @@ class Server:
         return response.json()
 
     def add_key(self, tenant: str) -> str:
-        key_id, secret, key = new_key()
-        self.service.store.put_api_key(
-            ApiKey(
-                id=key_id, tenant=tenant, secret_hash=hash_secret(secret), created_at=time.time()
-            )
-        )
-        return key
+        return create_key(self.service.store, tenant)
 
     def seed(
         self,
@@ -112,32 +102,23 @@ def demo_messages() -> list[dict[str, Any]]:
 @contextmanager
 def running(tmp: Path, *, auth: bool) -> Iterator[Server]:
     """Serve a fresh app over ``tmp``/page.db on a free loopback port until the block ends."""
-    settings = Settings(database=str(tmp / "page.db"), host="127.0.0.1", port=0, auth=auth)
-    service = Service(settings)
-    app = create_app(service)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1, ws="none"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    url = f"http://127.0.0.1:{port}"
+    service = Service(Settings(database=str(tmp / "page.db"), host="127.0.0.1", auth=auth))
     try:
-        with httpx.Client(base_url=url, timeout=60) as client:
+        with serving(create_app(service)) as url, httpx.Client(base_url=url, timeout=60) as client:
             yield Server(url=url, service=service, client=client)
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
         service.close()
+
+
+def launched_browser() -> Iterator[Any]:
+    """Debian's Chromium under Playwright (the page tests' ``browser`` fixture)."""
+    need_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as driver:
+        launched = driver.chromium.launch(executable_path=str(CHROMIUM))
+        yield launched
+        launched.close()
 
 
 def save_shot(page: Any, name: str) -> Path:

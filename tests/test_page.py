@@ -21,18 +21,6 @@ HOSTILE = '<img src=x onerror="window.__owned=1"><script>window.__owned=2</scrip
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    need_browser()
-    from page_server import CHROMIUM
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as driver:
-        launched = driver.chromium.launch(executable_path=str(CHROMIUM))
-        yield launched
-        launched.close()
-
-
-@pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """An open (--no-auth) server with a coding agent's run, an airline agent's run,
     many small chats, and one session for live updates."""

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from page_server import CHROMIUM, Server, need_browser, running
+from page_server import Server, need_browser, running
 
 SECRET = "the launch code is 7781-ALPHA"
 
@@ -32,17 +32,6 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, st
         assert put.status_code == 200, put.text
         srv.seed("globex-notes", [{"role": "user", "content": "globex only"}], key=key_b)
         yield srv, key_a, key_b
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    need_browser()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as driver:
-        launched = driver.chromium.launch(executable_path=str(CHROMIUM))
-        yield launched
-        launched.close()
 
 
 @pytest.fixture
