@@ -42,6 +42,7 @@ from contextfold.memory.compact import (
 )
 from contextfold.server.commands import add_commands
 from contextfold.strategies.presets import get_preset, preset_names
+from contextfold.workers.commands import add_worker_command
 
 DEMO_RESOURCE = "data/demo_session.json"
 DEMO_BUDGET = 12_000
@@ -103,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     presets = sub.add_parser("presets", help="list the preset names")
     presets.set_defaults(command=_presets)
     add_commands(sub)
+    add_worker_command(sub)
     return parser
 
 

@@ -5,7 +5,10 @@ race with another commit), ``failed`` (the model's answers were unusable or the
 call failed; the job was dropped), ``degraded`` (the view keeps its previous
 folds and may be over budget until a later attempt succeeds) and
 ``quarantined`` (a stored fold was found damaged or at odds with the log and
-is kept out of the view; ``data`` names the fold and the reason).
+is kept out of the view; ``data`` names the fold and the reason). Workers
+(``contextfold.workers``) add ``retried`` (a failed job is sent again after a
+pause) and ``parked`` (the view failed too often in a row; no job is queued for
+it until its configuration changes or a compaction is asked for).
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ from typing import Any, Literal
 log = logging.getLogger("contextfold")
 
 EventKind = Literal[
-    "planned", "started", "committed", "rejected", "failed", "degraded", "quarantined"
+    "planned",
+    "started",
+    "committed",
+    "rejected",
+    "failed",
+    "degraded",
+    "quarantined",
+    "retried",
+    "parked",
 ]
 
 
@@ -53,7 +64,8 @@ EventCallback = Callable[[Event], None]
 
 def emit(event: Event, callbacks: list[EventCallback]) -> None:
     """Log the event, then hand it to each callback; a failing callback is logged, not raised."""
-    level = logging.WARNING if event.kind in ("failed", "degraded", "quarantined") else logging.INFO
+    warn = ("failed", "degraded", "quarantined", "retried", "parked")
+    level = logging.WARNING if event.kind in warn else logging.INFO
     log.log(level, event.describe())
     for callback in callbacks:
         try:

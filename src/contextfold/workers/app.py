@@ -1,0 +1,91 @@
+"""The Celery app of one broker and queue, configured so that no job is lost.
+
+Both sides build it the same way: an enqueuer (``CeleryRunner``) only sends
+``compact`` messages by name; a worker (``contextfold worker``) also registers
+the task (``contextfold.workers.task``). Settings that matter:
+
+- ``task_acks_late`` and ``task_reject_on_worker_lost``: a job is acknowledged
+  when it ends, so a worker killed mid-job leaves its message to be delivered
+  again: at once when only the pool process died, after the broker's
+  ``visibility_timeout`` when the whole worker did;
+- ``worker_prefetch_multiplier=1``: a worker holds one job per pool slot, so a
+  slow job does not sit on jobs another worker could run;
+- results are ignored: the store is where a job's work lands.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from contextfold.core.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+TASK = "contextfold.compact"
+DEFAULT_QUEUE = "contextfold"
+VISIBILITY_TIMEOUT_S = 600.0
+"""A message not acknowledged this long after delivery goes to another worker: it must
+outlast the longest job (``JobLimits.deadline_s`` per job, and a cycle runs several)."""
+EXTRA = "pip install 'contextfold[workers]'"
+
+
+def celery_app(
+    broker: str, queue: str = DEFAULT_QUEUE, *, visibility_timeout_s: float = VISIBILITY_TIMEOUT_S
+) -> Celery:
+    """A Celery app sending ``compact`` jobs to ``queue`` on ``broker`` (``redis://...``)."""
+    try:
+        from celery import Celery
+    except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
+        raise ImportError(f"Celery workers need the workers extra: {EXTRA}") from exc
+    if not broker.startswith(("redis://", "rediss://", "unix://")):
+        raise InvalidInput(
+            f"the broker is a Redis URL (redis://host:6379/0), not {broker!r}", field="broker"
+        )
+    if not queue or not queue.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise InvalidInput(
+            f"a queue name is letters, digits, '-', '_' and '.', not {queue!r}", field="queue"
+        )
+    if visibility_timeout_s <= 0:
+        raise InvalidInput("the visibility timeout must be positive", field="visibility_timeout")
+    app = Celery(f"contextfold-{queue}", broker=broker, set_as_current=False)
+    app.conf.update(
+        task_default_queue=queue,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        task_serializer="json",
+        accept_content=["json"],
+        broker_transport_options={"visibility_timeout": visibility_timeout_s},
+        broker_connection_retry_on_startup=True,
+        broker_connection_timeout=2.0,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+        task_publish_retry_policy={
+            "max_retries": 2,
+            "interval_start": 0.0,
+            "interval_step": 0.2,
+            "interval_max": 0.5,
+        },
+    )
+    return app
+
+
+def send(
+    app: Celery,
+    session: str,
+    view: str,
+    *,
+    since: float | None = None,
+    countdown: float = 0.0,
+) -> None:
+    """Queue one ``compact`` job for the view; ``since`` is when its first append came."""
+    app.send_task(
+        TASK,
+        args=[session, view],
+        kwargs={"since": time.time() if since is None else since},
+        queue=app.conf.task_default_queue,
+        countdown=countdown or None,
+    )

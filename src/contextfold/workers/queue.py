@@ -1,0 +1,241 @@
+"""What the workers and the enqueuers share in Redis, beside Celery's own queue.
+
+Celery carries the jobs; these keys (all under the queue's name) carry what a
+job needs around it, so any API process and any worker see the same:
+
+- ``pending``: one field per view with a job queued and not yet started; an
+  enqueuer sends a job only when it sets the field (``HSETNX``), so a burst of
+  appends queues one job. A worker clears it as the job starts, so an append
+  that comes while the job runs queues the next one.
+- ``running``: the view's job is being run, by whom and since when.
+- ``failing`` and ``parked``: failures in a row per view; a view that failed
+  ``max_failures`` times in a row is parked (no job is queued for it until its
+  configuration changes or someone asks to compact it).
+- ``stats`` and ``latency``: counters and the append-to-commit histogram,
+  kept here so every API process's ``/metrics`` reports the whole pool.
+- the ``events`` channel: the cycle's events, for the API processes' streams.
+
+Fields are the JSON of ``[session, view]``; values are JSON. Wall-clock times
+(``time.time()``) compare across machines only as well as their clocks agree.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import redis
+
+from contextfold.core.events import Event
+
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+"""Append-to-commit latency buckets, seconds."""
+STATS = ("enqueued", "started", "committed", "failed", "retried", "parked", "busy")
+_TIMEOUT_S = 2.0
+
+JobStateName = Literal["pending", "running", "parked", "failing"]
+
+
+@dataclass(frozen=True)
+class JobState:
+    """Where a view's background job stands, as the page and the API show it."""
+
+    state: JobStateName
+    since: float
+    """Wall-clock time: of the first append it covers (pending, running), of parking."""
+    failures: int = 0
+    worker: str = ""
+    reason: str = ""
+
+
+def field_of(session: str, view: str) -> str:
+    return json.dumps([session, view])
+
+
+def view_of(field: str | bytes) -> tuple[str, str]:
+    session, view = json.loads(field)
+    return str(session), str(view)
+
+
+class WorkQueue:
+    """The Redis keys of one queue (``name``), on the broker's Redis at ``url``."""
+
+    def __init__(self, url: str, name: str = "contextfold") -> None:
+        self.url = url
+        self.name = name
+        self.redis: redis.Redis = redis.Redis.from_url(
+            url, socket_timeout=_TIMEOUT_S, socket_connect_timeout=_TIMEOUT_S
+        )
+        self.channel = f"{name}:events"
+
+    def _key(self, part: str) -> str:
+        return f"{self.name}:{part}"
+
+    # -- pending ----------------------------------------------------------
+
+    def mark(self, session: str, view: str, since: float) -> bool:
+        """Mark the view's job pending; False when one is pending already (send nothing)."""
+        value = json.dumps({"since": since})
+        return bool(self.redis.hsetnx(self._key("pending"), field_of(session, view), value))
+
+    def unmark(self, session: str, view: str) -> None:
+        """Undo ``mark`` when the job could not be sent."""
+        self.redis.hdel(self._key("pending"), field_of(session, view))
+
+    def start(self, session: str, view: str, worker: str, since: float) -> float:
+        """The job starts: not pending any more, running on ``worker``; the ``since`` it covers.
+
+        A job redelivered after its worker died finds no pending mark and
+        keeps the ``since`` it was sent with.
+        """
+        field = field_of(session, view)
+        with self.redis.pipeline() as pipe:
+            pipe.hget(self._key("pending"), field)
+            pipe.hdel(self._key("pending"), field)
+            pending, _ = pipe.execute()
+        if pending is not None:
+            since = min(since, float(json.loads(pending)["since"]))
+        running = json.dumps({"since": since, "worker": worker, "started": time.time()})
+        self.redis.hset(self._key("running"), field, running)
+        return since
+
+    def finish(self, session: str, view: str, worker: str) -> None:
+        """The job ended on ``worker`` (a job that took its place since is left alone)."""
+        field = field_of(session, view)
+        raw = self.redis.hget(self._key("running"), field)
+        if raw is not None and json.loads(raw).get("worker") == worker:
+            self.redis.hdel(self._key("running"), field)
+
+    # -- failures ---------------------------------------------------------
+
+    def failed(self, session: str, view: str) -> int:
+        """Count a failure in a row; the count so far."""
+        return int(self.redis.hincrby(self._key("failing"), field_of(session, view), 1))
+
+    def succeeded(self, session: str, view: str) -> None:
+        self.redis.hdel(self._key("failing"), field_of(session, view))
+
+    def park(self, session: str, view: str, *, version: int, failures: int, reason: str) -> None:
+        """Queue nothing more for the view until its configuration (``version``) changes."""
+        field = field_of(session, view)
+        record = {"since": time.time(), "version": version, "failures": failures, "reason": reason}
+        with self.redis.pipeline() as pipe:
+            pipe.hset(self._key("parked"), field, json.dumps(record))
+            pipe.hdel(self._key("failing"), field)
+            pipe.execute()
+
+    def parked_at(self, session: str, view: str) -> int | None:
+        """The configuration version the view was parked at, or None."""
+        raw = self.redis.hget(self._key("parked"), field_of(session, view))
+        return None if raw is None else int(json.loads(raw)["version"])
+
+    def unpark(self, session: str, view: str) -> bool:
+        return bool(self.redis.hdel(self._key("parked"), field_of(session, view)))
+
+    # -- what the page shows ----------------------------------------------
+
+    def state(self, session: str, view: str) -> JobState | None:
+        """The view's job: running, pending, parked or failing (in that order), or None."""
+        field = field_of(session, view)
+        with self.redis.pipeline() as pipe:
+            for part in ("running", "pending", "parked", "failing"):
+                pipe.hget(self._key(part), field)
+            running, pending, parked, failing = pipe.execute()
+        failures = int(failing) if failing is not None else 0
+        if running is not None:
+            record = json.loads(running)
+            return JobState("running", record["since"], failures, worker=record["worker"])
+        if pending is not None:
+            return JobState("pending", json.loads(pending)["since"], failures)
+        if parked is not None:
+            record = json.loads(parked)
+            return JobState("parked", record["since"], record["failures"], reason=record["reason"])
+        if failures:
+            return JobState("failing", time.time(), failures)
+        return None
+
+    def depth(self) -> int:
+        """Jobs in Celery's list for this queue, waiting for a worker."""
+        return int(self.redis.llen(self.name))
+
+    def counts(self) -> dict[str, int]:
+        """Views pending, running, failing and parked now."""
+        with self.redis.pipeline() as pipe:
+            for part in ("pending", "running", "failing", "parked"):
+                pipe.hlen(self._key(part))
+            found = pipe.execute()
+        return dict(zip(("pending", "running", "failing", "parked"), map(int, found), strict=True))
+
+    # -- pool-wide figures --------------------------------------------------
+
+    def count(self, stat: str, by: int = 1) -> None:
+        self.redis.hincrby(self._key("stats"), stat, by)
+
+    def observe(self, seconds: float) -> None:
+        """Record one append-to-commit latency."""
+        bucket = next((str(b) for b in LATENCY_BUCKETS if seconds <= b), "+Inf")
+        with self.redis.pipeline() as pipe:
+            pipe.hincrby(self._key("latency"), bucket, 1)
+            pipe.hincrbyfloat(self._key("latency"), "sum", seconds)
+            pipe.execute()
+
+    def stats(self) -> dict[str, int]:
+        raw = self.redis.hgetall(self._key("stats"))
+        found = {_text(k): int(v) for k, v in raw.items()}
+        return {stat: found.get(stat, 0) for stat in STATS}
+
+    def latency(self) -> tuple[list[tuple[str, int]], float]:
+        """Cumulative ``(le, count)`` pairs ending with ``+Inf``, and the sum of seconds."""
+        raw = {_text(k): v for k, v in self.redis.hgetall(self._key("latency")).items()}
+        total = 0
+        pairs = []
+        for bucket in [*map(str, LATENCY_BUCKETS), "+Inf"]:
+            total += int(raw.get(bucket, 0))
+            pairs.append((bucket, total))
+        return pairs, float(raw.get("sum", 0.0))
+
+    # -- events -------------------------------------------------------------
+
+    def publish(self, event: Event, **extra: Any) -> None:
+        data = asdict(event)
+        data["usage"] = None if event.usage is None else dict(event.usage)
+        data["data"] = {**event.data, **extra}
+        self.redis.publish(self.channel, json.dumps(data))
+
+    def events(self, stop: Any, timeout_s: float = 1.0) -> Iterator[Event]:
+        """Subscribe now; the events published from now until ``stop.is_set()``.
+
+        Raises ``redis.RedisError`` (here or while iterating) when Redis goes away.
+        """
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        pubsub.subscribe(self.channel)
+        return self._read(pubsub, stop, timeout_s)
+
+    @staticmethod
+    def _read(pubsub: Any, stop: Any, timeout_s: float) -> Iterator[Event]:
+        try:
+            while not stop.is_set():
+                message = pubsub.get_message(timeout=timeout_s)
+                if message is not None and message["type"] == "message":
+                    yield event_of(json.loads(message["data"]))
+        finally:
+            pubsub.close()
+
+    def clear(self) -> None:
+        """Delete every key of this queue, Celery's list included (tests, benchmarks)."""
+        parts = ("pending", "running", "failing", "parked", "stats", "latency")
+        self.redis.delete(self.name, *(self._key(p) for p in parts))
+
+    def close(self) -> None:
+        self.redis.close()
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def event_of(data: Mapping[str, Any]) -> Event:
+    return Event(**data)
