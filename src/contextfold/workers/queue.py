@@ -200,9 +200,10 @@ class WorkQueue:
     # -- events -------------------------------------------------------------
 
     def publish(self, event: Event, **extra: Any) -> None:
+        """Send the event to every listener; ``data`` gains ``extra`` and ``at`` (wall time)."""
         data = asdict(event)
         data["usage"] = None if event.usage is None else dict(event.usage)
-        data["data"] = {**event.data, **extra}
+        data["data"] = {**event.data, **extra, "at": time.time()}
         self.redis.publish(self.channel, json.dumps(data))
 
     def events(self, stop: Any, timeout_s: float = 1.0) -> Iterator[Event]:
