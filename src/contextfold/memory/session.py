@@ -100,6 +100,15 @@ class Memory:
         with self._lock:
             return self._bindings.setdefault((session_id, view), Binding())
 
+    def forget(self, session_id: str, view: str) -> None:
+        """Drop this process's side of a view (its caches, bound objects, callbacks).
+
+        For a process that serves many views in turn (a worker): the next
+        handle reads the view from the store again. Nothing stored changes.
+        """
+        with self._lock:
+            self._bindings.pop((session_id, view), None)
+
     def delete_session(self, session_id: str) -> bool:
         """Remove a session whole, log included; False if there was none.
 
