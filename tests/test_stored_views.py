@@ -200,3 +200,18 @@ def test_a_model_object_is_process_local_and_a_model_string_is_stored() -> None:
     stored = session.view("w", preset="rolling", model="offline")
     assert stored.config.model == "offline"
     assert Memory(memory.store).session("s").view("w").model() is not None
+
+
+def test_forgetting_a_view_drops_only_this_process_side_and_keeps_what_is_stored() -> None:
+    memory = Memory()
+    session = memory.session("s", system="sys")
+    model = ScriptedModel([])
+    view = session.view("v", preset="offline", budget=500, llm=model)
+    session.append({"role": "user", "content": "hello"})
+    before = view.render()
+    memory.forget("s", "v")
+    again = session.view("v")
+    assert again.binding is not view.binding
+    assert again.binding.llm is None  # the bound object lived only in the forgotten binding
+    assert again.config == view.config
+    assert again.render() == before
