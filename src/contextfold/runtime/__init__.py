@@ -12,6 +12,8 @@
 ``ThreadRunner`` on daemon worker threads; ``ProcessRunner`` like it, with
 model-free (CPU-heavy) jobs in worker processes; ``AsyncioRunner`` as tasks on
 the running event loop (``await runner.stop()``). All run the same cycle.
+``CeleryRunner`` (``contextfold.workers``, the ``workers`` extra) plans the same
+way and sends the jobs to Celery workers on other processes or machines.
 """
 
 from contextfold.runtime.aio import AsyncioRunner
