@@ -280,6 +280,24 @@ def test_lease_held_elsewhere_is_retried_after_it_expires() -> None:
     runner.stop()
 
 
+def test_appends_to_a_leased_view_wait_on_one_retry_not_one_each() -> None:
+    session = new_session(rounds=6)
+    view = summarizing_view(session, ScriptedModel(default="short"))
+    assert session.store.acquire_lease("s", "default", "another process", ttl_s=30)
+    runner = ThreadRunner(retry_s=0.5, settle_s=0)
+    runner.watch(view)
+    deadline = time.monotonic() + WAIT
+    while runner.lease_refusals < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for i in range(10):
+        session.append({"role": "user", "content": f"more {i}"})
+        assert runner.wait_idle(WAIT)
+    assert runner.lease_refusals >= 11  # each append plans once and is refused once
+    time.sleep(1.2)  # two retry periods: one retry each, not one per append
+    assert runner.lease_refusals <= 14
+    runner.stop()
+
+
 def test_inline_runner_leaves_a_leased_view_to_the_next_append() -> None:
     session = new_session(rounds=6)
     view = summarizing_view(session, ScriptedModel(default="short"))

@@ -53,6 +53,7 @@ class ThreadRunner(Runner):
         self.retry_s = retry_s
         self.settle_s = settle_s
         self._settling: set[Key] = set()
+        self._retrying: set[Key] = set()
         self._cond = threading.Condition()
         self._queue: deque[View] = deque()
         self._queued: set[Key] = set()
@@ -82,8 +83,10 @@ class ThreadRunner(Runner):
             self._cond.notify()
 
     def _retry_later(self, view: View) -> None:
+        """Plan the view again ``retry_s`` from now, unless a retry of it is waiting already."""
         with self._cond:
-            if not self._stopping:
+            if not self._stopping and key_of(view) not in self._retrying:
+                self._retrying.add(key_of(view))
                 due = time.monotonic() + self.retry_s
                 heapq.heappush(self._later, (due, next(self._ticket), view))
                 self._cond.notify()
@@ -109,6 +112,7 @@ class ThreadRunner(Runner):
             while self._later and self._later[0][0] <= now:
                 _, _, due = heapq.heappop(self._later)
                 self._settling.discard(key_of(due))
+                self._retrying.discard(key_of(due))
                 if key_of(due) not in self._queued:
                     self._queued.add(key_of(due))
                     self._queue.append(due)
@@ -139,6 +143,7 @@ class ThreadRunner(Runner):
             self._queue.clear()
             self._queued.clear()
             self._settling.clear()
+            self._retrying.clear()
             self._later.clear()
             self._cond.notify_all()
         deadline = time.monotonic() + (timeout if drain else 0.0)
