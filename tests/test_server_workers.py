@@ -5,6 +5,9 @@ shows while it waits, ``/metrics`` reads the pool's figures, compact now queues 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,16 +18,18 @@ import pytest
 from conftest import NATO
 from pg import fresh_schema, require_postgres, url
 from prometheus_client.parser import text_string_to_metric_families
-from server_harness import bearer, create_key, make_service, running
+from server_harness import bearer, create_key, free_port, make_service, running
 from test_server_events import Stream
 from workers_harness import REDIS, fresh_queue, private_redis, require_redis, wait_for, worker
 
 import contextfold.testing.models  # noqa: F401  (slow: and failing, for the service's views)
+from contextfold.cli import main
 from contextfold.core.errors import InvalidInput
 from contextfold.server.app import create_app
 from contextfold.server.service import Service
 from contextfold.server.settings import Settings
 from contextfold.store.registry import open_store
+from contextfold.workers.queue import WorkQueue
 
 API = "/api/v1/sessions"
 WAIT_S = 60.0
@@ -39,13 +44,11 @@ def database() -> Iterator[str]:
 
 
 @dataclass
-class Served:
-    """A running service with workers: its URL, the service, a client with a key."""
+class Api:
+    """A running service's API, through a client (with a key, when it needs one)."""
 
     base: str
-    service: Service
     client: httpx.Client
-    key: str
 
     def view(self, sid: str = "s1", name: str = "default") -> Any:
         answer = self.client.get(f"{API}/{sid}/views/{name}")
@@ -85,6 +88,14 @@ class Served:
         assert answer.status_code == 200, answer.text
 
 
+@dataclass
+class Served(Api):
+    """A service with workers running in this process, and its tenant's key."""
+
+    service: Service
+    key: str
+
+
 @contextmanager
 def serving(database: str, queue: str, broker: str = REDIS) -> Iterator[Served]:
     store = open_store(database)
@@ -96,7 +107,7 @@ def serving(database: str, queue: str, broker: str = REDIS) -> Iterator[Served]:
             httpx.Client(base_url=base, headers=bearer(key), timeout=WAIT_S) as client,
         ):
             assert service.workers is not None and service.workers.listening(WAIT_S)
-            yield Served(base, service, client, key)
+            yield Served(base, client, service, key)
     finally:
         service.close()
 
@@ -253,16 +264,58 @@ def test_the_job_of_a_view_the_runner_compacts_here_shows_while_it_runs() -> Non
         running(create_app(service)) as base,
         httpx.Client(base_url=base, timeout=WAIT_S) as client,
     ):
-        srv = Served(base, service, client, "")
-        srv.setup(preset="rolling", budget=600, model="slow:1.0")
+        srv = Api(base, client)
+        srv.setup(preset="rolling", budget=4000, model="slow:1.0")  # each summary takes 1 s
         assert srv.job() is None
-        srv.chat(10)
+        srv.chat(12)
         running_job = {"state": "running", "since": None, "failures": 0, "worker": None}
         assert wait_for(lambda: srv.job() == {**running_job, "reason": None}, WAIT_S)
         assert service.runner is not None and service.runner.wait_idle(WAIT_S)
         assert srv.job() is None
         answer = srv.client.post(f"{API}/s1/views/default/compact")
         assert answer.status_code == 200 and "folds" in answer.json()
+
+
+def test_serve_with_workers_sends_the_jobs_to_the_named_queue(database: str) -> None:
+    """``contextfold serve --workers URL --queue NAME`` as a user starts it."""
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "contextfold.cli", "serve", "--no-auth", "--port", str(port),
+        "--database", database, "--workers", REDIS,
+    ]  # fmt: skip
+    with fresh_queue() as queue, tempfile.TemporaryFile() as output:
+        proc = subprocess.Popen([*argv, "--queue", queue], stdout=output, stderr=output)
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT_S) as client:
+                assert wait_for(lambda: _answers(client), WAIT_S), _printed(output)
+                srv = Api(str(client.base_url), client)
+                srv.setup(preset="offline", budget=1500)
+                srv.chat(20)
+                assert wait_for(lambda: (srv.job() or {}).get("state") == "pending", WAIT_S)
+                assert WorkQueue(REDIS, queue).counts()["pending"] == 1
+                with worker(database, queue):
+                    assert wait_for(lambda: srv.folds(), WAIT_S)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+        assert f"compaction jobs go to the workers of queue '{queue}'" in _printed(output)
+
+
+def _answers(client: httpx.Client) -> bool:
+    try:
+        return client.get("/healthz").status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _printed(output: Any) -> str:
+    output.seek(0)
+    return str(output.read().decode(errors="replace"))
+
+
+def test_serve_refuses_a_broker_that_is_not_redis(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--workers", "amqp://127.0.0.1", "--database", "memory://"]) == 2
+    assert "Redis URL" in capsys.readouterr().err
 
 
 def test_settings_refuse_a_broker_that_is_not_redis_and_workers_without_the_runner() -> None:
