@@ -125,6 +125,14 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
             f"the service needs its extra: pip install 'contextfold[server]' ({exc})",
             field="serve",
         ) from exc
+    if args.workers is not None:
+        try:
+            import contextfold.server.jobs  # noqa: F401
+        except ImportError as exc:
+            raise InvalidInput(
+                f"--workers needs the workers extra: pip install 'contextfold[workers]' ({exc})",
+                field="workers",
+            ) from exc
     settings = Settings(
         database=args.database,
         host=args.host,

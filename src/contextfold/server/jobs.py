@@ -1,10 +1,12 @@
 """The service's side of the Celery workers (``--workers``): a view's job, compact now, figures.
 
 Imported only when the service runs with workers, so the service needs the
-``workers`` extra only then. Nothing here makes a render or an append wait on
-Redis: a job that cannot be read is shown as none (``job: null``), and a
-scrape that cannot reach Redis reports ``contextfold_broker_up 0``. Only
+``workers`` extra only then. Renders and appends never touch Redis, and no read
+fails because of it: a job that cannot be read is shown as none (``job: null``),
+and a scrape that cannot reach Redis reports ``contextfold_broker_up 0``. Only
 compact now fails, 503 ``broker_unavailable``, when nothing could be queued.
+Every call here may wait for Redis (up to its 2 s timeout), so handlers make
+them on a thread, never on the event loop.
 """
 
 from __future__ import annotations

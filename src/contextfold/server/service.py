@@ -230,7 +230,7 @@ class Service:
         """The background job of each of the session's views ``names`` (None: idle).
 
         With workers it is read from Redis, off the loop, and is None for every
-        view when Redis does not answer: reads never wait on the broker.
+        view when Redis does not answer: a read never fails for the broker.
         """
         views = [session.view(name) for name in names]
         workers = self.workers
