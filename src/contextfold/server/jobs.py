@@ -47,17 +47,25 @@ def compact_later(runner: CeleryRunner, view: View) -> tuple[bool, JobState | No
     """Queue the view's job now, unparking it; whether this call sent it, and the job then.
 
     ``ServiceError`` 503 ``broker_unavailable`` when nothing was queued because
-    Redis does not answer (the runner goes on trying to queue it meanwhile).
+    Redis does not answer. Redis is asked first, so a refused request leaves
+    the runner nothing more to try again; the job the runner planned after
+    appends it goes on trying to queue meanwhile.
     """
+    try:
+        runner.queue.redis.ping()
+    except BROKER_ERRORS as exc:
+        raise broker_unavailable(exc) from exc
     queued = runner.enqueue(view, force=True)
     try:
         return queued, runner.job(view)
     except BROKER_ERRORS as exc:
         if queued:
             return queued, None
-        raise ServiceError(
-            503, "broker_unavailable", f"the workers' Redis does not answer: {exc}"
-        ) from exc
+        raise broker_unavailable(exc) from exc
+
+
+def broker_unavailable(exc: Exception) -> ServiceError:
+    return ServiceError(503, "broker_unavailable", f"the workers' Redis does not answer: {exc}")
 
 
 class QueueCollector(Collector):
