@@ -17,7 +17,6 @@ from pg import fresh_schema, require_postgres, url
 from server_harness import running
 from workers_harness import REDIS, fresh_queue, require_redis, worker
 
-import contextfold.testing.models  # noqa: F401  (the slow: model, for the parked view)
 from contextfold.server.app import create_app
 from contextfold.server.service import Service
 from contextfold.server.settings import Settings

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+import redis
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -25,7 +26,10 @@ from contextfold.memory.view import View
 from contextfold.server.errors import ServiceError
 from contextfold.server.settings import Settings
 from contextfold.workers.queue import JobState, WorkQueue
-from contextfold.workers.runner import BROKER_ERRORS, CeleryRunner
+from contextfold.workers.runner import CeleryRunner
+
+REDIS_ERRORS = (redis.RedisError, OSError)
+"""What a read of ``WorkQueue`` (redis-py alone) raises when Redis does not answer."""
 
 
 def start_workers(settings: Settings) -> CeleryRunner:
@@ -39,7 +43,7 @@ def jobs_of(runner: CeleryRunner, views: Iterable[View]) -> list[JobState | None
     views = list(views)
     try:
         return [runner.job(view) for view in views]
-    except BROKER_ERRORS:
+    except REDIS_ERRORS:
         return [None] * len(views)
 
 
@@ -53,12 +57,12 @@ def compact_later(runner: CeleryRunner, view: View) -> tuple[bool, JobState | No
     """
     try:
         runner.queue.redis.ping()
-    except BROKER_ERRORS as exc:
+    except REDIS_ERRORS as exc:
         raise broker_unavailable(exc) from exc
     queued = runner.enqueue(view, force=True)
     try:
         return queued, runner.job(view)
-    except BROKER_ERRORS as exc:
+    except REDIS_ERRORS as exc:
         if queued:
             return queued, None
         raise broker_unavailable(exc) from exc
@@ -84,7 +88,7 @@ class QueueCollector(Collector):
             counts = queue.counts()
             stats = queue.stats()
             buckets, seconds = queue.latency()
-        except BROKER_ERRORS:
+        except REDIS_ERRORS:
             up.add_metric([], 0)
             yield up
             return
