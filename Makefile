@@ -2,8 +2,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CHROMIUM ?= /usr/bin/chromium
+REDIS_SERVER ?= /usr/bin/redis-server
 
-.PHONY: demo serve test lint typecheck bench clean chromium
+.PHONY: demo serve test lint typecheck bench clean chromium redis-server
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -24,7 +25,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy src/
 
-test: lint typecheck chromium
+test: lint typecheck chromium redis-server
 	CONTEXTFOLD_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q
 
 # The page tests drive Debian's Chromium through Playwright (never a browser Playwright downloads).
@@ -34,6 +35,14 @@ chromium:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
 	  || { echo "apt-get could not install chromium: the page tests need $(CHROMIUM) (run as root, or install it)" >&2; exit 1; }; \
 	  test -x $(CHROMIUM) || { echo "chromium installed but $(CHROMIUM) is missing: set CHROMIUM=" >&2; exit 1; }; }
+
+# The worker tests start Redis servers of their own (stopped and restarted: a broker outage).
+redis-server:
+	@test -x $(REDIS_SERVER) || { \
+	  echo "installing redis-server with apt-get (for the worker tests)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; } \
+	  || { echo "apt-get could not install redis-server: the worker tests need $(REDIS_SERVER) (run as root, or install it)" >&2; exit 1; }; \
+	  test -x $(REDIS_SERVER) || { echo "redis-server installed but $(REDIS_SERVER) is missing: set REDIS_SERVER=" >&2; exit 1; }; }
 
 bench: $(STAMP)
 	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done

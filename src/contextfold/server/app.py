@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI, Response
 from fastapi.middleware.cors import CORSMiddleware
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from contextfold.server import errors, page, proxy, sessions, views
@@ -109,10 +110,13 @@ async def readyz(svc: ServiceDep) -> dict[str, str]:
 
 @health.get("/metrics", include_in_schema=False)
 async def metrics(svc: ServiceDep) -> Response:
-    """Prometheus text."""
+    """Prometheus text; with workers, read partly from Redis (on a thread, off the loop)."""
     runner = svc.runner
     svc.metrics.watched.set(len(runner.watched()) if runner is not None else 0)
-    return Response(svc.metrics.expose(), media_type=CONTENT_TYPE_LATEST)
+    body = (
+        svc.metrics.expose() if svc.workers is None else await run_in_threadpool(svc.metrics.expose)
+    )
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 def create_app(config: Settings | Service | None = None) -> FastAPI:

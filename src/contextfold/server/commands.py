@@ -77,6 +77,18 @@ def add_commands(sub: Any) -> None:
         help="worker processes for model-free folding, off the requests' GIL (0: fold on threads)",
     )
     serve.add_argument(
+        "--workers",
+        metavar="REDIS_URL",
+        help="send compaction jobs to 'contextfold worker' processes through this Redis "
+        "(redis://host:6379/0; pip install 'contextfold[workers]') instead of compacting here",
+    )
+    serve.add_argument(
+        "--queue",
+        default="contextfold",
+        metavar="NAME",
+        help="the workers' queue (default contextfold; the workers' --queue)",
+    )
+    serve.add_argument(
         "--demo",
         action="store_true",
         help="seed the demo session (tenant 'local', no auth) and print the page's address",
@@ -113,6 +125,14 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
             f"the service needs its extra: pip install 'contextfold[server]' ({exc})",
             field="serve",
         ) from exc
+    if args.workers is not None:
+        try:
+            import contextfold.server.jobs  # noqa: F401
+        except ImportError as exc:
+            raise InvalidInput(
+                f"--workers needs the workers extra: pip install 'contextfold[workers]' ({exc})",
+                field="workers",
+            ) from exc
     settings = Settings(
         database=args.database,
         host=args.host,
@@ -126,6 +146,8 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
         demo=args.demo,
         runner=not args.no_runner,
         runner_processes=args.runner_processes,
+        workers=args.workers,
+        queue=args.queue,
     )
     service = Service(settings)
     if args.demo:
@@ -134,6 +156,8 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
     out.print(f"contextfold serving {args.database} on {base}  (API docs: {base}/docs)")
     if not settings.auth:
         out.print("no auth: every request is tenant 'local'")
+    if settings.workers is not None:
+        out.print(f"compaction jobs go to the workers of queue {settings.queue!r}")
     if args.demo:
         out.print(f"demo session {DEMO_SESSION!r}: open {base}/sessions/{DEMO_SESSION}")
     uvicorn.run(

@@ -18,6 +18,8 @@ unauthorized           401     a missing, unknown or revoked API key
 payload_too_large      413     a body over the size limit
 method_not_allowed     405     a known route, another method
 store_unavailable      503     any other ``StoreError``
+broker_unavailable     503     compact with workers while their Redis
+                               does not answer (nothing was queued)
 upstream_error         502     ``ModelError``
 internal_error         500     a bug: logged with its traceback
 =====================  ======  ===============================================

@@ -8,7 +8,7 @@ stores them.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,6 +18,9 @@ from contextfold.core.folds import Fold
 from contextfold.core.log import LoggedMessage, SessionInfo, ViewRecord
 from contextfold.memory.cycle import CompactionReport
 from contextfold.server.ids import NAME
+
+if TYPE_CHECKING:
+    from contextfold.workers.queue import JobState
 
 SESSION_ID_PATTERN = VIEW_NAME_PATTERN = f"^{NAME}$"
 SessionPath = Annotated[str, Path(pattern=SESSION_ID_PATTERN, description="the session id")]
@@ -121,19 +124,55 @@ class ViewIn(Closed):
     )
 
 
+class JobOut(BaseModel):
+    """The view's background compaction job; with workers, as Redis tells it."""
+
+    state: Literal["pending", "running", "parked", "failing"] = Field(
+        description="pending: queued for a worker; running: being compacted; parked: failed "
+        "too often in a row, nothing is queued until its settings change or compact is "
+        "asked; failing: failed lately, tried again after a pause"
+    )
+    since: float | None = Field(
+        default=None,
+        description="epoch seconds: of the first append the job covers (pending, running), "
+        "of parking; null when the runner runs in this process",
+    )
+    failures: int = Field(default=0, description="failures in a row")
+    worker: str | None = Field(default=None, description="the worker running it (host:pid:id)")
+    reason: str | None = Field(default=None, description="why the last attempt failed (parked)")
+
+    @classmethod
+    def of(cls, job: JobState | None) -> JobOut | None:
+        if job is None:
+            return None
+        return cls(
+            state=job.state,
+            since=job.since,
+            failures=job.failures,
+            worker=job.worker or None,
+            reason=job.reason or None,
+        )
+
+
 class ViewOut(BaseModel):
     name: str
     version: int
     config: dict[str, Any]
     updated_at: float
+    job: JobOut | None = Field(
+        default=None,
+        description="the view's compaction job; null when there is none (or, with workers, "
+        "when their Redis does not answer)",
+    )
 
     @classmethod
-    def of(cls, record: ViewRecord) -> ViewOut:
+    def of(cls, record: ViewRecord, job: JobOut | None = None) -> ViewOut:
         return cls(
             name=record.name,
             version=record.version,
             config=record.config,
             updated_at=record.updated_at,
+            job=job,
         )
 
 
@@ -215,6 +254,13 @@ class CompactOut(BaseModel):
         )
 
 
+class CompactQueued(BaseModel):
+    """Compact now with workers: the job is queued for them (answered 202)."""
+
+    queued: bool = Field(description="this request queued the job; false: one was pending already")
+    job: JobOut | None = Field(description="the view's job now; null if a worker has finished it")
+
+
 class ErrorDetail(BaseModel):
     code: str
     message: str
@@ -234,6 +280,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         409: "conflict",
         413: "body over the size limit",
         422: "invalid input (field and index name the fault)",
-        503: "the store is unavailable",
+        503: "the store is unavailable (store_unavailable), or the workers' Redis, for "
+        "compact with workers (broker_unavailable)",
     }.items()
 }

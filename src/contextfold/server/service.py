@@ -11,7 +11,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
@@ -29,13 +29,20 @@ from contextfold.server.idempotency import IdempotentAppends
 from contextfold.server.ids import check_api_name, check_tenant
 from contextfold.server.keys import KeyCache
 from contextfold.server.metrics import ServiceMetrics
+from contextfold.server.models import JobOut
 from contextfold.server.settings import Settings
 from contextfold.store.base import Store
 from contextfold.store.ram import RAMStore
 from contextfold.store.sqlite import SQLiteStore
 from contextfold.store.wake import PollingWake
 
-STREAMED = frozenset({"planned", "committed", "failed", "degraded", "quarantined"})
+if TYPE_CHECKING:
+    from contextfold.server.jobs import QueueCollector
+    from contextfold.workers.runner import CeleryRunner
+
+STREAMED = frozenset(
+    {"planned", "committed", "failed", "degraded", "quarantined", "retried", "parked"}
+)
 _HANDLES = 4096
 T = TypeVar("T")
 
@@ -64,6 +71,9 @@ class Service:
         self.keys = KeyCache(settings.key_cache_s)
         self._watched: set[tuple[str, str]] = set()
         self.runner: ThreadRunner | None = None
+        self.workers: CeleryRunner | None = None
+        """The runner again when it sends jobs to Celery workers (``settings.workers``)."""
+        self._collector: QueueCollector | None = None
         self._lock = threading.Lock()
         self._handles: OrderedDict[str, Session] = OrderedDict()
         local = isinstance(self.store, SQLiteStore | RAMStore)
@@ -81,7 +91,13 @@ class Service:
 
     def start(self) -> None:
         settings = self.settings
-        if self.runner is None and settings.runner:
+        if self.runner is None and settings.workers is not None:
+            from contextfold.server.jobs import QueueCollector, start_workers
+
+            self.runner = self.workers = start_workers(settings)
+            self._collector = QueueCollector(self.workers.queue)
+            self.metrics.registry.register(self._collector)
+        elif self.runner is None and settings.runner:
             self.runner = (
                 ProcessRunner(
                     settings.runner_workers,
@@ -93,7 +109,10 @@ class Service:
             )
 
     def stop(self) -> None:
-        runner, self.runner = self.runner, None
+        runner, self.runner, self.workers = self.runner, None, None
+        collector, self._collector = self._collector, None
+        if collector is not None:
+            self.metrics.registry.unregister(collector)
         with self._lock:
             self._watched.clear()
         if runner is not None:
@@ -206,6 +225,24 @@ class Service:
             with self._lock:
                 self._watched.add(key)
         return view
+
+    async def jobs(self, session: Session, names: list[str]) -> list[JobOut | None]:
+        """The background job of each of the session's views ``names`` (None: idle).
+
+        With workers it is read from Redis, off the loop, and is None for every
+        view when Redis does not answer: a read never fails for the broker.
+        """
+        views = [session.view(name) for name in names]
+        workers = self.workers
+        if workers is not None:
+            from contextfold.server.jobs import jobs_of
+
+            found = await run_in_threadpool(jobs_of, workers, views)
+            return [JobOut.of(job) for job in found]
+        runner = self.runner
+        if runner is None:
+            return [None] * len(views)
+        return [None if runner.running(v) is None else JobOut(state="running") for v in views]
 
     def _on_event(self, event: Event) -> None:
         self.metrics.compaction(event)

@@ -58,6 +58,11 @@ class Settings:
     stops working within this long); 0 checks the store on every request."""
     wake_poll_s: float = 0.5
     """How often appends by other processes to a SQLite file are looked for."""
+    workers: str | None = None
+    """A Redis URL: compaction jobs go to ``contextfold worker`` processes through it
+    (``CeleryRunner``) instead of this process's runner; None compacts here."""
+    queue: str = "contextfold"
+    """The workers' queue on that Redis (workers started with the same ``--queue``)."""
 
     def __post_init__(self) -> None:
         if not self.auth and not is_loopback(self.host):
@@ -74,3 +79,14 @@ class Settings:
             raise InvalidInput("runner_processes must be 0 or more", field="runner_processes")
         if self.budget < 1:
             raise InvalidInput("budget must be a positive integer", field="budget")
+        if self.workers is not None:
+            if not self.workers.startswith(("redis://", "rediss://", "unix://")):
+                raise InvalidInput(
+                    f"--workers is a Redis URL (redis://host:6379/0), not {self.workers!r}",
+                    field="workers",
+                )
+            if not self.runner:
+                raise InvalidInput(
+                    "--workers sends the jobs this process plans: it cannot go with --no-runner",
+                    field="workers",
+                )

@@ -1,25 +1,30 @@
 """``/api/v1/sessions/{sid}/views``: store a view's settings, render it, list its folds, compact it.
 
 A view stored or used here is handed to the background runner, which compacts
-it after appends from then on.
+it after appends from then on. A view's answer carries its background job;
+with workers, compact queues the job for them (202) instead of running it here.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from starlette.concurrency import run_in_threadpool
 
 from contextfold.core.checks import MAX_BUDGET
 from contextfold.core.errors import InvalidInput, NotFound
+from contextfold.core.log import ViewRecord
+from contextfold.memory.session import Session
 from contextfold.memory.view import View
 from contextfold.server.auth import Tenant
 from contextfold.server.models import (
     ERRORS,
     CompactOut,
+    CompactQueued,
     FoldList,
     FoldOut,
+    JobOut,
     RenderOut,
     SessionPath,
     ViewIn,
@@ -64,37 +69,43 @@ async def put_view(
     elif "options" in given:
         changes["options"] = body.options or {}
 
-    def put() -> ViewOut:
+    def put() -> tuple[Session, ViewRecord]:
         session = svc.session(tenant, sid)
         svc.view(session, name).update(expected_version=body.expected_version, **changes)
         svc.watch(session, name)
         record = svc.store.get_view(session.id, name)
         if record is None:  # deleted in between by another request
             raise NotFound(f"no view {name!r} in session {sid!r}")
-        return ViewOut.of(record)
+        return session, record
 
-    return await svc.run(put)
+    session, record = await svc.run(put)
+    [job] = await svc.jobs(session, [name])
+    return ViewOut.of(record, job)
 
 
 @router.get("")
 async def list_views(sid: SessionPath, svc: ServiceDep, tenant: Tenant) -> ViewList:
-    def listing() -> ViewList:
+    def listing() -> tuple[Session, list[ViewRecord]]:
         session = svc.session(tenant, sid)
-        return ViewList(views=[ViewOut.of(r) for r in svc.store.list_views(session.id)])
+        return session, svc.store.list_views(session.id)
 
-    return await svc.run(listing)
+    session, records = await svc.run(listing)
+    jobs = await svc.jobs(session, [r.name for r in records])
+    return ViewList(views=[ViewOut.of(r, job) for r, job in zip(records, jobs, strict=True)])
 
 
 @router.get("/{name}")
 async def get_view(sid: SessionPath, name: ViewPath, svc: ServiceDep, tenant: Tenant) -> ViewOut:
-    def get() -> ViewOut:
+    def get() -> tuple[Session, ViewRecord]:
         session = svc.session(tenant, sid)
         record = svc.store.get_view(session.id, name)
         if record is None:
             raise NotFound(f"no view {name!r} in session {sid!r}")
-        return ViewOut.of(record)
+        return session, record
 
-    return await svc.run(get)
+    session, record = await svc.run(get)
+    [job] = await svc.jobs(session, [name])
+    return ViewOut.of(record, job)
 
 
 @router.get("/{name}/render", response_model=RenderOut)
@@ -137,12 +148,38 @@ async def folds(
     return FastJSON({"folds": await svc.run(listing)})
 
 
-@router.post("/{name}/compact")
+@router.post(
+    "/{name}/compact",
+    response_model=CompactOut,
+    responses={
+        202: {
+            "model": CompactQueued,
+            "description": "with workers (serve --workers): the job is queued for them, "
+            "a parked view unparked; the view's job says when it ran",
+        }
+    },
+)
 async def compact(
     sid: SessionPath, name: ViewPath, svc: ServiceDep, tenant: Tenant, budget: Budget = None
-) -> CompactOut:
-    """Run the compaction cycle now, until no strategy plans a job (it may call a model)."""
+) -> CompactOut | Response:
+    """Run the compaction cycle now, until no strategy plans a job (it may call a model).
+
+    With workers the cycle runs on them: the job is queued (202), and a worker
+    compacts to the view's stored budget, so ``budget`` is refused.
+    """
     view = await svc.run(stored_view, svc, tenant, sid, name)
+    workers = svc.workers
+    if workers is not None:
+        if budget is not None:
+            raise InvalidInput(
+                "with workers, compact uses the view's stored budget: PUT the view's budget",
+                field="budget",
+            )
+        from contextfold.server.jobs import compact_later
+
+        queued, job = await run_in_threadpool(compact_later, workers, view)
+        answer = CompactQueued(queued=queued, job=JobOut.of(job))
+        return Response(answer.model_dump_json(), status_code=202, media_type="application/json")
     # Always off the loop: the cycle may wait on a model for a long time.
     report = await run_in_threadpool(view.compact, budget)
     return CompactOut.of(report)

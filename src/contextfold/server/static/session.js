@@ -1,10 +1,13 @@
 // One session: the log on one side, a view's prompt on the other, a view picker,
-// a budget slider, superseded folds on demand, and live updates from the event stream.
+// a budget slider, superseded folds on demand, the view's background job, and live
+// updates from the event stream.
 import { ApiError, api, count, debounce, el, errorNode, isoTime, setCrumbs, storedKey, timeNode } from "./api.js";
 import { History } from "./history.js";
+import { JobLine } from "./job.js";
 import { Prompt } from "./prompt.js";
 
 const DEFAULT_BUDGET = 8000;
+const JOB_POLL_MS = 5000; // a shown job is read again this often (states without an event, its age)
 
 export async function showSession(root, sid) {
   const base = `/api/v1/sessions/${encodeURIComponent(sid)}`;
@@ -30,6 +33,8 @@ export async function showSession(root, sid) {
   };
   const logPane = new History(sid, showFold);
   const prompt = new Prompt(sid, (fold) => logPane.reveal(fold));
+  const jobLine = new JobLine();
+  prompt.report.before(jobLine.node);
 
   const stats = el("p", { id: "session-stats", class: "muted small" });
   const live = el("span", { id: "live", class: "live", dataset: { state: "connecting" } }, "connecting…");
@@ -86,10 +91,25 @@ export async function showSession(root, sid) {
     await prompt.render(state.view, state.budget, state.folds);
   }
 
+  function drawJob() {
+    const record = viewRecord();
+    jobLine.draw(record ? record.job : null);
+  }
+
+  // The view's record again, for its job (appends and the workers' events change it).
+  async function refreshJob() {
+    const name = state.view;
+    if (!name) return;
+    const record = await api(`${base}/views/${encodeURIComponent(name)}`);
+    state.views = state.views.map((view) => (view.name === record.name ? record : view));
+    if (name === state.view) drawJob();
+  }
+
   async function selectView(name) {
     state.view = name;
     state.budget = null; // each view renders at its own budget until the slider moves
     setSliderRange();
+    drawJob();
     remember();
     await loadFolds();
     await renderPrompt();
@@ -132,6 +152,9 @@ export async function showSession(root, sid) {
   const rerender = debounce(() => {
     renderPrompt().catch((error) => say(String(error.message || error)));
   }, 150);
+  const rejob = debounce(() => {
+    refreshJob().catch((error) => say(String(error.message || error)));
+  }, 300);
 
   picker.addEventListener("change", guarded(() => selectView(picker.value)));
   slider.addEventListener("input", () => {
@@ -158,6 +181,7 @@ export async function showSession(root, sid) {
   drawStats();
   drawPicker();
   setSliderRange();
+  drawJob();
 
   root.replaceChildren(
     el(
@@ -190,6 +214,9 @@ export async function showSession(root, sid) {
     await renderPrompt();
   })();
   listen();
+  setInterval(() => {
+    if (jobLine.job && document.visibilityState === "visible") rejob();
+  }, JOB_POLL_MS);
 
   // Server-sent events: appends bring the new messages, fold changes redraw bands and prompt.
   function listen() {
@@ -213,10 +240,13 @@ export async function showSession(root, sid) {
         logPane.setTotal(info.last_seq);
         await logPane.catchUp();
         rerender();
+        rejob();
       }),
     );
     source.addEventListener("planned", (event) => {
-      if (viewOf(event) === state.view) say("Compaction planned…");
+      if (viewOf(event) !== state.view) return;
+      say("Compaction planned…");
+      rejob();
     });
     source.addEventListener(
       "committed",
@@ -231,11 +261,14 @@ export async function showSession(root, sid) {
         say("");
         await loadFolds();
         rerender();
+        rejob();
       }),
     );
-    for (const kind of ["failed", "degraded", "quarantined"]) {
+    for (const kind of ["failed", "degraded", "quarantined", "retried", "parked"]) {
       source.addEventListener(kind, (event) => {
-        if (viewOf(event) === state.view) say(`Compaction ${kind}: ${detail(event)}`);
+        if (viewOf(event) !== state.view) return;
+        say(`Compaction ${kind}: ${detail(event)}`);
+        rejob();
       });
     }
   }
@@ -252,7 +285,7 @@ function viewOf(event) {
 function detail(event) {
   try {
     const data = JSON.parse(event.data);
-    return data.error || data.reason || data.message || event.data;
+    return data.detail || data.error || data.reason || data.message || event.data;
   } catch {
     return event.data;
   }
