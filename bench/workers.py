@@ -1,34 +1,38 @@
 """Compaction on Celery workers: folds/s and latency at 1, 2 and 4 workers, SIGKILLs, bursts.
 
 Real ``contextfold worker`` processes (``tests/workers_harness.py``) over
-PostgreSQL (a fresh schema a phase) and Redis (a fresh queue a phase) on
-127.0.0.1; this process plans with a ``CeleryRunner`` watching every view.
-Each view is ``rolling`` (one model call a fold, every 8 rounds once the first
-is made) on ``slow:0.2``: the offline stand-in answering after 0.2 s, as a
-hosted model would.
+PostgreSQL on 127.0.0.1 (a fresh schema a phase) and a private
+``redis-server`` (a fresh queue a phase; private, so its CPU and commands are
+this bench's alone); this process is the API side: it appends and plans with
+a ``CeleryRunner`` watching every view. Each view is ``rolling`` (a fold every
+8 rounds once the first is made) on ``slow:0.2``: the offline stand-in
+answering after 0.2 s, as a hosted model would.
 
 1. Throughput: 100 sessions, prefilled with 3..10 rounds so their folds come
    due evenly from the start; rounds (a user and an assistant message, one
-   append) go round-robin at ``--rate`` a second for ``--seconds``. Figures:
-   folds committed per second in the window, append-to-commit latency p50/p99
-   from the events (``data["at"] - data["since"]`` of a job's first
-   ``committed``; ``since`` is the first append after the view's previous job
-   was sent, so it includes the rounds the trigger waits for), send-to-commit
-   latency (from the moment this runner sent the job to the commit of the
-   first job step started after it: the pool's own delay), jobs left waiting at
-   the end, model seconds and CPU seconds per fold, and where the CPU went.
-   A worker is ``--pool prefork --concurrency 1`` (its own process for every
-   job: no GIL shared between jobs, and a job can be killed alone); one more
-   configuration runs 4 jobs at once as threads in a single worker.
+   append) go round-robin at ``--rate`` a second for ``--seconds``, then the
+   jobs left are given ``--drain`` seconds. Figures: folds committed per
+   second in the window; latency p50/p99, exact per job from the events, two
+   ways: *due to commit*, from the moment the runner sent a view's job (it
+   found a fold due) to the commit of the first job step started after it,
+   and *since to commit*, ``data["at"] - data["since"]`` of a job's first
+   ``committed`` (what the pool's latency histogram observes); jobs waiting at
+   the window's end; model calls per fold, slot seconds per fold and their
+   share in model calls; CPU of the workers, the schema's PostgreSQL backends,
+   Redis and this process, and Redis commands. A worker is ``--pool prefork
+   --concurrency 1`` (a process per job: no GIL shared between jobs, and a job
+   can be killed alone); one more configuration runs 4 threads in one worker.
 2. Kills: SIGKILL the pool process running a job right after its ``started``
-   event (the job is inside its 0.2 s model call); every fourth kill takes the
-   whole worker (main process and pool) and starts a new one. Figures: log
-   messages lost, partial folds (ranges outside the log, overlapping active
-   folds, quarantined folds, a render over budget), and kills whose view got
-   a ``committed`` from another process afterwards.
-3. Burst: 1,000 appends to one view as fast as this process can make them,
-   with 4 workers waiting. Figures: jobs sent, jobs run, job steps that ran at
-   the same time on different workers (from the events' worker and times).
+   event (the job is inside its 0.2 s model call); every ``--whole-every``-th
+   kill (from the second; never with ``--quick``) takes the whole worker, main
+   process and pool, and starts another. Figures: log messages lost, partial
+   folds (ranges outside the log, overlapping active folds, quarantined folds,
+   a render over budget), kills that landed mid-job, and views that got a
+   ``committed`` from another process afterwards, with the time it took.
+3. Burst: ``--burst`` appends to one view as fast as this process makes them,
+   after the 4 workers' window. Figures: jobs sent, delivered, turned away by
+   the lease, run; job steps that ran at the same time on different workers
+   (from the events' worker and times).
 
     python bench/workers.py [--quick] [--json] [--rate ROUNDS_PER_S] [--seconds S]
 """
@@ -60,6 +64,7 @@ from workers_harness import PrivateRedis, WorkerProcess, free_port, fresh_queue,
 from contextfold import Memory
 from contextfold.core.events import Event
 from contextfold.core.messages import Message
+from contextfold.memory.cycle import plan
 from contextfold.memory.session import Session
 from contextfold.memory.view import View
 from contextfold.runtime.core import key_of
@@ -76,13 +81,18 @@ KILLS, QUICK_KILLS = 20, 3
 DRAIN_S, QUICK_DRAIN_S = 60.0, 3.0
 WHOLE_EVERY = 4
 RECOVERY_S, QUICK_RECOVERY_S = 150.0, 30.0
-"""A whole worker's job waits for the visibility timeout and kombu's sweep for unacknowledged
-messages, every 10 s but scanning on every 10th: up to about 100 s more."""
+"""How long the killed views may take to be compacted again. A whole worker's job waits for
+the visibility timeout and a surviving worker's sweep for unacknowledged messages (kombu's
+default: every 10 s, scanning on every 10th, so up to about 100 s more)."""
 BURST = 1000
 LEASE_TTL_S = 2.0
 VISIBILITY_S = 5.0
 CONFIGS = (("prefork", 1, 1), ("prefork", 1, 2), ("prefork", 1, 4), ("threads", 4, 1))
 """(pool, concurrency, workers) measured; --quick leaves the threads one out."""
+PARTS = ("workers", "postgres", "redis", "bench")
+"""Where the CPU of a phase is counted (``bench``: this process, the API side)."""
+ENDS = ("committed", "rejected", "failed")
+"""Events that end a job step."""
 FILLER = "the quarterly figures for the northern depot, checked against the ledger and the scans"
 
 
@@ -102,7 +112,7 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 class Events:
-    """Every event the workers published, with the runner's send times."""
+    """Every event the workers published, as the runner heard them."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -122,7 +132,7 @@ class Events:
 
 
 class TimedRunner(CeleryRunner):
-    """A CeleryRunner that notes when it sent each job (send-to-commit latency)."""
+    """A CeleryRunner that notes when it sent each job (due-to-commit latency)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -373,9 +383,6 @@ def throughput(
     }
 
 
-PARTS = ("workers", "postgres", "redis", "bench")
-
-
 # -- what must hold after every phase --------------------------------------------
 
 
@@ -400,8 +407,6 @@ def damage(memory: Memory, appended: dict[str, list[Message]]) -> dict[str, int]
 
 def idle(runner: CeleryRunner, views: Sequence[View]) -> bool:
     """No job pending or running, and none to plan, for any of ``views``."""
-    from contextfold.memory.cycle import plan
-
     if any(runner.job(v) is not None for v in views):
         return False
     return all(plan(v.require_pipeline().strategies, v.state()) is None for v in views)
@@ -538,9 +543,6 @@ def overlapping_steps(events: Events, sid: str) -> int:
         for b in steps[i + 1 :]
         if a[2] != b[2] and a[0] < b[1] and b[0] < a[1]
     )
-
-
-ENDS = ("committed", "rejected", "failed")
 
 
 def burst(memory: Memory, runner: TimedRunner, events: Events, count: int) -> dict[str, Any]:
