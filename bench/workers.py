@@ -34,6 +34,9 @@ answering after 0.2 s, as a hosted model would.
    the lease, run; job steps that ran at the same time on different workers
    (from the events' worker and times).
 
+Without PostgreSQL or ``redis-server`` it prints ``skipped`` and why (with
+``--json``, ``{"skipped": true, "reason": ...}``) and exits 0.
+
     python bench/workers.py [--quick] [--json] [--rate ROUNDS_PER_S] [--seconds S]
 """
 
@@ -41,7 +44,9 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -606,7 +611,12 @@ def main() -> None:
         args.whole_every if args.whole_every is not None else (0 if quick else WHOLE_EVERY)
     )
     args.recovery = RECOVERY_S if args.whole_every else QUICK_RECOVERY_S
-    require_services()
+    missing = missing_service()
+    if missing:
+        print(f"skipped: {missing}")
+        if args.json:
+            print(json.dumps({"skipped": True, "reason": missing}))
+        return
     figures: dict[str, Any] = {
         "cpus": os.cpu_count(),
         "load_1m_before": os.getloadavg()[0],
@@ -632,18 +642,17 @@ def main() -> None:
     report(figures, args.json)
 
 
-def require_services() -> None:
-    """PostgreSQL and a ``redis-server`` binary, or a message and exit 1."""
-    import shutil
-
+def missing_service() -> str | None:
+    """Why the bench cannot run here (PostgreSQL down, no ``redis-server``), or None."""
     import psycopg
 
     try:
         psycopg.connect(SERVER, connect_timeout=3).close()
     except psycopg.Error as exc:
-        sys.exit(f"PostgreSQL at {SERVER} does not answer: {exc}")
+        return f"PostgreSQL at {SERVER} does not answer: {exc}"
     if shutil.which("redis-server") is None:
-        sys.exit("redis-server is not installed (apt-get install redis-server)")
+        return "redis-server is not installed (apt-get install redis-server)"
+    return None
 
 
 if __name__ == "__main__":
