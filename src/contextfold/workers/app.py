@@ -10,6 +10,10 @@ the task (``contextfold.workers.task``). Settings that matter:
   ``visibility_timeout`` when the whole worker did (plus up to one sweep
   of the surviving workers: every ``restore_interval(visibility_timeout)``
   seconds, where kombu's own default sweeps every 100 s);
+- ``worker_cancel_long_running_tasks_on_connection_loss=False`` (Celery 6 turns
+  it on): a job running when the broker goes away goes on, since its work lands
+  in the store; it cannot be acknowledged, so it may run again, and finds
+  nothing left to do;
 - ``worker_prefetch_multiplier=1``: a worker holds one job per pool slot, so a
   slow job does not sit on jobs another worker could run;
 - results are ignored: the store is where a job's work lands.
@@ -75,6 +79,7 @@ def celery_app(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         task_ignore_result=True,
         task_serializer="json",
         accept_content=["json"],
