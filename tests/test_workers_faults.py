@@ -290,11 +290,11 @@ def killed_mid_job(
             runner.stop()
     problems = watcher.problems + log_problems(memory.store, session.id, sent)
     problems += fold_problems(memory.store, session.id, "default")
-    committed = {f for e in events.of("committed") for f in e.data["folds"]}
+    announced = {f for e in events.of("committed") for f in e.data["folds"]}
     problems += [
-        f"fold {f.id} was never committed"
+        f"fold {f.id} was never announced as committed"
         for f in view.folds(include_superseded=True)
-        if f.id not in committed
+        if f.id not in announced
     ]
     memory.close()
     times = {"redelivered": redelivered, "restarted": restarted, "committed": committed}
