@@ -3,12 +3,18 @@
 
 from __future__ import annotations
 
+import base64
+import importlib
+import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
-from workers_harness import REDIS, fresh_queue, require_redis, turn, wait_for
+from workers_harness import PLUGIN, REDIS, fresh_queue, require_redis, turn, wait_for
 
 from contextfold.cli import main
 from contextfold.core.errors import InvalidInput
@@ -21,7 +27,7 @@ from contextfold.workers import CeleryRunner, WorkQueue, celery_app
 from contextfold.workers.app import restore_interval
 from contextfold.workers.queue import JOBS_KEPT, JobRecord, JobState
 from contextfold.workers.runner import check_portable
-from contextfold.workers.task import WorkerSettings
+from contextfold.workers.task import Worker, WorkerSettings
 
 
 @pytest.fixture
@@ -212,6 +218,17 @@ def test_appends_that_need_no_job_do_not_count_toward_a_jobs_latency() -> None:
             runner.stop()
 
 
+def sent(queue: WorkQueue) -> list[tuple[dict[str, Any], float]]:
+    """The jobs in Celery's list for the queue, newest first: kwargs, seconds until due."""
+    found = []
+    for raw in queue.redis.lrange(queue.name, 0, -1):
+        message = json.loads(raw)
+        _, kwargs, _ = json.loads(base64.b64decode(message["body"]))
+        due = datetime.fromisoformat(message["headers"]["eta"]).timestamp() - time.time()
+        found.append((kwargs, round(due)))
+    return found
+
+
 def run_worker(capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
     argv = ["worker", "--database", "memory://", "--broker", REDIS, *extra]
     code = main(argv)
@@ -246,3 +263,53 @@ def test_worker_arguments_of_the_wrong_type_are_refused_by_the_parser(
     assert code == 2 and "--concurrency" in err
     code, err = run_worker(capsys, "--pool", "gevent")
     assert code == 2 and "--pool" in err
+
+
+def test_a_workers_job_settles_as_failed_resting_parked_or_busy(tmp_path: Path) -> None:
+    """One pool process's job, run here on a SQLite file: a failure is counted and resent
+    after a pause, a job that comes during the pause waits it out, a parked view's job is
+    dropped, and a view whose lease is held is resent with a growing pause."""
+    require_redis()
+    importlib.import_module(PLUGIN)  # the "failing" model, as a worker's --plugin registers it
+    database = f"sqlite:///{tmp_path / 'store.db'}"
+    memory = Memory(database)
+    session = memory.session("s", system="You are helpful.")
+    view = session.view("v", preset="rolling", budget=500, model="failing")
+    for i in range(30):
+        session.extend(turn(i))
+    with fresh_queue() as name:
+        settings = WorkerSettings(database, name, backoff_s=20.0, max_failures=2)
+        app = celery_app(REDIS, name)
+        worker = Worker(settings, REDIS)
+        queue = worker.queue
+
+        def job(busy: int = 0) -> str:
+            outcome, since = worker.run("s", "v", time.time())
+            worker.settle(app, "s", "v", outcome, since, busy)
+            return outcome.kind
+
+        assert job() == "failed"
+        assert (queue.state("s", "v").state, queue.depth()) == ("pending", 1)  # type: ignore[union-attr]
+        assert 19.0 < queue.resting("s", "v") <= 20.0
+        # The resent job (or an append's) comes early: it waits, and sends itself again.
+        assert job() == "resting" and queue.depth() == 2
+        assert queue.stats()["failed"] >= 1 and queue.stats()["retried"] == 1
+        queue.rest("s", "v", 0.0)
+        assert job() == "idle"  # the rescue folded: nothing to do proves nothing either way
+        for i in range(30, 60):
+            session.extend(turn(i))
+        assert job() == "failed" and queue.parked_at("s", "v") == view.version
+        assert job() == "parked" and queue.depth() == 2  # dropped, nothing sent
+        queue.unpark("s", "v")
+        assert memory.store.acquire_lease("s", "v", "someone else", 30.0)
+        assert job(busy=3) == "busy" and queue.stats()["busy"] == 1 and queue.depth() == 3
+        # The messages sent: the retry and the resting job's resend wait out the 20 s pause,
+        # the busy one waits longer than the last (1 s doubled at each busy try in a row).
+        (busy, waits), (rested, waited), (retry, pause) = sent(queue)
+        assert (busy["busy"], rested.get("busy"), retry.get("busy")) == (4, None, None)
+        assert waits == settings.busy_pause(4) == 8.0
+        assert pause == 20 and 0 < waited <= 20
+        assert [j.outcome for j in queue.jobs()] == ["failed", "idle", "failed"]
+        worker.queue.close()
+        worker.memory.close()
+    memory.close()

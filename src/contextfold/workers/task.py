@@ -142,15 +142,15 @@ class Worker:
             return Outcome("gone")
         except Exception as exc:
             return Outcome("failed", reason=f"opening the view: {exc}")
-        if self._asked(lambda: self.queue.parked_at(session_id, view_name)) is not None:
+        if self._quietly(lambda: self.queue.parked_at(session_id, view_name)) is not None:
             return Outcome("parked", version=version)  # sent before it was parked
-        resting = self._asked(lambda: self.queue.resting(session_id, view_name))
+        resting = self._quietly(lambda: self.queue.resting(session_id, view_name))
         if isinstance(resting, float) and resting > 0:
             return Outcome("resting", version=version, pause=resting)
         if not self.keeper.acquire(store, session_id, view_name):
             return Outcome("busy", version=version)
         leased = time.time()
-        outcome = Outcome("failed", reason="the job did not end", version=version)
+        outcome = Outcome("failed", reason="the job was interrupted", version=version)
         try:
             outcome = self._cycle(view, since, version)
         finally:
@@ -235,20 +235,12 @@ class Worker:
 
     @staticmethod
     def _quietly(call: Callable[[], object]) -> object:
-        """Bookkeeping in Redis must not fail a job whose work is in the store."""
+        """Bookkeeping in Redis must not fail a job whose work is in the store: None when
+        Redis is away (a job that could not ask whether it may run runs)."""
         try:
             return call()
         except redis.RedisError:
-            log.warning("could not record a job's progress in Redis", exc_info=True)
-            return None
-
-    @staticmethod
-    def _asked(call: Callable[[], object]) -> object:
-        """A question to Redis before the job; None when Redis is away (the job runs)."""
-        try:
-            return call()
-        except redis.RedisError:
-            log.warning("could not ask Redis about a job", exc_info=True)
+            log.warning("could not keep a job's books in Redis", exc_info=True)
             return None
 
 
