@@ -218,9 +218,9 @@ def test_appends_that_need_no_job_do_not_count_toward_a_jobs_latency() -> None:
             runner.stop()
 
 
-def sent(queue: WorkQueue) -> list[tuple[dict[str, Any], float]]:
+def sent(queue: WorkQueue) -> list[tuple[dict[str, Any], int]]:
     """The jobs in Celery's list for the queue, newest first: kwargs, seconds until due."""
-    found = []
+    found: list[tuple[dict[str, Any], int]] = []
     for raw in queue.redis.lrange(queue.name, 0, -1):
         message = json.loads(raw)
         _, kwargs, _ = json.loads(base64.b64decode(message["body"]))

@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pytest
 from pg import fresh_schema, require_postgres, url
@@ -58,7 +58,7 @@ def plans_a_job(view: View) -> bool:
     return pipeline is not None and plan(pipeline.strategies, view.state()) is not None
 
 
-def chat(session: Session, turns: range) -> list[dict[str, object]]:
+def chat(session: Session, turns: Iterable[int]) -> list[dict[str, object]]:
     sent = []
     for i in turns:
         for message in turn(i):
@@ -116,7 +116,7 @@ def test_workers_racing_on_the_same_views_never_compact_one_at_once(database: st
     memory = Memory(database)
     sessions = [memory.session(f"race/{i}", system="You are helpful.") for i in range(5)]
     views = [
-        s.view(name, preset="rolling", budget=budget, model="slow:0.05")
+        s.view(name, preset="rolling", budget=budget, model="slow:0.1")
         for s in sessions
         for name, budget in (("small", 400), ("large", 700))
     ]
@@ -134,7 +134,7 @@ def test_workers_racing_on_the_same_views_never_compact_one_at_once(database: st
                 runner.watch(view)
 
             def talk(session: Session) -> None:
-                sent[session.id] = chat(session, range(25))
+                sent[session.id] = chat(session, range(50))
 
             threads = [threading.Thread(target=talk, args=(s,)) for s in sessions]
             for thread in threads:
@@ -155,17 +155,23 @@ def test_workers_racing_on_the_same_views_never_compact_one_at_once(database: st
             runner.stop()
         stats = runner.queue.stats()
         jobs = runner.queue.jobs()
+        latency = runner.queue.latency()
     assert watcher.problems == [] and watcher.looks > 0
     for session in sessions:
         assert log_problems(memory.store, session.id, sent[session.id]) == []
     assert all(v.folds() for v in views)
-    # De-duplicated: 500 appends (each may plan) queued a few jobs, not one each.
-    assert stats["enqueued"] < 500 / 4
+    # De-duplicated: 1000 appends (each may plan) queued a few jobs, not one each.
+    assert stats["enqueued"] < 1000 / 4
     # Single-flight: no two jobs of one view held its lease at once...
     assert overlaps(jobs) == []
     # ...the race was real: several pool processes of several workers compacted each view...
     assert all(announced) and set().union(*announced) == {j.worker for j in jobs}
-    assert sum(len({j.worker for j in jobs if j.view == v.name}) > 1 for v in views) >= 5
+    ran_by = defaultdict(set)
+    for job in jobs:
+        ran_by[(job.session, job.view)].add(job.worker)
+    shared = sum(len(ran) > 1 for ran in ran_by.values())
+    print(f"race: {stats}, {len(jobs)} jobs, {shared} views shared, latency {latency}")
+    assert shared >= 5
     # ...and every cycle job a worker announced ran inside one of its lease-held jobs.
     for event in events.of("started"):
         assert any(

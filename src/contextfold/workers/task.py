@@ -30,8 +30,9 @@ second worker too. Redis being away costs a job its bookkeeping (the counts,
 events, the resend), never its work: that is in the store, and the enqueuer
 plans every view again when Redis is back.
 
-Each pool process opens its own store and lease keeper on its first job, after
-the fork, so no connection or thread crosses a fork.
+Each pool process opens its own store and lease keeper after the fork, so no
+connection or thread crosses a fork: as it starts (a prefork pool's process),
+so its first job does not wait half a second for them, else on its first job.
 """
 
 from __future__ import annotations
@@ -258,7 +259,17 @@ def worker_of(settings: WorkerSettings, broker: str) -> Worker:
 
 def register(app: Celery, settings: WorkerSettings) -> Task[Any, Any]:
     """Register the ``compact`` task on ``app``, running jobs with ``settings``."""
+    from celery.signals import worker_process_init
+
     broker = str(app.conf.broker_url)
+
+    def open_worker(**_: Any) -> None:
+        try:
+            worker_of(settings, broker)
+        except Exception:  # the first job opens it, or says why it cannot
+            log.warning("could not open the store as a pool process started", exc_info=True)
+
+    worker_process_init.connect(open_worker, weak=False)
 
     @app.task(  # type: ignore[untyped-decorator]
         name=TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True
