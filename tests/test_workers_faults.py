@@ -260,9 +260,11 @@ def killed_mid_job(
         runner = CeleryRunner(REDIS, queue=queue, settle_s=0.01, on_event=[events])
         try:
             assert runner.listening(10)
-            runner.watch(view)
             sent = chat(session, range(30))
+            runner.watch(view)  # plans once: the one job sent is the one killed
             assert wait_for(lambda: events.of("started"), 30)
+            assert runner.wait_idle(10)
+            assert runner.queue.stats()["enqueued"] == 1 and runner.queue.depth() == 0
             victim = events.of("started")[0].data["worker"]
             delivered = events.of("started")[0].data["at"]
             stats = runner.queue.stats()
