@@ -318,7 +318,6 @@ def test_a_job_whose_pool_process_is_killed_is_redelivered_and_completed(databas
     # Back long before the visibility timeout (600 s): Celery requeued it as the pool process
     # died (measured 2-5 s, its pool upkeep runs every 5 s), and the job ran when the dead
     # process's lease (2 s) had expired.
-    assert after["restarted"] >= after["redelivered"]
     print(f"pool process killed: {after}")
 
 
