@@ -9,10 +9,18 @@ Workers are real processes (the CLI, in a process group of their own, so a
 test can SIGKILL a worker whole or only the pool process running a job).
 ``private_redis`` runs a Redis server of the test's own on a free port, for
 tests that stop and restart the broker.
+
+What the fault tests check after every fault lives here too: ``Events``
+collects what the workers publish, ``fold_problems`` says what is wrong with a
+view's stored fold set (overlaps, ranges off the log, a tool call split from
+its result), and ``FoldWatcher`` looks at fold sets and renders the whole time
+a test runs, so a partial commit would be seen, not only the final state.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import shutil
 import signal
@@ -20,14 +28,18 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from contextfold.core.events import Event
 
 REDIS = os.environ.get("CONTEXTFOLD_TEST_REDIS", "redis://127.0.0.1:6379/0")
 PLUGIN = "contextfold.testing.models"
@@ -104,6 +116,18 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def owners(self, events: list[Event]) -> set[str]:
+        """The worker owner strings (``host:pid:rand``) of this worker's pool in ``events``."""
+        pids = {self.pid, *self.pool()}
+        return {e.data["worker"] for e in events if owner_pid(e.data["worker"]) in pids}
+
+    def pause(self) -> None:
+        """SIGSTOP the worker whole (a stalled machine): it runs, renews and fetches nothing."""
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL the worker whole: its main process and its pool."""
         with_pool = [self.proc.pid, *self.pool()]
@@ -124,6 +148,11 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 pass
         self.kill()
+
+
+def owner_pid(owner: str) -> int:
+    """The pid in a worker owner string ``host:pid:rand``."""
+    return int(owner.split(":")[-2])
 
 
 @contextmanager
@@ -232,3 +261,156 @@ def private_redis() -> Iterator[PrivateRedis]:
         yield server
     finally:
         server.stop()
+
+
+@contextmanager
+def workers(
+    database: str, queue: str, concurrencies: tuple[int, ...], **options: Any
+) -> Iterator[list[WorkerProcess]]:
+    """Several workers on one queue, stopped together (a warm shutdown takes seconds each)."""
+    with ExitStack() as stack:
+        started = [
+            stack.enter_context(worker(database, queue, concurrency=n, **options))
+            for n in concurrencies
+        ]
+        try:
+            yield started
+        finally:
+            for each in started:
+                if each.alive():
+                    each.proc.send_signal(signal.SIGTERM)
+
+
+class Events:
+    """The events a runner hears, kept in order (an ``on_event`` callback)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: list[Event] = []
+
+    def __call__(self, event: Event) -> None:
+        with self._lock:
+            self._items.append(event)
+
+    def of(
+        self, kind: str | None = None, view: str | None = None, *, session: str | None = None
+    ) -> list[Event]:
+        with self._lock:
+            items = list(self._items)
+        return [
+            e
+            for e in items
+            if (kind is None or e.kind == kind)
+            and (view is None or e.view == view)
+            and (session is None or e.session == session)
+        ]
+
+
+def turn(i: int) -> list[dict[str, Any]]:
+    """One exchange of four messages in three units: a question, a tool call with its
+    result (one unit, never folded apart), and an answer."""
+    call = {
+        "id": f"call_{i}",
+        "type": "function",
+        "function": {"name": "lookup", "arguments": json.dumps({"item": i})},
+    }
+    return [
+        {"role": "user", "content": f"Look up item {i} and remember code word alpha{i}."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": f"call_{i}", "content": f"item {i}: {i * 7} units"},
+        {"role": "assistant", "content": f"Item {i} holds {i * 7} units; noted alpha{i}."},
+    ]
+
+
+def fold_problems(store: Any, session_id: str, view: str) -> list[str]:
+    """What is wrong with the view's stored folds: a range off the log, two folds that
+    overlap, a tool call folded apart from its result. Empty when the set is sound."""
+    last = store.head(session_id, view).last_seq
+    folds = sorted(store.folds(session_id, view), key=lambda f: (f.start, f.end))
+    problems = [
+        f"fold {f.start}..{f.end} lies off the log 1..{last}" for f in folds if f.end > last
+    ]
+    placed = [f for f in folds if f.placement == "in_place"]
+    problems += [
+        f"folds {a.start}..{a.end} and {b.start}..{b.end} overlap"
+        for a, b in itertools.pairwise(placed)
+        if b.start <= a.end
+    ]
+    callers: dict[str, int] = {}
+    for logged in store.messages(session_id, 1):
+        message = logged.message
+        for call in message.get("tool_calls") or ():
+            callers[call["id"]] = logged.seq
+        caller = callers.get(message.get("tool_call_id") or "")
+        if message["role"] != "tool" or caller is None:
+            continue
+        problems += [
+            f"fold {f.start}..{f.end} splits call {caller} from its result {logged.seq}"
+            for f in folds
+            if (f.start <= caller <= f.end) != (f.start <= logged.seq <= f.end)
+        ]
+    return problems
+
+
+class FoldWatcher:
+    """Reads the watched views' fold sets and renders them until stopped, on a store of its
+    own: every fold set seen must be sound, one fold set per fold-set version (so each is
+    what one commit made, not half of one), and every render must work."""
+
+    def __init__(self, database: str, views: list[tuple[str, str]]) -> None:
+        from contextfold.memory.session import Memory
+
+        self.memory = Memory(database)
+        self.views = views
+        self.problems: list[str] = []
+        self.seen: dict[tuple[str, str, int], frozenset[str]] = {}
+        self.looks = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="fold-watcher", daemon=True)
+
+    def __enter__(self) -> FoldWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.memory.close()
+
+    def _watch(self) -> None:
+        store = self.memory.store
+        handles = {(s, v): self.memory.session(s).view(v) for s, v in self.views}
+        while not self._stop.is_set():
+            for (session_id, view), handle in handles.items():
+                try:
+                    self._look(store, session_id, view)
+                    handle.render()
+                except Exception as exc:  # the watcher reports, the test asserts
+                    self.problems.append(f"{session_id}/{view}: {type(exc).__name__}: {exc}")
+            self.looks += 1
+
+    def _look(self, store: Any, session_id: str, view: str) -> None:
+        version = store.head(session_id, view).fold_version
+        folds = store.folds(session_id, view)
+        if store.head(session_id, view).fold_version != version:
+            return  # a commit came in between: look again
+        ids = frozenset(f.id for f in folds)
+        earlier = self.seen.setdefault((session_id, view, version), ids)
+        if earlier != ids:
+            self.problems.append(f"{session_id}/{view}: two fold sets at version {version}")
+        self.problems += [
+            f"{session_id}/{view}: {p}" for p in fold_problems(store, session_id, view)
+        ]
+
+
+def log_problems(store: Any, session_id: str, appended: list[dict[str, Any]]) -> list[str]:
+    """How the stored log differs from what was appended after its system prompt."""
+    logged = [m.message for m in store.messages(session_id, 1)][1:]
+    if len(logged) != len(appended):
+        return [f"{len(logged)} messages logged, {len(appended)} appended"]
+    return [
+        f"message {i + 2} changed: {got!r} != {sent!r}"
+        for i, (got, sent) in enumerate(zip(logged, appended, strict=True))
+        if (got["role"], got.get("content"), got.get("tool_call_id"))
+        != (sent["role"], sent.get("content"), sent.get("tool_call_id"))
+    ]

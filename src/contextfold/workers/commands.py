@@ -107,6 +107,7 @@ def _worker(args: argparse.Namespace, out: Console, err: Console) -> None:
         lease_ttl_s=args.lease_ttl,
         max_failures=args.max_failures,
         backoff_s=args.backoff,
+        visibility_timeout_s=args.visibility_timeout,
     )
     app = celery_app(args.broker, args.queue, visibility_timeout_s=args.visibility_timeout)
     register(app, settings)

@@ -11,8 +11,12 @@ job needs around it, so any API process and any worker see the same:
 - ``failing`` and ``parked``: failures in a row per view; a view that failed
   ``max_failures`` times in a row is parked (no job is queued for it until its
   configuration changes or someone asks to compact it).
+- ``backoff``: until when a view that just failed rests: a job that comes
+  sooner (an append's) waits until then, so appends do not undo the backoff.
 - ``stats`` and ``latency``: counters and the append-to-commit histogram,
   kept here so every API process's ``/metrics`` reports the whole pool.
+- ``jobs``: the last ``JOBS_KEPT`` jobs that held a view's lease, who ran them
+  and from when to when (what shows that two never compacted one view at once).
 - the ``events`` channel: the cycle's events, for the API processes' streams.
 
 Fields are the JSON of ``[session, view]``; values are JSON. Wall-clock times
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -34,6 +38,7 @@ from contextfold.core.events import Event
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 """Append-to-commit latency buckets, seconds."""
 STATS = ("enqueued", "started", "committed", "failed", "retried", "parked", "busy")
+JOBS_KEPT = 1000
 _TIMEOUT_S = 2.0
 
 JobStateName = Literal["pending", "running", "parked", "failing"]
@@ -49,6 +54,21 @@ class JobState:
     failures: int = 0
     worker: str = ""
     reason: str = ""
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job that held its view's lease: on which worker, when (wall clock), how it ended."""
+
+    session: str
+    view: str
+    worker: str
+    started: float
+    """Just after the lease was taken."""
+    ended: float
+    """Just before the lease was given up."""
+    outcome: str
+    folds: int = 0
 
 
 def field_of(session: str, view: str) -> str:
@@ -115,8 +135,21 @@ class WorkQueue:
         """Count a failure in a row; the count so far."""
         return int(self.redis.hincrby(self._key("failing"), field_of(session, view), 1))
 
+    def rest(self, session: str, view: str, seconds: float) -> None:
+        """No job of the view runs for ``seconds`` (it failed; the retry is sent)."""
+        self.redis.hset(self._key("backoff"), field_of(session, view), time.time() + seconds)
+
     def succeeded(self, session: str, view: str) -> None:
-        self.redis.hdel(self._key("failing"), field_of(session, view))
+        field = field_of(session, view)
+        with self.redis.pipeline() as pipe:
+            pipe.hdel(self._key("failing"), field)
+            pipe.hdel(self._key("backoff"), field)
+            pipe.execute()
+
+    def resting(self, session: str, view: str) -> float:
+        """Seconds the view still rests after its last failure (0 when it may run)."""
+        until = self.redis.hget(self._key("backoff"), field_of(session, view))
+        return 0.0 if until is None else max(0.0, float(until) - time.time())
 
     def park(self, session: str, view: str, *, version: int, failures: int, reason: str) -> None:
         """Queue nothing more for the view until its configuration (``version``) changes."""
@@ -125,6 +158,7 @@ class WorkQueue:
         with self.redis.pipeline() as pipe:
             pipe.hset(self._key("parked"), field, json.dumps(record))
             pipe.hdel(self._key("failing"), field)
+            pipe.hdel(self._key("backoff"), field)
             pipe.execute()
 
     def parked_at(self, session: str, view: str) -> int | None:
@@ -197,6 +231,18 @@ class WorkQueue:
             pairs.append((bucket, total))
         return pairs, float(raw.get("sum", 0.0))
 
+    def record(self, job: JobRecord) -> None:
+        """Keep the job among the last ``JOBS_KEPT``."""
+        with self.redis.pipeline() as pipe:
+            pipe.lpush(self._key("jobs"), json.dumps(asdict(job)))
+            pipe.ltrim(self._key("jobs"), 0, JOBS_KEPT - 1)
+            pipe.execute()
+
+    def jobs(self) -> list[JobRecord]:
+        """The jobs kept, oldest first."""
+        raw = self.redis.lrange(self._key("jobs"), 0, -1)
+        return [JobRecord(**json.loads(item)) for item in reversed(raw)]
+
     # -- events -------------------------------------------------------------
 
     def publish(self, event: Event, **extra: Any) -> None:
@@ -206,28 +252,34 @@ class WorkQueue:
         data["data"] = {**event.data, **extra, "at": time.time()}
         self.redis.publish(self.channel, json.dumps(data))
 
-    def events(self, stop: Any, timeout_s: float = 1.0) -> Iterator[Event]:
-        """Subscribe now; the events published from now until ``stop.is_set()``.
+    def events(
+        self,
+        stop: Any,
+        subscribed: Callable[[], None] = lambda: None,
+        timeout_s: float = 1.0,
+    ) -> Iterator[Event]:
+        """The events published until ``stop.is_set()``; ``subscribed()`` is called each
+        time the subscription is confirmed (once, then after each quiet reconnection).
 
-        Raises ``redis.RedisError`` (here or while iterating) when Redis goes away.
+        Raises ``redis.RedisError`` (while iterating) when Redis goes away.
         """
-        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-        pubsub.subscribe(self.channel)
-        return self._read(pubsub, stop, timeout_s)
-
-    @staticmethod
-    def _read(pubsub: Any, stop: Any, timeout_s: float) -> Iterator[Event]:
+        pubsub = self.redis.pubsub()  # type: ignore[no-untyped-call]
         try:
+            pubsub.subscribe(self.channel)
             while not stop.is_set():
                 message = pubsub.get_message(timeout=timeout_s)
-                if message is not None and message["type"] == "message":
+                if message is None:
+                    continue
+                if message["type"] == "subscribe":
+                    subscribed()
+                elif message["type"] == "message":
                     yield event_of(json.loads(message["data"]))
         finally:
             pubsub.close()
 
     def clear(self) -> None:
         """Delete every key of this queue, Celery's list included (tests, benchmarks)."""
-        parts = ("pending", "running", "failing", "parked", "stats", "latency")
+        parts = ("pending", "running", "failing", "backoff", "parked", "stats", "latency", "jobs")
         self.redis.delete(self.name, *(self._key(p) for p in parts))
 
     def close(self) -> None:

@@ -24,19 +24,21 @@ import threading
 import time
 from collections.abc import Iterable
 
-import redis
-from kombu.exceptions import OperationalError
-
 from contextfold.core.errors import InvalidInput
 from contextfold.core.events import EventCallback, emit, log
 from contextfold.memory.cycle import plan
 from contextfold.memory.view import View
 from contextfold.runtime.core import Flight, Key, key_of
 from contextfold.runtime.thread import SETTLE_S, ThreadRunner
-from contextfold.workers.app import DEFAULT_QUEUE, VISIBILITY_TIMEOUT_S, celery_app, send
+from contextfold.workers.app import (
+    BROKER_ERRORS,
+    DEFAULT_QUEUE,
+    VISIBILITY_TIMEOUT_S,
+    celery_app,
+    send,
+)
 from contextfold.workers.queue import JobState, WorkQueue
 
-BROKER_ERRORS = (redis.RedisError, OperationalError, OSError)
 _RECONNECT_S = 1.0
 
 
@@ -98,6 +100,9 @@ class CeleryRunner(ThreadRunner):
         pipeline = view.pipeline
         if pipeline is not None and plan(pipeline.strategies, view.state()) is not None:
             self.enqueue(view)
+        else:
+            with self._lock:  # those appends needed no job: the latency starts later
+                self._since.pop(key_of(view), None)
         return True
 
     def enqueue(self, view: View, *, force: bool = False) -> bool:
@@ -145,24 +150,32 @@ class CeleryRunner(ThreadRunner):
         return self._listening.wait(timeout)
 
     def _listen(self) -> None:
-        """Hand the workers' events to the callbacks; after an outage, plan every view again."""
-        lost = False
+        """Hand the workers' events to the callbacks; after an outage, plan every view again.
+
+        Every subscription after the first (ours after an error, or redis-py's own
+        quiet reconnection) means Redis was away, maybe restarted empty: jobs sent
+        before may be lost, so every watched view is planned again.
+        """
+        subscriptions = 0
+
+        def subscribed() -> None:
+            nonlocal subscriptions
+            subscriptions += 1
+            self._listening.set()
+            if subscriptions > 1:
+                log.info("the workers' event channel is back: planning every view again")
+                for view in self.watched():
+                    self.notify(view)
+
         while not self._stop_listening.is_set():
             try:
-                events = self.queue.events(self._stop_listening)
-                self._listening.set()
-                if lost:
-                    lost = False
-                    for view in self.watched():
-                        self.notify(view)
-                for event in events:
+                for event in self.queue.events(self._stop_listening, subscribed):
                     with self._lock:
                         watched = self._views.get((event.session, event.view))
                     emit(event, [*self.on_event, *(watched.on_event if watched else ())])
             except BROKER_ERRORS as exc:
-                if not lost:
+                if self._listening.is_set():
                     log.warning("lost the workers' event channel: %s", exc)
-                lost = True
                 self._listening.clear()
                 self._stop_listening.wait(_RECONNECT_S)
 

@@ -5,18 +5,34 @@ runs the one compaction cycle (``memory.cycle.compact``), as every runner
 does. What may go wrong is settled here, once:
 
 - the lease is held by another worker (it is compacting the view, or it died
-  and its lease has not expired): the job is sent again ``retry_s`` later,
-  unless another is pending already;
-- the cycle failed (a model that let it down, a store that refused, a view
-  that cannot be built here): the view's failures in a row are counted, the
-  job sent again after a pause that doubles each time (``retried``), and after
-  ``max_failures`` the view is parked (``parked``): other views go on;
+  and its lease has not expired): the job is sent again later, unless another
+  is pending already, after ``retry_s`` doubled at each busy try in a row and at
+  most ``lease_ttl_s`` (a dead worker's lease expires by then), so a long job
+  or a dead worker costs a few resends, not one a second;
+- the cycle failed: the view's failures in a row are counted, the job sent
+  again after a pause that doubles each time (``retried``; a job an append
+  sends meanwhile waits for the pause to pass as well), and after
+  ``max_failures`` the view is parked (``parked``): other views go on. A
+  cycle *failed* when any of its jobs failed (a model that let it down, a store
+  that refused, a view that cannot be built here), even when the rescue then
+  folded extractively and the view fits its budget: the view's own strategies
+  did not do their work, and asking the same model again and again spends
+  calls for nothing. Only a cycle that committed folds and failed no job ends
+  the run of failures; one that found nothing to do leaves it as it is (a
+  retry after the rescue often has no work: it proves nothing about the model);
 - the worker is killed: nothing was committed unless the cycle's commit went
   through whole (one transaction, checked against the fold-set version), and
   the message, acknowledged late, is delivered again.
 
-Each pool process opens its own store and lease keeper on its first job, after
-the fork, so no connection or thread crosses a fork.
+Every pause before a resend stays below half the visibility timeout: a
+worker holds a waiting job unacknowledged, and one held longer would go to a
+second worker too. Redis being away costs a job its bookkeeping (the counts,
+events, the resend), never its work: that is in the store, and the enqueuer
+plans every view again when Redis is back.
+
+Each pool process opens its own store and lease keeper after the fork, so no
+connection or thread crosses a fork: as it starts (a prefork pool's process),
+so its first job does not wait half a second for them, else on its first job.
 """
 
 from __future__ import annotations
@@ -38,8 +54,15 @@ from contextfold.llm.budget import DEFAULT_LIMITS, JobLimits
 from contextfold.memory.cycle import compact
 from contextfold.memory.leases import LeaseKeeper
 from contextfold.memory.session import Memory, Session
-from contextfold.workers.app import TASK, send
-from contextfold.workers.queue import WorkQueue
+from contextfold.memory.view import View
+from contextfold.workers.app import (
+    BROKER_ERRORS,
+    TASK,
+    VISIBILITY_TIMEOUT_S,
+    longest_countdown,
+    send,
+)
+from contextfold.workers.queue import JobRecord, WorkQueue
 
 if TYPE_CHECKING:
     from celery import Celery, Task
@@ -58,13 +81,22 @@ class WorkerSettings:
     """Failures in a row before a view is parked."""
     backoff_s: float = 1.0
     backoff_max_s: float = 60.0
+    visibility_timeout_s: float = VISIBILITY_TIMEOUT_S
     limits: JobLimits = field(default=DEFAULT_LIMITS)
 
     def backoff(self, failures: int) -> float:
-        return float(min(self.backoff_s * 2 ** max(failures - 1, 0), self.backoff_max_s))
+        """The pause before a job that failed ``failures`` times in a row is run again."""
+        return self._capped(self.backoff_s * 2 ** max(failures - 1, 0), self.backoff_max_s)
+
+    def busy_pause(self, tries: int) -> float:
+        """The pause before a job that found the lease held ``tries`` times in a row."""
+        return self._capped(self.retry_s * 2 ** max(tries - 1, 0), self.lease_ttl_s)
+
+    def _capped(self, seconds: float, most: float) -> float:
+        return float(min(seconds, most, longest_countdown(self.visibility_timeout_s)))
 
 
-Kind = Literal["done", "failed", "busy", "gone", "idle"]
+Kind = Literal["done", "failed", "busy", "resting", "parked", "gone", "idle"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +105,8 @@ class Outcome:
     folds: int = 0
     reason: str = ""
     version: int = 0
+    pause: float = 0.0
+    """How long a resting view still rests."""
 
 
 class Worker:
@@ -87,12 +121,14 @@ class Worker:
 
     def run(self, session_id: str, view_name: str, since: float) -> tuple[Outcome, float]:
         """Run one job; its outcome and the time of the first append it covers."""
-        since = self.queue.start(session_id, view_name, self.owner, since)
-        self._quietly(lambda: self.queue.count("started"))
+        queue = self.queue
+        started = self._quietly(lambda: queue.start(session_id, view_name, self.owner, since))
+        since = started if isinstance(started, float) else since
+        self._quietly(lambda: queue.count("started"))
         try:
             return self._compact(session_id, view_name, since), since
         finally:
-            self._quietly(lambda: self.queue.finish(session_id, view_name, self.owner))
+            self._quietly(lambda: queue.finish(session_id, view_name, self.owner))
 
     def _compact(self, session_id: str, view_name: str, since: float) -> Outcome:
         store = self.memory.store
@@ -107,8 +143,27 @@ class Worker:
             return Outcome("gone")
         except Exception as exc:
             return Outcome("failed", reason=f"opening the view: {exc}")
+        if self._quietly(lambda: self.queue.parked_at(session_id, view_name)) is not None:
+            return Outcome("parked", version=version)  # sent before it was parked
+        resting = self._quietly(lambda: self.queue.resting(session_id, view_name))
+        if isinstance(resting, float) and resting > 0:
+            return Outcome("resting", version=version, pause=resting)
         if not self.keeper.acquire(store, session_id, view_name):
             return Outcome("busy", version=version)
+        leased = time.time()
+        outcome = Outcome("failed", reason="the job was interrupted", version=version)
+        try:
+            outcome = self._cycle(view, since, version)
+        finally:
+            ended = time.time()
+            self.keeper.release(store, session_id, view_name)
+            job = JobRecord(
+                session_id, view_name, self.owner, leased, ended, outcome.kind, outcome.folds
+            )
+            self._quietly(lambda: self.queue.record(job))
+        return outcome
+
+    def _cycle(self, view: View, since: float, version: int) -> Outcome:
         first: list[bool] = []
 
         def publish(event: Event) -> None:
@@ -122,24 +177,42 @@ class Worker:
         try:
             report = compact(view, listeners=[publish], limits=self.settings.limits)
         except Exception as exc:
-            log.warning("compaction of %s/%s failed", session_id, view_name, exc_info=True)
+            log.warning("compaction of %s/%s failed", view.session.id, view.name, exc_info=True)
             return Outcome("failed", reason=f"{type(exc).__name__}: {exc}", version=version)
-        finally:
-            self.keeper.release(store, session_id, view_name)
         if report.failed:
             return Outcome("failed", len(report.folds), "; ".join(report.reasons), version)
-        return Outcome("done", len(report.folds), version=version)
+        return Outcome("done" if report.folds else "idle", len(report.folds), version=version)
 
-    def settle(self, app: Celery, session: str, view: str, outcome: Outcome, since: float) -> None:
-        """After the job: send it again, count the failure, or park the view."""
+    def settle(
+        self, app: Celery, session: str, view: str, outcome: Outcome, since: float, busy: int
+    ) -> None:
+        """After the job: send it again, count the failure, or park the view.
+
+        With Redis away this is given up (logged): the work is in the store, and
+        the enqueuer plans the view again when Redis is back.
+        """
+        try:
+            self._settle(app, session, view, outcome, since, busy)
+        except BROKER_ERRORS:
+            log.warning("could not settle the job of %s/%s", session, view, exc_info=True)
+
+    def _settle(
+        self, app: Celery, session: str, view: str, outcome: Outcome, since: float, busy: int
+    ) -> None:
         queue, settings = self.queue, self.settings
+        if outcome.kind == "resting":
+            if queue.mark(session, view, since):
+                send(app, session, view, since=since, countdown=outcome.pause)
+            return
         if outcome.kind == "busy":
             queue.count("busy")
             if queue.mark(session, view, since):
-                send(app, session, view, since=since, countdown=settings.retry_s)
+                pause = settings.busy_pause(busy + 1)
+                send(app, session, view, since=since, countdown=pause, busy=busy + 1)
             return
-        if outcome.kind != "failed":
+        if outcome.kind == "done":
             queue.succeeded(session, view)
+        if outcome.kind != "failed":
             return
         failures = queue.failed(session, view)
         if failures >= settings.max_failures:
@@ -150,6 +223,7 @@ class Worker:
             self._tell("parked", session, view, outcome.reason, failures=failures)
             return
         pause = settings.backoff(failures)
+        queue.rest(session, view, pause)
         queue.count("retried")
         self._tell("retried", session, view, outcome.reason, failures=failures, countdown=pause)
         if queue.mark(session, view, since):
@@ -161,12 +235,14 @@ class Worker:
         self.queue.publish(event, worker=self.owner)
 
     @staticmethod
-    def _quietly(call: Callable[[], object]) -> None:
-        """Bookkeeping in Redis must not fail a job whose work is in the store."""
+    def _quietly(call: Callable[[], object]) -> object:
+        """Bookkeeping in Redis must not fail a job whose work is in the store: None when
+        Redis is away (a job that could not ask whether it may run runs)."""
         try:
-            call()
+            return call()
         except redis.RedisError:
-            log.warning("could not record a job's progress in Redis", exc_info=True)
+            log.warning("could not keep a job's books in Redis", exc_info=True)
+            return None
 
 
 _WORKERS: dict[int, Worker] = {}
@@ -183,17 +259,27 @@ def worker_of(settings: WorkerSettings, broker: str) -> Worker:
 
 def register(app: Celery, settings: WorkerSettings) -> Task[Any, Any]:
     """Register the ``compact`` task on ``app``, running jobs with ``settings``."""
+    from celery.signals import worker_process_init
+
     broker = str(app.conf.broker_url)
+
+    def open_worker(**_: Any) -> None:
+        try:
+            worker_of(settings, broker)
+        except Exception:  # the first job opens it, or says why it cannot
+            log.warning("could not open the store as a pool process started", exc_info=True)
+
+    worker_process_init.connect(open_worker, weak=False)
 
     @app.task(  # type: ignore[untyped-decorator]
         name=TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True
     )
     def compact_task(
-        task: Task[Any, Any], session: str, view: str, since: float | None = None
+        task: Task[Any, Any], session: str, view: str, since: float | None = None, busy: int = 0
     ) -> str:
         worker = worker_of(settings, broker)
         outcome, since = worker.run(session, view, time.time() if since is None else since)
-        worker.settle(app, session, view, outcome, since)
+        worker.settle(app, session, view, outcome, since, busy)
         return outcome.kind
 
     return compact_task
