@@ -24,6 +24,7 @@ from contextfold.memory.session import Memory
 from contextfold.strategies.extractive import ExtractiveSummary
 from contextfold.strategies.pipeline import Pipeline
 from contextfold.workers import CeleryRunner, WorkQueue, celery_app
+from contextfold.workers import task as task_module
 from contextfold.workers.app import restore_interval
 from contextfold.workers.queue import JOBS_KEPT, JobRecord, JobState
 from contextfold.workers.runner import check_portable
@@ -310,6 +311,34 @@ def test_a_workers_job_settles_as_failed_resting_parked_or_busy(tmp_path: Path) 
         assert waits == settings.busy_pause(4) == 8.0
         assert pause == 20 and 0 < waited <= 20
         assert [j.outcome for j in queue.jobs()] == ["failed", "idle", "failed"]
+        worker.queue.close()
+        worker.memory.close()
+    memory.close()
+
+
+def test_a_worker_keeps_the_state_of_its_latest_views_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pool process serves views in turn: it forgets all but the last few, so its memory
+    stays bounded, and a forgotten view's next job reads it from the store again."""
+    require_redis()
+    monkeypatch.setattr(task_module, "CACHED_VIEWS", 2)
+    database = f"sqlite:///{tmp_path / 'store.db'}"
+    memory = Memory(database)
+    session = memory.session("s", system="You are helpful.")
+    for name in ("a", "b", "c"):
+        session.view(name, preset="offline", budget=400)
+    for i in range(30):
+        session.extend(turn(i))
+    with fresh_queue() as name:
+        worker = Worker(WorkerSettings(database, name), REDIS)
+        kinds = [worker.run("s", view, time.time())[0].kind for view in ("a", "b")]
+        first, second = worker.memory.binding("s", "a"), worker.memory.binding("s", "b")
+        kinds.append(worker.run("s", "c", time.time())[0].kind)
+        assert kinds == ["done", "done", "done"]
+        assert worker.memory.binding("s", "b") is second
+        assert worker.memory.binding("s", "a") is not first  # forgotten, opened afresh
+        assert worker.run("s", "a", time.time())[0].kind == "idle"  # read again: nothing to do
         worker.queue.close()
         worker.memory.close()
     memory.close()

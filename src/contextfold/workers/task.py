@@ -41,6 +41,7 @@ import os
 import socket
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -109,12 +110,22 @@ class Outcome:
     """How long a resting view still rests."""
 
 
+CACHED_VIEWS = 256
+"""Views whose cached state a pool process keeps between jobs; older ones are re-read."""
+
+
 class Worker:
-    """One pool process's store, queue keys and lease keeper."""
+    """One pool process's store, queue keys and lease keeper.
+
+    A worker serves any number of views in turn; it keeps the cached state of
+    the ``CACHED_VIEWS`` it ran last (a view's next job mostly reads only what
+    was appended since) and forgets the rest, so its memory stays bounded.
+    """
 
     def __init__(self, settings: WorkerSettings, broker: str) -> None:
         self.settings = settings
         self.memory = Memory(settings.database)
+        self._recent: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.queue = WorkQueue(broker, settings.queue)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.keeper = LeaseKeeper(self.owner, settings.lease_ttl_s)
@@ -136,6 +147,7 @@ class Worker:
             record = store.get_session(session_id)
             session = Session(self.memory, record.id, get_counter(record.encoding))
             view = session.view(view_name)
+            self._remember(session_id, view_name)
             if view.pipeline is None:
                 return Outcome("idle")
             version = view.version
@@ -162,6 +174,13 @@ class Worker:
             )
             self._quietly(lambda: self.queue.record(job))
         return outcome
+
+    def _remember(self, session_id: str, view_name: str) -> None:
+        self._recent[(session_id, view_name)] = None
+        self._recent.move_to_end((session_id, view_name))
+        while len(self._recent) > CACHED_VIEWS:
+            old, _ = self._recent.popitem(last=False)
+            self.memory.forget(*old)
 
     def _cycle(self, view: View, since: float, version: int) -> Outcome:
         first: list[bool] = []
