@@ -63,3 +63,28 @@ def browser() -> Iterator[Any]:
     from page_server import launched_browser
 
     yield from launched_browser()
+
+
+@pytest.fixture
+def database() -> Iterator[str]:
+    """The worker tests' store: a fresh PostgreSQL schema's URL, with Redis up as the broker
+    (each fails under ``CI=true`` when its service is down)."""
+    from pg import fresh_schema, require_postgres, url
+    from workers_harness import require_redis
+
+    require_postgres()
+    require_redis()
+    with fresh_schema() as schema:
+        yield url(schema)
+
+
+@pytest.fixture
+def test_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``slow:`` and ``failing`` models (``contextfold.testing.models``) registered in
+    this process, for this test only, as a worker's ``--plugin`` registers them."""
+    import importlib
+
+    from contextfold.llm import registry
+
+    monkeypatch.setattr(registry, "_PROVIDERS", dict(registry._PROVIDERS))
+    importlib.reload(importlib.import_module("contextfold.testing.models"))

@@ -12,10 +12,9 @@ from typing import Any
 import httpx
 import pytest
 from conftest import NATO
-from page_server import Server, need_browser, save_shot
-from pg import fresh_schema, require_postgres, url
+from page_server import Server, save_shot
 from server_harness import running
-from workers_harness import REDIS, fresh_queue, require_redis, worker
+from workers_harness import REDIS, fresh_queue, worker
 
 from contextfold.server.app import create_app
 from contextfold.server.service import Service
@@ -23,15 +22,6 @@ from contextfold.server.settings import Settings
 
 LAPTOP = {"width": 1440, "height": 900}
 WAIT_MS = 60_000
-
-
-@pytest.fixture
-def database() -> Iterator[str]:
-    need_browser()
-    require_postgres()
-    require_redis()
-    with fresh_schema() as schema:
-        yield url(schema)
 
 
 @contextmanager

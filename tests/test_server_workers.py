@@ -5,7 +5,6 @@ shows while it waits, ``/metrics`` reads the pool's figures, compact now queues 
 
 from __future__ import annotations
 
-import importlib
 import subprocess
 import sys
 import tempfile
@@ -17,15 +16,13 @@ from typing import Any
 import httpx
 import pytest
 from conftest import NATO
-from pg import fresh_schema, require_postgres, url
 from prometheus_client.parser import text_string_to_metric_families
 from server_harness import bearer, create_key, free_port, make_service, running
 from test_server_events import Stream
-from workers_harness import REDIS, fresh_queue, private_redis, require_redis, wait_for, worker
+from workers_harness import REDIS, fresh_queue, private_redis, wait_for, worker
 
 from contextfold.cli import main
 from contextfold.core.errors import InvalidInput
-from contextfold.llm import registry
 from contextfold.server.app import create_app
 from contextfold.server.service import Service
 from contextfold.server.settings import Settings
@@ -34,14 +31,6 @@ from contextfold.workers.queue import WorkQueue
 
 API = "/api/v1/sessions"
 WAIT_S = 60.0
-
-
-@pytest.fixture
-def database() -> Iterator[str]:
-    require_postgres()
-    require_redis()
-    with fresh_schema() as schema:
-        yield url(schema)
 
 
 @dataclass
@@ -259,14 +248,7 @@ def test_a_broker_outage_stops_only_compact_now_and_the_job_resumes(database: st
         assert len(srv.client.get(f"{API}/s1/messages?limit=1000").json()["messages"]) == 45
 
 
-@pytest.fixture
-def slow_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The ``slow:`` model (``contextfold.testing.models``) in this process, for this test only."""
-    monkeypatch.setattr(registry, "_PROVIDERS", dict(registry._PROVIDERS))
-    importlib.reload(importlib.import_module("contextfold.testing.models"))
-
-
-def test_the_job_of_a_view_the_runner_compacts_here_shows_while_it_runs(slow_model: None) -> None:
+def test_the_job_of_a_view_the_runner_compacts_here_shows_while_it_runs(test_models: None) -> None:
     service = make_service(auth=False, runner_processes=0, settle_s=0.05)
     with (
         running(create_app(service)) as base,

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import base64
-import importlib
 import json
 import threading
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workers_harness import PLUGIN, REDIS, fresh_queue, require_redis, turn, wait_for
+from workers_harness import REDIS, fresh_queue, require_redis, turn, wait_for
 
 from contextfold.cli import main
 from contextfold.core.errors import InvalidInput
@@ -266,12 +265,13 @@ def test_worker_arguments_of_the_wrong_type_are_refused_by_the_parser(
     assert code == 2 and "--pool" in err
 
 
-def test_a_workers_job_settles_as_failed_resting_parked_or_busy(tmp_path: Path) -> None:
+def test_a_workers_job_settles_as_failed_resting_parked_or_busy(
+    tmp_path: Path, test_models: None
+) -> None:
     """One pool process's job, run here on a SQLite file: a failure is counted and resent
     after a pause, a job that comes during the pause waits it out, a parked view's job is
     dropped, and a view whose lease is held is resent with a growing pause."""
     require_redis()
-    importlib.import_module(PLUGIN)  # the "failing" model, as a worker's --plugin registers it
     database = f"sqlite:///{tmp_path / 'store.db'}"
     memory = Memory(database)
     session = memory.session("s", system="You are helpful.")

@@ -17,10 +17,8 @@ import signal
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
-import pytest
-from pg import fresh_schema, require_postgres, url
 from workers_harness import (
     REDIS,
     Events,
@@ -30,7 +28,6 @@ from workers_harness import (
     log_problems,
     owner_pid,
     private_redis,
-    require_redis,
     turn,
     wait_for,
     worker,
@@ -43,14 +40,6 @@ from contextfold.memory.session import Memory, Session
 from contextfold.memory.view import View
 from contextfold.workers import CeleryRunner
 from contextfold.workers.queue import JobRecord
-
-
-@pytest.fixture
-def database() -> Iterator[str]:
-    require_postgres()
-    require_redis()
-    with fresh_schema() as schema:
-        yield url(schema)
 
 
 def plans_a_job(view: View) -> bool:

@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
-from pg import fresh_schema, require_postgres, url
-from workers_harness import REDIS, fresh_queue, require_redis, wait_for, worker
+from workers_harness import REDIS, fresh_queue, wait_for, worker
 
 from contextfold.core.events import Event
 from contextfold.memory.session import Memory
 from contextfold.workers import CeleryRunner
-
-
-@pytest.fixture
-def database() -> object:
-    require_postgres()
-    require_redis()
-    with fresh_schema() as schema:
-        yield url(schema)
 
 
 def test_a_job_sent_here_is_compacted_by_a_worker_and_its_events_come_back(database: str) -> None:
