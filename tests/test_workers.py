@@ -39,6 +39,20 @@ def queue() -> Iterator[WorkQueue]:
         work.close()
 
 
+def test_a_pending_mark_whose_job_was_never_sent_goes_stale() -> None:
+    """A sender that died between marking and sending must not leave the view jobless."""
+    require_redis()
+    with fresh_queue() as name:
+        work = WorkQueue(REDIS, name, stale_s=0.3)
+        assert work.mark("s", "v", since=1.0)
+        assert not work.mark("s", "v", since=2.0)
+        time.sleep(0.4)
+        assert work.mark("s", "v", since=3.0)
+        assert work.state("s", "v") == JobState("pending", 3.0)
+        assert not work.mark("s", "v", since=4.0)
+        work.close()
+
+
 def test_a_view_is_marked_pending_once_until_its_job_starts(queue: WorkQueue) -> None:
     assert queue.mark("s", "v", since=100.0)
     assert not queue.mark("s", "v", since=200.0)

@@ -71,6 +71,18 @@ class JobRecord:
     folds: int = 0
 
 
+_MARK = """
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+if held then
+  local marked = cjson.decode(held)['marked']
+  if marked and marked > tonumber(ARGV[3]) then return 0 end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+"""Set the pending mark unless a fresh one stands (one round trip, atomic in Redis)."""
+
+
 def field_of(session: str, view: str) -> str:
     return json.dumps([session, view])
 
@@ -83,9 +95,12 @@ def view_of(field: str | bytes) -> tuple[str, str]:
 class WorkQueue:
     """The Redis keys of one queue (``name``), on the broker's Redis at ``url``."""
 
-    def __init__(self, url: str, name: str = "contextfold") -> None:
+    def __init__(self, url: str, name: str = "contextfold", *, stale_s: float = 600.0) -> None:
         self.url = url
         self.name = name
+        self.stale_s = stale_s
+        """A pending mark older than this is taken for one whose job was never sent
+        (its sender died between marking and sending) and is replaced."""
         self.redis: redis.Redis = redis.Redis.from_url(
             url, socket_timeout=_TIMEOUT_S, socket_connect_timeout=_TIMEOUT_S
         )
@@ -97,9 +112,19 @@ class WorkQueue:
     # -- pending ----------------------------------------------------------
 
     def mark(self, session: str, view: str, since: float) -> bool:
-        """Mark the view's job pending; False when one is pending already (send nothing)."""
-        value = json.dumps({"since": since})
-        return bool(self.redis.hsetnx(self._key("pending"), field_of(session, view), value))
+        """Mark the view's job pending; False when one is pending already (send nothing).
+
+        A mark older than ``stale_s`` does not count: without that, a process
+        that died between marking and sending would leave the view without jobs
+        for good. At worst its job is then sent twice, which the lease and the
+        fold-set version make harmless.
+        """
+        now = time.time()
+        value = json.dumps({"since": since, "marked": now})
+        found = self.redis.eval(
+            _MARK, 1, self._key("pending"), field_of(session, view), value, now - self.stale_s
+        )
+        return bool(found)
 
     def unmark(self, session: str, view: str) -> None:
         """Undo ``mark`` when the job could not be sent."""

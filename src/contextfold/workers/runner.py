@@ -73,7 +73,7 @@ class CeleryRunner(ThreadRunner):
         on_event: Iterable[EventCallback] = (),
     ) -> None:
         self.app = celery_app(broker, queue, visibility_timeout_s=visibility_timeout_s)
-        self.queue = WorkQueue(broker, queue)
+        self.queue = WorkQueue(broker, queue, stale_s=visibility_timeout_s)
         self.sent = 0
         self.send_errors = 0
         self._since: dict[Key, float] = {}

@@ -126,7 +126,7 @@ class Worker:
         self.settings = settings
         self.memory = Memory(settings.database)
         self._recent: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self.queue = WorkQueue(broker, settings.queue)
+        self.queue = WorkQueue(broker, settings.queue, stale_s=settings.visibility_timeout_s)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.keeper = LeaseKeeper(self.owner, settings.lease_ttl_s)
 
