@@ -11,7 +11,7 @@ answering after 0.2 s, as a hosted model would.
 1. Capacity, then latency, per configuration: 100 sessions, prefilled with
    3..10 rounds in turn so their folds come due evenly from the start; rounds
    (a user and an assistant message, one append) go round-robin.
-   *Capacity*: ``--rate`` rounds a second (10 folds a second due) for
+   *Capacity*: ``--rate`` rounds a second (20 folds a second due) for
    ``--seconds``: more than any configuration folds, so its slots never idle;
    folds committed per second in the window is what it sustains. With it:
    jobs waiting at the window's end; model calls per fold, slot seconds per
@@ -94,9 +94,9 @@ BUDGET = 6000
 SESSIONS = 100
 ROUNDS_PER_FOLD = 8
 """``rolling`` folds every 8 rounds."""
-RATE = 80.0
-"""Rounds a second over all sessions in the capacity window: 10 folds a second come due, more
-than any configuration folds, so its slots are never idle."""
+RATE = 160.0
+"""Rounds a second over all sessions in the capacity window: 20 folds a second come due, more
+than any configuration folds (4 slots fold at most 4 / 0.25 s), so its slots are never idle."""
 SECONDS, QUICK_SECONDS = 20.0, 6.0
 FRACTION = 0.5
 """The latency window's offered load, as a share of the capacity just measured: every
@@ -413,6 +413,7 @@ def throughput(
     model_share = calls * MODEL_S / (full.seconds * slots)
     due = full.rounds / full.seconds / ROUNDS_PER_FOLD
     latencies = job_latencies(events, calm.t0, calm.t1)
+    offered_due = calm.rounds / calm.seconds / ROUNDS_PER_FOLD
     bound = bound_by(capacity, due, model_share, cpu, full.seconds)
     print(
         f"{label}: capacity {capacity:.2f} folds/s of {due:.1f} due ({backlog} jobs waiting at"
@@ -421,8 +422,8 @@ def throughput(
         f" {cpu['workers'] / full.seconds:.2f}, PostgreSQL {cpu['postgres'] / full.seconds:.2f},"
         f" Redis {cpu['redis'] / full.seconds:.2f}, API side {cpu['bench'] / full.seconds:.2f}"
         f"\n{label}: append to commit p50 {percentile(latencies, 0.5)} s,"
-        f" p99 {percentile(latencies, 0.99)} s at {offered:.2f} folds/s offered"
-        f" ({args.fraction:.0%} of capacity), {len(latencies)} jobs",
+        f" p99 {percentile(latencies, 0.99)} s at {offered_due:.2f} folds/s offered"
+        f" ({args.fraction:.0%} of capacity, drawn at random), {len(latencies)} jobs",
         flush=True,
     )
     return {
@@ -438,7 +439,7 @@ def throughput(
         f"{label}_worker_cpu_ms_per_fold": round(cpu["workers"] * 1000 / max(len(folds), 1), 1),
         **{f"{label}_cores_{k}": round(cpu[k] / full.seconds, 2) for k in PARTS},
         f"{label}_redis_commands_per_s": round(cpu["redis_commands"] / full.seconds),
-        f"{label}_offered_folds_per_s": round(calm.rounds / calm.seconds / ROUNDS_PER_FOLD, 2),
+        f"{label}_offered_folds_per_s": round(offered_due, 2),
         f"{label}_served_folds_per_s": round(len(calm.folds(events)) / calm.seconds, 2),
         f"{label}_latency_p50_s": percentile(latencies, 0.5),
         f"{label}_latency_p99_s": percentile(latencies, 0.99),
