@@ -8,7 +8,7 @@ a ``CeleryRunner`` watching every view. Each view is ``rolling`` (a fold every
 8 rounds once the first is made) on ``slow:0.2``: the offline stand-in
 answering after 0.2 s, as a hosted model would.
 
-1. Capacity, then latency, per configuration: 100 sessions, prefilled with
+1. Capacity, then latency, per configuration: ``--sessions`` (100), prefilled with
    3..10 rounds in turn so their folds come due evenly from the start; rounds
    (a user and an assistant message, one append) go round-robin.
    *Capacity*: ``--rate`` rounds a second (20 folds a second due) for
@@ -91,19 +91,20 @@ from contextfold.workers import CeleryRunner
 MODEL = "slow:0.2"
 MODEL_S = 0.2
 BUDGET = 6000
-SESSIONS = 100
+SESSIONS, QUICK_SESSIONS = 100, 50
+"""A window's sessions; at most that many jobs wait, so fewer make --quick's backlogs short."""
 ROUNDS_PER_FOLD = 8
 """``rolling`` folds every 8 rounds."""
 RATE = 160.0
 """Rounds a second over all sessions in the capacity window: 20 folds a second come due, more
 than any configuration folds (4 slots fold at most 4 / 0.25 s), so its slots are never idle."""
-SECONDS, QUICK_SECONDS = 20.0, 6.0
+SECONDS, QUICK_SECONDS = 20.0, 4.0
 FRACTION = 0.5
 """The latency window's offered load, as a share of the capacity just measured: every
 configuration is measured equally loaded, with room left for the capacity's noise."""
 SEED = 11
 """Of the latency window's random appends: every run offers the same sequence."""
-LATENCY_SECONDS, QUICK_LATENCY_SECONDS = 25.0, 5.0
+LATENCY_SECONDS, QUICK_LATENCY_SECONDS = 25.0, 4.0
 KILLS, QUICK_KILLS = 20, 3
 DRAIN_S, QUICK_DRAIN_S = 60.0, 30.0
 WHOLE_EVERY = 4
@@ -658,7 +659,9 @@ def main() -> None:
             default=FRACTION,
             help="the latency window's load, as a share of the capacity measured",
         )
-        parser.add_argument("--sessions", type=int, default=SESSIONS)
+        parser.add_argument(
+            "--sessions", type=int, help=f"sessions a window ({SESSIONS}; quick {QUICK_SESSIONS})"
+        )
         parser.add_argument(
             "--drain", type=float, help="seconds to wait for the jobs left after a window"
         )
@@ -673,6 +676,7 @@ def main() -> None:
     args = parse_args(__doc__.splitlines()[0], options)
     quick = args.quick
     args.seconds = args.seconds or (QUICK_SECONDS if quick else SECONDS)
+    args.sessions = args.sessions or (QUICK_SESSIONS if quick else SESSIONS)
     args.latency_seconds = args.latency_seconds or (
         QUICK_LATENCY_SECONDS if quick else LATENCY_SECONDS
     )
