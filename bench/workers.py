@@ -8,20 +8,32 @@ a ``CeleryRunner`` watching every view. Each view is ``rolling`` (a fold every
 8 rounds once the first is made) on ``slow:0.2``: the offline stand-in
 answering after 0.2 s, as a hosted model would.
 
-1. Throughput: 100 sessions, prefilled with 3..10 rounds so their folds come
-   due evenly from the start; rounds (a user and an assistant message, one
-   append) go round-robin at ``--rate`` a second for ``--seconds``, then the
-   jobs left are given ``--drain`` seconds. Figures: folds committed per
-   second in the window; latency p50/p99, exact per job from the events, two
-   ways: *due to commit*, from the moment the runner sent a view's job (it
-   found a fold due) to the commit of the first job step started after it,
-   and *since to commit*, ``data["at"] - data["since"]`` of a job's first
-   ``committed`` (what the pool's latency histogram observes); jobs waiting at
-   the window's end; model calls per fold, slot seconds per fold and their
-   share in model calls; CPU of the workers, the schema's PostgreSQL backends,
-   Redis and this process, and Redis commands. A worker is ``--pool prefork
-   --concurrency 1`` (a process per job: no GIL shared between jobs, and a job
-   can be killed alone); one more configuration runs 4 threads in one worker.
+1. Capacity, then latency, per configuration: ``--sessions`` (100), prefilled with
+   3..10 rounds in turn so their folds come due evenly from the start; rounds
+   (a user and an assistant message, one append) go round-robin.
+   *Capacity*: ``--rate`` rounds a second (20 folds a second due) for
+   ``--seconds``: more than any configuration folds, so its slots never idle;
+   folds committed per second in the window is what it sustains. With it:
+   jobs waiting at the window's end; model calls per fold, slot seconds per
+   fold and their share in model calls; CPU of the workers, the schema's
+   PostgreSQL backends, Redis and this process, and Redis commands; and from
+   these, what bound it (the machine's CPU, PostgreSQL, the model wait, or the
+   jobs' own part). Its latencies are not reported: past capacity they are
+   queueing, and grow with the window's length.
+   *Latency*: once the backlog is done, ``--fraction`` (a half) of that
+   capacity is offered for ``--latency-seconds`` to as many fresh sessions,
+   prefilled the same way (the capacity window leaves the first ones in step,
+   each just folded, so their folds would come due in a burst). Here each
+   round goes to a session picked at random after a random (exponential) gap,
+   as independent users append: folds come due at random moments, and a job
+   may wait for a slot as in a real pool at that load. Append to commit
+   p50/p99, exact per job from the events: ``data["at"] - data["since"]`` of
+   a job's first ``committed``, ``since`` being the append that made the fold
+   due (what the pool's latency histogram observes). Each configuration is
+   so measured at the same share of what it can do.
+   A worker is ``--pool prefork --concurrency 1`` (a process per job: no GIL
+   shared between jobs, and a job can be killed alone); one more
+   configuration runs 4 threads in one worker.
 2. Kills: SIGKILL the pool process running a job right after its ``started``
    event (the job is inside its 0.2 s model call); every ``--whole-every``-th
    kill (from the second; never with ``--quick``) takes the whole worker, main
@@ -30,14 +42,15 @@ answering after 0.2 s, as a hosted model would.
    a render over budget), kills that landed mid-job, and views that got a
    ``committed`` from another process afterwards, with the time it took.
 3. Burst: ``--burst`` appends to one view as fast as this process makes them,
-   after the 4 workers' window. Figures: jobs sent, delivered, turned away by
-   the lease, run; job steps that ran at the same time on different workers
-   (from the events' worker and times).
+   after the 4 workers' latency window. Figures: jobs sent, delivered, turned
+   away by the lease, run; job steps that ran at the same time on different
+   workers (from the events' worker and times).
 
 Without PostgreSQL or ``redis-server`` it prints ``skipped`` and why (with
 ``--json``, ``{"skipped": true, "reason": ...}``) and exits 0.
 
     python bench/workers.py [--quick] [--json] [--rate ROUNDS_PER_S] [--seconds S]
+        [--latency-seconds S] [--fraction SHARE]
 """
 
 from __future__ import annotations
@@ -46,6 +59,7 @@ import argparse
 import itertools
 import json
 import os
+import random
 import shutil
 import signal
 import sys
@@ -72,18 +86,27 @@ from contextfold.core.messages import Message
 from contextfold.memory.cycle import plan
 from contextfold.memory.session import Session
 from contextfold.memory.view import View
-from contextfold.runtime.core import key_of
 from contextfold.workers import CeleryRunner
 
 MODEL = "slow:0.2"
 MODEL_S = 0.2
 BUDGET = 6000
-SESSIONS = 100
-RATE = 80.0
-"""Rounds a second over all sessions: 10 folds a second are due (a fold every 8 rounds)."""
-SECONDS, QUICK_SECONDS = 30.0, 6.0
+SESSIONS, QUICK_SESSIONS = 100, 50
+"""A window's sessions; at most that many jobs wait, so fewer make --quick's backlogs short."""
+ROUNDS_PER_FOLD = 8
+"""``rolling`` folds every 8 rounds."""
+RATE = 160.0
+"""Rounds a second over all sessions in the capacity window: 20 folds a second come due, more
+than any configuration folds (4 slots fold at most 4 / 0.25 s), so its slots are never idle."""
+SECONDS, QUICK_SECONDS = 20.0, 4.0
+FRACTION = 0.5
+"""The latency window's offered load, as a share of the capacity just measured: every
+configuration is measured equally loaded, with room left for the capacity's noise."""
+SEED = 11
+"""Of the latency window's random appends: every run offers the same sequence."""
+LATENCY_SECONDS, QUICK_LATENCY_SECONDS = 25.0, 4.0
 KILLS, QUICK_KILLS = 20, 3
-DRAIN_S, QUICK_DRAIN_S = 60.0, 3.0
+DRAIN_S, QUICK_DRAIN_S = 60.0, 30.0
 WHOLE_EVERY = 4
 RECOVERY_S, QUICK_RECOVERY_S = 150.0, 30.0
 """How long the killed views may take to be compacted again. A whole worker's job waits for
@@ -136,24 +159,9 @@ class Events:
             ]
 
 
-class TimedRunner(CeleryRunner):
-    """A CeleryRunner that notes when it sent each job (due-to-commit latency)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.sends: list[tuple[str, float]] = []
-
-    def enqueue(self, view: View, *, force: bool = False) -> bool:
-        sent = super().enqueue(view, force=force)
-        if sent:
-            with self._lock:
-                self.sends.append((key_of(view)[0], time.time()))
-        return sent
-
-
 @contextmanager
-def runner_on(broker: str, queue: str, events: Events) -> Iterator[TimedRunner]:
-    runner = TimedRunner(broker, queue=queue, settle_s=0.02, on_event=[events])
+def runner_on(broker: str, queue: str, events: Events) -> Iterator[CeleryRunner]:
+    runner = CeleryRunner(broker, queue=queue, settle_s=0.02, on_event=[events])
     try:
         if not runner.listening(30):
             raise RuntimeError("the runner does not hear the workers' event channel")
@@ -266,38 +274,21 @@ class Meter:
 # -- 1. throughput ---------------------------------------------------------------
 
 
-def prepare(memory: Memory, count: int) -> tuple[list[Session], dict[str, list[Message]]]:
-    """Sessions with a rolling view each, prefilled with 3..10 rounds (folds come due evenly)."""
+def prepare(
+    memory: Memory, count: int, prefix: str
+) -> tuple[list[Session], dict[str, list[Message]]]:
+    """Sessions with a rolling view each, prefilled with 3..10 rounds in turn: appended
+    round-robin, one in 8 comes due each time round (a first fold at 11 rounds, then one
+    every 8), so folds come due evenly from the start."""
     sessions, appended = [], {}
     for i in range(count):
-        session = memory.session(f"bench/t{i}", system="You keep the depot's books.")
-        rounds = 3 + (i * 8) // count
+        session = memory.session(f"{prefix}{i}", system="You keep the depot's books.")
+        rounds = 3 + i % ROUNDS_PER_FOLD
         appended[session.id] = [m for r in range(rounds) for m in round_of(session.id, r)]
         session.extend(appended[session.id])
         session.view("default", preset="rolling", budget=BUDGET, model=MODEL)
         sessions.append(session)
     return sessions, appended
-
-
-def drive(
-    sessions: Sequence[Session], appended: dict[str, list[Message]], rate: float, seconds: float
-) -> tuple[int, float]:
-    """Append one round at a time, round-robin, at ``rate`` rounds/s; rounds made and seconds."""
-    made = 0
-    began = time.monotonic()
-    while True:
-        due = began + made / rate
-        if due - began >= seconds:
-            break
-        pause = due - time.monotonic()
-        if pause > 0:
-            time.sleep(pause)
-        session = sessions[made % len(sessions)]
-        messages = round_of(session.id, len(appended[session.id]) // 2)
-        session.extend(messages)
-        appended[session.id] += messages
-        made += 1
-    return made, time.monotonic() - began
 
 
 def job_latencies(events: Events, t0: float, t1: float) -> list[float]:
@@ -313,77 +304,148 @@ def job_latencies(events: Events, t0: float, t1: float) -> list[float]:
     return out
 
 
-def due_latencies(events: Events, sends: Sequence[tuple[str, float]]) -> list[float]:
-    """From a send (a fold came due) to the commit of the view's first job step started after."""
-    started: dict[str, list[Event]] = {}
-    for e in events.of("started"):
-        started.setdefault(e.session, []).append(e)
-    committed: dict[tuple[str, str], list[float]] = {}
-    for e in events.of("committed"):
-        committed.setdefault((e.session, str(e.data["worker"])), []).append(float(e.data["at"]))
-    out = []
-    for session, sent_at in sends:
-        after = [e for e in started.get(session, []) if float(e.data["at"]) >= sent_at]
-        if not after:
-            continue
-        step = min(after, key=lambda e: float(e.data["at"]))
-        step_at = float(step.data["at"])
-        ends = [t for t in committed.get((session, str(step.data["worker"])), []) if t >= step_at]
-        if ends:
-            out.append(min(ends) - sent_at)
-    return out
+@dataclass(frozen=True)
+class Window:
+    """A stretch of rounds appended at a steady rate."""
+
+    t0: float
+    t1: float
+    rounds: int
+    seconds: float
+
+    def folds(self, events: Events) -> list[Event]:
+        """The folds committed while it ran."""
+        return [e for e in events.of("committed") if self.t0 <= float(e.data["at"]) <= self.t1]
+
+
+def drive(
+    sessions: Sequence[Session],
+    appended: dict[str, list[Message]],
+    rate: float,
+    seconds: float,
+    rng: random.Random | None = None,
+) -> Window:
+    """Append ``rate`` rounds a second for ``seconds``: round-robin at even gaps; with ``rng``,
+    each to a session picked at random after a random (exponential) gap, as independent
+    users append, so folds come due at random moments too."""
+    made = 0
+    t0, began = time.time(), time.monotonic()
+    due = began
+    while due - began < seconds:
+        pause = due - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        session = sessions[made % len(sessions)] if rng is None else rng.choice(sessions)
+        messages = round_of(session.id, len(appended[session.id]) // 2)
+        session.extend(messages)
+        appended[session.id] += messages
+        made += 1
+        due += 1 / rate if rng is None else rng.expovariate(rate)
+    return Window(t0, time.time(), made, time.monotonic() - began)
+
+
+def bound_by(
+    capacity: float, due: float, model_share: float, cpu: dict[str, float], seconds: float
+) -> str:
+    """What held folds/s at ``capacity`` while ``due`` a second came due, from where time went.
+
+    Below 90% of what was due the slots were never idle, so a slot's time is
+    model calls (``model_share``) or the job's own part (CPU, PostgreSQL and
+    Redis round trips). The machine's CPU counts first: at 90% busy the
+    jobs' CPU parts wait for a core. Then PostgreSQL, when the schema's
+    backends take half the cores; then the model, when it has most of a slot.
+    """
+    if capacity >= 0.9 * due:
+        return "nothing: the workers kept up with what came due"
+    if cpu["machine"] >= 0.9 * cpu["machine_total"]:
+        return "CPU: the machine was busy, the jobs' own parts waited for a core"
+    if cpu["postgres"] >= 0.5 * (os.cpu_count() or 1) * seconds:
+        return "PostgreSQL: the schema's backends took half the cores"
+    if model_share >= 0.5:
+        return "the model wait: the slots spent most of their time in model calls"
+    return "the jobs' own part: CPU and round trips to PostgreSQL and Redis between model calls"
 
 
 def throughput(
     pool: str, concurrency: int, count: int, broker: PrivateRedis, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """One configuration: figures keyed ``<label>_...``; after the 4 workers' window, the burst."""
+    """One configuration's capacity, then its latency within it: figures keyed ``<label>_...``.
+
+    After the 4 workers' latency window, the burst.
+    """
     label = f"w{count}" if pool == "prefork" else f"threads{concurrency}"
+    slots = count * concurrency
     figures: dict[str, Any] = {}
     with fresh_schema() as schema, fresh_queue(broker.url) as queue, ExitStack() as stack:
         database = url(schema)
         memory = Memory(database)
-        sessions, appended = prepare(memory, args.sessions)
+        sessions, appended = prepare(memory, args.sessions, "bench/t")
+        fresh, more = prepare(memory, args.sessions, "bench/l")
+        appended |= more
         events = Events()
         procs = start_workers(stack, count, database, broker.url, queue, pool, concurrency)
         runner = stack.enter_context(runner_on(broker.url, queue, events))
         for session in sessions:
             runner.watch(session.view("default"))
+
+        def drained() -> bool:
+            return wait_for(lambda: sum(runner.queue.counts().values()) == 0, args.drain)
+
         meter = Meter(schema, broker, procs)
         meter.begin()
-        t0 = time.time()
-        rounds, seconds = drive(sessions, appended, args.rate, args.seconds)
-        t1 = time.time()
+        full = drive(sessions, appended, args.rate, args.seconds)
         cpu = meter.spent()
         backlog = runner.queue.counts()["pending"]
-        sends = [s for s in runner.sends if t0 <= s[1] <= t1]
-        drained = wait_for(lambda: sum(runner.queue.counts().values()) == 0, args.drain)
+        figures[f"{label}_saturated_drained"] = drained()
+        capacity = len(full.folds(events)) / full.seconds
+        offered = args.fraction * capacity
+        for session in fresh:
+            runner.watch(session.view("default"))
+        rate = offered * ROUNDS_PER_FOLD
+        calm = drive(fresh, appended, rate, args.latency_seconds, random.Random(SEED))
+        waiting = runner.queue.counts()["pending"]
+        figures[f"{label}_latency_drained"] = drained()
         figures |= {f"{label}_{k}": v for k, v in damage(memory, appended).items()}
         if pool == "prefork" and count == 4:
             figures |= burst(memory, runner, events, args.burst)
         memory.close()
-    window = [e for e in events.of("committed") if t0 <= float(e.data["at"]) <= t1]
-    folds = len(window)
-    calls = sum(int((e.usage or {}).get("calls", 0)) for e in window)
-    since = job_latencies(events, t0, t1)
-    due = due_latencies(events, sends)
-    slots = count * concurrency
+    folds = full.folds(events)
+    calls = sum(int((e.usage or {}).get("calls", 0)) for e in folds)
+    model_share = calls * MODEL_S / (full.seconds * slots)
+    due = full.rounds / full.seconds / ROUNDS_PER_FOLD
+    latencies = job_latencies(events, calm.t0, calm.t1)
+    offered_due = calm.rounds / calm.seconds / ROUNDS_PER_FOLD
+    bound = bound_by(capacity, due, model_share, cpu, full.seconds)
+    print(
+        f"{label}: capacity {capacity:.2f} folds/s of {due:.1f} due ({backlog} jobs waiting at"
+        f" the end), bound by {bound}; slots {model_share:.0%} in model calls, machine CPU"
+        f" {cpu['machine'] / cpu['machine_total']:.0%} busy, cores: workers"
+        f" {cpu['workers'] / full.seconds:.2f}, PostgreSQL {cpu['postgres'] / full.seconds:.2f},"
+        f" Redis {cpu['redis'] / full.seconds:.2f}, API side {cpu['bench'] / full.seconds:.2f}"
+        f"\n{label}: append to commit p50 {percentile(latencies, 0.5)} s,"
+        f" p99 {percentile(latencies, 0.99)} s at {offered_due:.2f} folds/s offered"
+        f" ({args.fraction:.0%} of capacity, drawn at random), {len(latencies)} jobs",
+        flush=True,
+    )
     return {
-        f"{label}_rounds_per_s": round(rounds / seconds, 1),
-        f"{label}_folds_per_s": round(folds / seconds, 2),
-        f"{label}_due_to_commit_p50_s": percentile(due, 0.5),
-        f"{label}_due_to_commit_p99_s": percentile(due, 0.99),
-        f"{label}_since_to_commit_p50_s": percentile(since, 0.5),
-        f"{label}_since_to_commit_p99_s": percentile(since, 0.99),
-        f"{label}_jobs_waiting_at_end": backlog,
-        f"{label}_drained": drained,
-        f"{label}_model_calls_per_fold": round(calls / max(folds, 1), 2),
-        f"{label}_slot_s_per_fold": round(slots * seconds / max(folds, 1), 3),
-        f"{label}_model_share_of_slots": round(calls * MODEL_S / (seconds * slots), 2),
+        f"{label}_rounds_per_s": round(full.rounds / full.seconds, 1),
+        f"{label}_due_folds_per_s": round(due, 2),
+        f"{label}_capacity_folds_per_s": round(capacity, 2),
+        f"{label}_bound_by": bound.split(":")[0],
+        f"{label}_saturated_jobs_waiting_at_end": backlog,
+        f"{label}_model_calls_per_fold": round(calls / max(len(folds), 1), 2),
+        f"{label}_slot_s_per_fold": round(slots * full.seconds / max(len(folds), 1), 3),
+        f"{label}_model_share_of_slots": round(model_share, 2),
         f"{label}_machine_cpu_share": round(cpu["machine"] / cpu["machine_total"], 2),
-        f"{label}_worker_cpu_ms_per_fold": round(cpu["workers"] * 1000 / max(folds, 1), 1),
-        **{f"{label}_cores_{k}": round(cpu[k] / seconds, 2) for k in PARTS},
-        f"{label}_redis_commands_per_s": round(cpu["redis_commands"] / seconds),
+        f"{label}_worker_cpu_ms_per_fold": round(cpu["workers"] * 1000 / max(len(folds), 1), 1),
+        **{f"{label}_cores_{k}": round(cpu[k] / full.seconds, 2) for k in PARTS},
+        f"{label}_redis_commands_per_s": round(cpu["redis_commands"] / full.seconds),
+        f"{label}_offered_folds_per_s": round(offered_due, 2),
+        f"{label}_served_folds_per_s": round(len(calm.folds(events)) / calm.seconds, 2),
+        f"{label}_latency_p50_s": percentile(latencies, 0.5),
+        f"{label}_latency_p99_s": percentile(latencies, 0.99),
+        f"{label}_latency_jobs": len(latencies),
+        f"{label}_latency_jobs_waiting_at_end": waiting,
         **figures,
     }
 
@@ -550,12 +612,12 @@ def overlapping_steps(events: Events, sid: str) -> int:
     )
 
 
-def burst(memory: Memory, runner: TimedRunner, events: Events, count: int) -> dict[str, Any]:
+def burst(memory: Memory, runner: CeleryRunner, events: Events, count: int) -> dict[str, Any]:
     """``count`` appends to one fresh view as fast as they go; the jobs they cause."""
     session = memory.session("bench/burst", system="You keep the depot's books.")
     view = session.view("default", preset="rolling", budget=BUDGET, model=MODEL)
     runner.watch(view)
-    before = runner.queue.stats()
+    before, sent = runner.queue.stats(), runner.sent
     messages = [m for r in range(count // 2) for m in round_of(session.id, r)]
     began = time.monotonic()
     for message in messages:
@@ -571,7 +633,7 @@ def burst(memory: Memory, runner: TimedRunner, events: Events, count: int) -> di
         "burst_appends_s": round(appended_s, 2),
         "burst_settled": settled,
         "burst_settle_s_after_last_append": round(settled_s, 2),
-        "burst_jobs_sent": sum(1 for sid, _ in runner.sends if sid == session.id),
+        "burst_jobs_sent": runner.sent - sent,
         "burst_jobs_delivered": after["started"] - before["started"],
         "burst_jobs_lease_busy": after["busy"] - before["busy"],
         "burst_jobs_ran_cycle": after["started"]
@@ -589,8 +651,17 @@ def burst(memory: Memory, runner: TimedRunner, events: Events, count: int) -> di
 def main() -> None:
     def options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--rate", type=float, default=RATE, help="rounds/s over all sessions")
-        parser.add_argument("--seconds", type=float, help="length of a throughput window")
-        parser.add_argument("--sessions", type=int, default=SESSIONS)
+        parser.add_argument("--seconds", type=float, help="length of a capacity window")
+        parser.add_argument("--latency-seconds", type=float, help="length of a latency window")
+        parser.add_argument(
+            "--fraction",
+            type=float,
+            default=FRACTION,
+            help="the latency window's load, as a share of the capacity measured",
+        )
+        parser.add_argument(
+            "--sessions", type=int, help=f"sessions a window ({SESSIONS}; quick {QUICK_SESSIONS})"
+        )
         parser.add_argument(
             "--drain", type=float, help="seconds to wait for the jobs left after a window"
         )
@@ -605,6 +676,10 @@ def main() -> None:
     args = parse_args(__doc__.splitlines()[0], options)
     quick = args.quick
     args.seconds = args.seconds or (QUICK_SECONDS if quick else SECONDS)
+    args.sessions = args.sessions or (QUICK_SESSIONS if quick else SESSIONS)
+    args.latency_seconds = args.latency_seconds or (
+        QUICK_LATENCY_SECONDS if quick else LATENCY_SECONDS
+    )
     args.kills = args.kills or (QUICK_KILLS if quick else KILLS)
     args.drain = args.drain if args.drain is not None else (QUICK_DRAIN_S if quick else DRAIN_S)
     args.whole_every = (
@@ -622,7 +697,9 @@ def main() -> None:
         "load_1m_before": os.getloadavg()[0],
         "model": MODEL,
         "sessions": args.sessions,
-        "seconds_per_window": args.seconds,
+        "capacity_window_s": args.seconds,
+        "latency_window_s": args.latency_seconds,
+        "latency_load_share_of_capacity": args.fraction,
     }
     broker = PrivateRedis(free_port())
     broker.start()
