@@ -237,3 +237,14 @@ def test_eval_errors_exit_2_naming_the_fault(
     code, _, err = run(capsys, str(tmp_path / "missing.json"))
     assert (code, "cannot read" in err) == (2, True)
     assert run(capsys, str(path), "--limit", "0")[0] == 2
+
+
+def test_a_budget_below_the_system_prompt_names_the_conversation_and_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "demo.json"
+    path.write_text(json.dumps(demo_messages()), encoding="utf-8")
+    code, _, err = run(capsys, str(path), "--presets", "offline", "--budgets", "10%,10")
+    assert code == 2
+    assert "conversation 'demo', preset 'offline', budget 10:" in err
+    assert "smaller than the system prompt" in err

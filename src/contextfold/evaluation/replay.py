@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from contextfold.core.errors import BudgetError, InvalidInput
 from contextfold.evaluation.budgets import Budget
 from contextfold.evaluation.inputs import Conversation
 from contextfold.evaluation.retention import answer_keys, prompt_words, recall
@@ -104,7 +105,14 @@ def replay(
         session.extend(conversation.messages[logged:cut])
         logged = cut
         for arm, view in zip(arms, views, strict=True):
-            report = view.compact()
+            try:
+                report = view.compact()
+            except BudgetError as exc:
+                raise InvalidInput(
+                    f"conversation {conversation.id!r}, preset {arm.preset!r}, "
+                    f"budget {arm.budget}: {exc}",
+                    field="budgets",
+                ) from exc
             arm.folds_made += len(report.folds)
             for fold in report.folds:
                 _count_usage(arm, fold.usage)
