@@ -6,22 +6,16 @@ with ``keep-recent`` are compacted and rendered, and the prompt is scored
 against the questions of categories 1-4 (multi-hop, temporal, open-domain,
 single-hop; adversarial questions have no answer to keep).
 
-- Words are lowercase alphanumeric runs; ``STOPWORDS`` below are left out.
-- A question's key words are the words of its gold answer that are not
-  stopwords, not in the question, and occur in at most max(3, 1% of) the
-  conversation's messages: the specific, rare words an answer needs.
-  Questions without key words are skipped.
-- Recall of a text is the share of a question's key words it contains.
-  Retention is the mean recall over questions in the prompt divided by the
-  mean recall over questions in the full conversation, pooled over the
-  conversations, per preset and budget.
+The measure (key words of the gold answers, recall, retention pooled over
+the conversations) is ``contextfold.evaluation.retention``, the one
+``contextfold eval`` reports; here it is taken per preset and budget after one
+compaction of the whole conversation.
 
 Only the public API is used, and every prompt is checked against its budget.
 """
 
 from __future__ import annotations
 
-import re
 import statistics
 import time
 from collections import Counter
@@ -31,42 +25,12 @@ from _common import conversations, parse_args, report
 
 from contextfold import Memory
 from contextfold.core.messages import text_of
+from contextfold.evaluation.retention import key_words, prompt_words, recall, words
 
 BUDGETS = {"5pct": 0.05, "10pct": 0.10, "20pct": 0.20}
 PRESETS = {"offline": "offline", "keep_recent": "keep-recent"}
 CATEGORIES = frozenset({1, 2, 3, 4})
 TEMPORAL = 2
-_STOPWORD_TEXT = """a about above after again against all am an and any are as at be because been before
-    being below between both but by can could did do does doing down during each few for from
-    further had has have having he her here hers herself him himself his how i if in into is it
-    its itself just me more most my myself no nor not now of off on once only or other our ours
-    ourselves out over own same she should so some such than that the their theirs them
-    themselves then there these they this those through to too under until up very was we were
-    what when where which while who whom why will with would you your yours yourself
-    yourselves s t d ll m re ve don didn doesn isn wasn"""
-STOPWORDS = frozenset(_STOPWORD_TEXT.split())
-_WORD = re.compile(r"[a-z0-9]+")
-
-
-def words(text: str) -> set[str]:
-    return set(_WORD.findall(text.lower()))
-
-
-def key_words(question: dict[str, Any], df: Counter[str], limit: float) -> set[str]:
-    asked = words(str(question["question"]))
-    return {
-        w
-        for w in words(str(question["answer"]))
-        if w not in STOPWORDS and w not in asked and df[w] <= limit
-    }
-
-
-def recall(keys: set[str], vocabulary: set[str]) -> float:
-    return len(keys & vocabulary) / len(keys)
-
-
-def prompt_words(messages: list[dict[str, Any]]) -> set[str]:
-    return words("\n".join(text_of(m) for m in messages))
 
 
 def retention(recalls: dict[str, list[tuple[int, float]]], name: str, skip: int = 0) -> float:

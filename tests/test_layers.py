@@ -4,7 +4,8 @@ Every module under ``src/contextfold`` gets a layer from the folder it sits in
 (a module with no layer fails the suite), and is read with ``ast`` (imports
 inside functions and ``TYPE_CHECKING`` blocks count too)::
 
-    interfaces   cli · testing/ · integrations/ (TaskWeaver hooks) · server/ · workers/
+    interfaces   cli · testing/ · integrations/ (TaskWeaver hooks) · server/ · workers/ ·
+                 evaluation/ (contextfold eval)
     runtime      runtime/
     memory       memory/
     strategies   strategies/          (of the ports: the LLM protocol only)
@@ -34,7 +35,7 @@ RANK = {
 }
 FOLDERS = {"core", "llm", "store", "strategies", "memory", "runtime", "integrations"}
 TOP_LEVEL_INTERFACES = {"cli"}
-INTERFACE_FOLDERS = {"integrations", "server", "testing", "workers"}
+INTERFACE_FOLDERS = {"evaluation", "integrations", "server", "testing", "workers"}
 # What a strategy may know of the ports: the LLM protocol, nothing concrete.
 STRATEGY_PORTS = {"contextfold.llm.base"}
 

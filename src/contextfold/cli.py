@@ -6,6 +6,7 @@
     contextfold compact data.jsonl --index 3 --budget 4000 --out prompt.json
     contextfold demo
     contextfold presets
+    contextfold eval conversations.jsonl [--presets offline,keep-recent] [--budgets 5%,10%,20%] [--json]
     contextfold serve [--host 127.0.0.1] [--port 8765] [--database URL] [--no-auth] [--demo]
     contextfold keys create --tenant T [--label L] [--database URL] | keys list | keys revoke ID
 
@@ -32,6 +33,7 @@ from rich.text import Text
 
 from contextfold.core.errors import ContextfoldError
 from contextfold.core.messages import Message, text_of
+from contextfold.evaluation.commands import add_eval_command
 from contextfold.llm.budget import JobLimits
 from contextfold.memory.compact import (
     CompactResult,
@@ -105,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     presets.set_defaults(command=_presets)
     add_commands(sub)
     add_worker_command(sub)
+    add_eval_command(sub)
     return parser
 
 
