@@ -1,0 +1,114 @@
+"""Full-text search over a session's log: what every store shares.
+
+Every backend indexes the same words, so a query ranks alike everywhere: a
+message's text as a reader sees it (``text_of``: content text, then tool-call
+names and arguments), cut here into runs of letters and digits and lowered.
+The engines (SQLite FTS5, PostgreSQL ``tsvector``) are given those words
+joined by spaces and never the user's query syntax: a query is cut the same
+way, its stopwords dropped, and its words quoted into an OR of terms, so
+quotes, operators and punctuation are only separators.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from contextfold.core.errors import InvalidInput
+from contextfold.core.messages import text_of
+from contextfold.store.base import SearchHit
+
+# Letters and digits of any script; underscores and marks of punctuation separate words.
+_WORD = re.compile(r"[^\W_]+")
+
+# Words too common to rank anything by: a query of them alone finds nothing.
+_STOPWORDS = (
+    "a an and are as at be but by for from has have he her his i if in into is it its me my "
+    "no not of on or our she so that the their them then there these they this to was we "
+    "were what when where which who will with you your"
+)
+STOPWORDS = frozenset(_STOPWORDS.split())
+
+
+def words(text: str) -> list[str]:
+    """The text's words as indexed: runs of letters and digits, lowered."""
+    return _WORD.findall(text.lower())
+
+
+def index_text(message: Mapping[str, Any]) -> str:
+    """What a store indexes for a message: its words joined by spaces."""
+    return " ".join(words(text_of(message)))
+
+
+def query_terms(query: str) -> list[str]:
+    """The query's distinct words without stopwords, in order; none means no hits."""
+    return list(dict.fromkeys(w for w in words(query) if w not in STOPWORDS))
+
+
+def fts5_query(terms: Iterable[str]) -> str:
+    """An FTS5 match of any term; each is a quoted string, so none is read as syntax."""
+    return " OR ".join(f'"{t}"' for t in terms)
+
+
+def tsquery(terms: Iterable[str]) -> str:
+    """A ``to_tsquery`` text matching any term, each a quoted lexeme (words hold no quote)."""
+    return " | ".join(f"'{t}'" for t in terms)
+
+
+def check_search(query: str, limit: int, before: int | None) -> None:
+    """Refuse a search's arguments that no backend could honour; shared by every store."""
+    if not isinstance(query, str):
+        raise InvalidInput(f"query must be a string, not {type(query).__name__}", field="query")
+    if type(limit) is not int or limit < 1:
+        raise InvalidInput(f"limit must be a positive integer, not {limit!r}", field="limit")
+    if before is not None and type(before) is not int:
+        raise InvalidInput(f"before must be an integer seq, not {before!r}", field="before")
+
+
+_INT64 = 2**63 - 1
+
+
+def seq_bound(before: int | None) -> int:
+    """``before`` as a bound a 64-bit column compares with; none bounds nothing."""
+    return _INT64 if before is None else max(-_INT64, min(before, _INT64))
+
+
+FTS5_TABLE = (
+    "CREATE VIRTUAL TABLE message_text USING fts5("
+    "text, session_id UNINDEXED, seq UNINDEXED, tokenize = 'unicode61 remove_diacritics 0')"
+)
+FTS5_INSERT = "INSERT INTO message_text (rowid, text, session_id, seq) VALUES (?, ?, ?, ?)"
+# bm25() is lower for a better match; the score handed out is its negation.
+FTS5_SEARCH = (
+    "SELECT seq, -bm25(message_text) AS score FROM message_text WHERE message_text MATCH ? "
+    "AND session_id = ? AND seq < ? ORDER BY bm25(message_text), seq DESC LIMIT ?"
+)
+
+
+class MemoryIndex:
+    """An FTS5 table in an in-memory SQLite database: the RAM store's search index.
+
+    Not thread-safe by itself: the RAM store calls it under its own lock.
+    """
+
+    def __init__(self) -> None:
+        self._conn = sqlite3.connect(":memory:", check_same_thread=False)
+        self._conn.execute(FTS5_TABLE)
+
+    def add(self, session_id: str, entries: Iterable[tuple[int, Mapping[str, Any]]]) -> None:
+        self._conn.executemany(
+            "INSERT INTO message_text (text, session_id, seq) VALUES (?, ?, ?)",
+            [(index_text(message), session_id, seq) for seq, message in entries],
+        )
+
+    def drop(self, session_id: str) -> None:
+        self._conn.execute("DELETE FROM message_text WHERE session_id = ?", (session_id,))
+
+    def search(
+        self, session_id: str, terms: list[str], limit: int, before: int | None
+    ) -> list[SearchHit]:
+        params = (fts5_query(terms), session_id, seq_bound(before), limit)
+        found = self._conn.execute(FTS5_SEARCH, params)
+        return [SearchHit(int(seq), float(score)) for seq, score in found]
