@@ -18,7 +18,8 @@ import time
 
 from contextfold.core.errors import StoreError
 from contextfold.store.recount import recount
-from contextfold.store.search import FTS5_INSERT, FTS5_TABLE, index_text
+from contextfold.store.search import index_text
+from contextfold.store.sqlite_sql import INDEX_SQL, SEARCH_TABLE_SQL
 
 MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
     (
@@ -134,7 +135,7 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
         "007_message_search",
         # The words of each message (contextfold.store.search), by the message's rowid;
         # the rows logged before it are indexed by ``migrate`` in the same transaction.
-        (FTS5_TABLE,),
+        (SEARCH_TABLE_SQL,),
     ),
 ]
 
@@ -173,11 +174,8 @@ def check_ours(conn: sqlite3.Connection, path: str) -> None:
 
 def index_logged(conn: sqlite3.Connection) -> None:
     """Index for search every message logged before the index existed."""
-    found = conn.execute("SELECT rowid, session_id, seq, message FROM messages")
-    conn.executemany(
-        FTS5_INSERT,
-        ((rowid, index_text(json.loads(body)), sid, seq) for rowid, sid, seq, body in found),
-    )
+    found = conn.execute("SELECT rowid, message FROM messages")
+    conn.executemany(INDEX_SQL, ((rowid, index_text(json.loads(body))) for rowid, body in found))
 
 
 def migrate(conn: sqlite3.Connection, path: str = "database") -> list[str]:

@@ -75,13 +75,16 @@ def seq_bound(before: int | None) -> int:
     return _INT64 if before is None else max(-_INT64, min(before, _INT64))
 
 
-FTS5_TABLE = (
-    "CREATE VIRTUAL TABLE message_text USING fts5("
-    "text, session_id UNINDEXED, seq UNINDEXED, tokenize = 'unicode61 remove_diacritics 0')"
+TOKENIZER = "tokenize = 'unicode61 remove_diacritics 0'"
+
+# The RAM store's index keeps each message's session and seq beside its words.
+_MEMORY_TABLE = (
+    f"CREATE VIRTUAL TABLE message_text USING fts5(text, session_id UNINDEXED, seq UNINDEXED, "
+    f"{TOKENIZER})"
 )
-FTS5_INSERT = "INSERT INTO message_text (rowid, text, session_id, seq) VALUES (?, ?, ?, ?)"
+_MEMORY_INSERT = "INSERT INTO message_text (text, session_id, seq) VALUES (?, ?, ?)"
 # bm25() is lower for a better match; the score handed out is its negation.
-FTS5_SEARCH = (
+_MEMORY_SEARCH = (
     "SELECT seq, -bm25(message_text) AS score FROM message_text WHERE message_text MATCH ? "
     "AND session_id = ? AND seq < ? ORDER BY bm25(message_text), seq DESC LIMIT ?"
 )
@@ -95,11 +98,11 @@ class MemoryIndex:
 
     def __init__(self) -> None:
         self._conn = sqlite3.connect(":memory:", check_same_thread=False)
-        self._conn.execute(FTS5_TABLE)
+        self._conn.execute(_MEMORY_TABLE)
 
     def add(self, session_id: str, entries: Iterable[tuple[int, Mapping[str, Any]]]) -> None:
         self._conn.executemany(
-            "INSERT INTO message_text (text, session_id, seq) VALUES (?, ?, ?)",
+            _MEMORY_INSERT,
             [(index_text(message), session_id, seq) for seq, message in entries],
         )
 
@@ -110,5 +113,5 @@ class MemoryIndex:
         self, session_id: str, terms: list[str], limit: int, before: int | None
     ) -> list[SearchHit]:
         params = (fts5_query(terms), session_id, seq_bound(before), limit)
-        found = self._conn.execute(FTS5_SEARCH, params)
+        found = self._conn.execute(_MEMORY_SEARCH, params)
         return [SearchHit(int(seq), float(score)) for seq, score in found]

@@ -50,15 +50,7 @@ from contextfold.store.base import (
     view_config_json,
 )
 from contextfold.store.migrations import check_ours, migrate
-from contextfold.store.search import (
-    FTS5_INSERT,
-    FTS5_SEARCH,
-    check_search,
-    fts5_query,
-    index_text,
-    query_terms,
-    seq_bound,
-)
+from contextfold.store.search import check_search, fts5_query, index_text, query_terms, seq_bound
 
 Durability = Literal["process", "full"]
 # What ``PRAGMA synchronous`` each durability sets (the class docstring says why).
@@ -211,7 +203,7 @@ class SQLiteStore:
                     q.INSERT_MESSAGE_SQL,
                     (session_id, seq, role, message_json, new.tokens, key, now),
                 ).lastrowid
-                conn.execute(FTS5_INSERT, (rowid, index_text(new.message), session_id, seq))
+                conn.execute(q.INDEX_SQL, (rowid, index_text(new.message)))
                 if calls:
                     conn.executemany(
                         q.INSERT_CALL_SQL, [(session_id, call_id, seq) for call_id in calls]
@@ -278,12 +270,11 @@ class SQLiteStore:
     ) -> list[SearchHit]:
         check_search(query, limit, before)
         terms = query_terms(query)
+        params = (fts5_query(terms), session_id, seq_bound(before), limit)
         with self._read() as conn:
-            self._require(conn, session_id)
-            if not terms:
-                return []
-            params = (fts5_query(terms), session_id, seq_bound(before), limit)
-            found = conn.execute(FTS5_SEARCH, params).fetchall()
+            found = conn.execute(q.SEARCH_SQL, params).fetchall() if terms else []
+            if not found:
+                self._require(conn, session_id)
         return [SearchHit(int(seq), float(score)) for seq, score in found]
 
     def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:

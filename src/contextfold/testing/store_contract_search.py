@@ -50,8 +50,8 @@ class SearchContract:
 
     def test_search_finds_tool_calls_and_content_parts(self, store: Store) -> None:
         store.create_session("s", encoding="o200k_base")
-        call = {"id": "c1", "type": "function", "function": {"name": "grep_repo", "arguments": ""}}
-        call["function"]["arguments"] = '{"pattern": "frobnicate"}'
+        function = {"name": "grep_repo", "arguments": '{"pattern": "frobnicate"}'}
+        call = {"id": "c1", "type": "function", "function": function}
         parts = [{"type": "text", "text": "see the attached kumquat"}]
         store.append(
             "s",
