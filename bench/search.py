@@ -4,6 +4,9 @@ Logs real messages (OpenHands coding runs and tau-bench airline runs, repeated
 to each size) into one session per size, all in one store, then times 300
 searches a size, each of two or three words drawn from a message of the log
 (the same seeded draw for every backend), with ``limit=20`` and no bound.
+The data sets hold 2,744 messages, so a 100k log holds each about 36 times
+and a query's words match that many more rows than in a log of distinct
+text: every match is ranked, so a search's time grows with the matches.
 Backends: the RAM store (FTS5 in an in-memory SQLite database), SQLite (FTS5
 in the file, durability "process") and PostgreSQL (``tsvector`` with a GIN
 index; ``$CONTEXTFOLD_BENCH_POSTGRES``, default the local database ``test``, in
