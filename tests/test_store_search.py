@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pg
@@ -45,6 +46,16 @@ def test_an_old_sqlite_file_gains_the_index_for_its_rows(tmp_path: Path) -> None
     reopened.create_session("s", encoding="o200k_base")
     assert reopened.search("s", "lighthouse") == []
     reopened.close()
+
+
+def test_an_old_sqlite_file_with_a_damaged_row_still_opens(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    old_file(path, _before_search("007_message_search"), _OLD_LOG)
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE messages SET message = '{\"role\": ' WHERE seq = 2")
+    store = SQLiteStore(path)
+    assert {h.seq for h in store.search("s", "lighthouse cove map")} == {1, 3}
+    store.close()
 
 
 def test_an_old_postgres_schema_gains_the_index_for_its_rows(

@@ -12,13 +12,12 @@ the open transaction first.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 
 from contextfold.core.errors import StoreError
 from contextfold.store.recount import recount
-from contextfold.store.search import index_text
+from contextfold.store.search import stored_text
 from contextfold.store.sqlite_sql import INDEX_SQL, SEARCH_TABLE_SQL
 
 MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
@@ -175,7 +174,7 @@ def check_ours(conn: sqlite3.Connection, path: str) -> None:
 def index_logged(conn: sqlite3.Connection) -> None:
     """Index for search every message logged before the index existed."""
     found = conn.execute("SELECT rowid, message FROM messages")
-    conn.executemany(INDEX_SQL, ((rowid, index_text(json.loads(body))) for rowid, body in found))
+    conn.executemany(INDEX_SQL, ((rowid, stored_text(body)) for rowid, body in found))
 
 
 def migrate(conn: sqlite3.Connection, path: str = "database") -> list[str]:

@@ -17,7 +17,6 @@ Every row of a session goes with it (``ON DELETE CASCADE``).
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -28,7 +27,7 @@ from contextfold.core.errors import StoreError
 from contextfold.core.tokens import COUNT_VERSION
 from contextfold.store.migrations import pending
 from contextfold.store.recount import current, stale
-from contextfold.store.search import index_text
+from contextfold.store.search import stored_text
 
 MIGRATIONS_TABLE = "contextfold_migrations"
 
@@ -199,7 +198,7 @@ def index_logged(conn: psycopg.Connection[Any]) -> None:
         cur.executemany(
             "UPDATE messages SET words = to_tsvector('simple', %s) "
             "WHERE session_id = %s AND seq = %s",
-            [(index_text(json.loads(body)), sid, seq) for sid, seq, body in found],
+            [(stored_text(body), sid, seq) for sid, seq, body in found],
         )
 
 

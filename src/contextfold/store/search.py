@@ -11,6 +11,7 @@ quotes, operators and punctuation are only separators.
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from collections.abc import Iterable, Mapping
@@ -40,6 +41,16 @@ def words(text: str) -> list[str]:
 def index_text(message: Mapping[str, Any]) -> str:
     """What a store indexes for a message: its words joined by spaces."""
     return " ".join(words(text_of(message)))
+
+
+def stored_text(body: Any) -> str:
+    """What to index for a stored message row (its JSON); nothing for a row that
+    does not read as a message, left for the read to report."""
+    try:
+        message = json.loads(body)
+        return index_text(message) if isinstance(message, dict) else ""
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return ""
 
 
 def query_terms(query: str) -> list[str]:
