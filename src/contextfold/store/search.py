@@ -38,9 +38,15 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
+# How much of a message's text is indexed: PostgreSQL refuses a tsvector past 1 MB,
+# which a long enough tool output would reach; every store cuts at the same place.
+INDEXED_CHARS = 100_000
+
+
 def index_text(message: Mapping[str, Any]) -> str:
-    """What a store indexes for a message: its words joined by spaces."""
-    return " ".join(words(text_of(message)))
+    """What a store indexes for a message: the words of its first ``INDEXED_CHARS``
+    characters, joined by spaces."""
+    return " ".join(words(text_of(message)[:INDEXED_CHARS]))
 
 
 def stored_text(body: Any) -> str:

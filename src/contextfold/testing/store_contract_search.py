@@ -159,6 +159,12 @@ class SearchContract:
             store.search("s", args.pop("query"), **args)
         assert err.value.field == field
 
+    def test_a_huge_message_is_logged_and_found_by_its_beginning(self, store: Store) -> None:
+        distinct = " ".join(f"w{i:06d}x{i * 7919 % 100003:05d}" for i in range(60_000))
+        _log(store, ["heron " + distinct + " ending"])
+        assert _seqs(store, "heron") == [1]
+        assert _seqs(store, "w000001x07919") == [1]
+
     def test_search_takes_any_integer_bound(self, store: Store) -> None:
         _log(store, ["ibis"])
         assert _seqs(store, "ibis", before=10**30) == [1]
