@@ -31,6 +31,8 @@ Invariants, checked by ``contextfold.testing.store_contract`` against every back
 - ``delete_session`` removes a session whole (log, folds, views, leases), the
   only way anything logged goes away. A session created again under the same
   id starts a new log at seq 1.
+- Every logged message is searchable from the append that logs it
+  (``search``), within its own session only, until the session is deleted.
 - Listings are ordered by id and paged by the last id seen (``after``), so a
   page never repeats or skips a session that existed throughout.
 - API keys are stored by id with the hash of their secret, never the secret.
@@ -59,6 +61,13 @@ class Head(NamedTuple):
     last_seq: int
     fold_version: int
     view_version: int
+
+
+class SearchHit(NamedTuple):
+    """A logged message matching a search, and how well: higher scores rank first."""
+
+    seq: int
+    score: float
 
 
 class Quarantined(NamedTuple):
@@ -122,6 +131,18 @@ class Store(Protocol):
         ...
 
     def last_of_role(self, session_id: str, role: str) -> LoggedMessage | None: ...
+
+    def search(
+        self, session_id: str, query: str, *, limit: int = 20, before: int | None = None
+    ) -> list[SearchHit]:
+        """The logged messages (``seq < before`` when given) best matching ``query``, best first.
+
+        ``query`` is plain text, never engine syntax: its words (letters and
+        digits, stopwords dropped) are matched, any of them, against each
+        message's text and tool calls (``contextfold.store.search``). A query
+        without such words finds nothing.
+        """
+        ...
 
     def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:
         """Which of ``ids`` some logged assistant message called as a tool."""

@@ -17,6 +17,8 @@ import time
 
 from contextfold.core.errors import StoreError
 from contextfold.store.recount import recount
+from contextfold.store.search import stored_text
+from contextfold.store.sqlite_sql import INDEX_SQL, SEARCH_TABLE_SQL
 
 MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
     (
@@ -128,6 +130,12 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
             "CREATE INDEX api_keys_tenant ON api_keys (tenant, created_at)",
         ),
     ),
+    (
+        "007_message_search",
+        # The words of each message (contextfold.store.search), by the message's rowid;
+        # the rows logged before it are indexed by ``migrate`` in the same transaction.
+        (SEARCH_TABLE_SQL,),
+    ),
 ]
 
 
@@ -163,6 +171,12 @@ def check_ours(conn: sqlite3.Connection, path: str) -> None:
         )
 
 
+def index_logged(conn: sqlite3.Connection) -> None:
+    """Index for search every message logged before the index existed."""
+    found = conn.execute("SELECT rowid, message FROM messages")
+    conn.executemany(INDEX_SQL, ((rowid, stored_text(body)) for rowid, body in found))
+
+
 def migrate(conn: sqlite3.Connection, path: str = "database") -> list[str]:
     """Apply the pending migrations atomically; return their names.
 
@@ -182,6 +196,8 @@ def migrate(conn: sqlite3.Connection, path: str = "database") -> list[str]:
                 conn.execute(statement)
             conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))
             applied.append(name)
+        if "007_message_search" in applied:
+            index_logged(conn)
         recount(conn, path)
         conn.execute("COMMIT")
     except BaseException:

@@ -58,6 +58,7 @@ from contextfold.store import rows
 from contextfold.store.base import (
     Head,
     Quarantined,
+    SearchHit,
     check_api_key,
     check_lease,
     check_listing,
@@ -77,6 +78,7 @@ from contextfold.store.postgres_pool import (
 )
 from contextfold.store.postgres_schema import migrate
 from contextfold.store.postgres_wake import PostgresWake, channel_for
+from contextfold.store.search import check_search, query_terms, seq_bound, tsquery
 
 
 class PostgresStore:
@@ -214,6 +216,23 @@ class PostgresStore:
             if row is None:
                 require(cur, session_id)
         return None if row is None else rows.logged(session_id, row)
+
+    def search(
+        self, session_id: str, query: str, *, limit: int = 20, before: int | None = None
+    ) -> list[SearchHit]:
+        check_search(query, limit, before)
+        terms = query_terms(query)
+        params = {
+            "query": tsquery(terms),
+            "session": session_id,
+            "before": seq_bound(before),
+            "limit": limit,
+        }
+        with self._db.read() as cur:
+            found = cur.execute(q.SEARCH_SQL, params).fetchall() if terms else []
+            if not found:
+                require(cur, session_id)
+        return [SearchHit(int(seq), float(score)) for seq, score in found]
 
     def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:
         wanted = sorted({str(i) for i in ids})

@@ -15,6 +15,7 @@ from typing import Any
 from contextfold.core.log import LoggedMessage, NewMessage
 from contextfold.store import postgres_sql as q
 from contextfold.store.postgres_pool import Cursor, one_row, require
+from contextfold.store.search import index_text
 
 Prepared = tuple[NewMessage, str, str, list[str]]
 """A message checked for the log: itself, its role, its JSON and its tool call ids."""
@@ -31,7 +32,7 @@ def insert(
     message, and whether anything new was logged (and so notified on ``channel``)."""
     fresh: list[NewMessage] = []
     columns: dict[str, list[Any]] = {
-        name: [] for name in ("roles", "messages", "tokens", "keys", "call_ids", "call_at")
+        name: [] for name in ("roles", "messages", "tokens", "keys", "words", "call_ids", "call_at")
     }
     places: list[LoggedMessage | int] = []
     first: dict[str, int] = {}
@@ -48,6 +49,7 @@ def insert(
                 ("messages", message_json),
                 ("tokens", new.tokens),
                 ("keys", new.key or None),
+                ("words", index_text(new.message)),
             ):
                 columns[name].append(value)
             columns["call_ids"] += call_ids

@@ -27,6 +27,7 @@ from contextfold.core.errors import StoreError
 from contextfold.core.tokens import COUNT_VERSION
 from contextfold.store.migrations import pending
 from contextfold.store.recount import current, stale
+from contextfold.store.search import stored_text
 
 MIGRATIONS_TABLE = "contextfold_migrations"
 
@@ -123,6 +124,15 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
             "CREATE TABLE contextfold_count_version (version integer NOT NULL)",
         ),
     ),
+    (
+        "002_message_search",
+        (
+            # A message's words (contextfold.store.search) for full-text search, set by
+            # each append; the rows logged before it are indexed by ``migrate``.
+            "ALTER TABLE messages ADD COLUMN words tsvector",
+            "CREATE INDEX messages_words ON messages USING gin (words)",
+        ),
+    ),
 ]
 
 # Tables this code creates: finding one in a schema that records no migrations
@@ -175,8 +185,21 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> list[str]:
                 conn.execute(statement)
             conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} VALUES (%s, %s)", (name, time.time()))
             applied.append(name)
+        if "002_message_search" in applied:
+            index_logged(conn)
         recount(conn, schema)
     return applied
+
+
+def index_logged(conn: psycopg.Connection[Any]) -> None:
+    """Index for search every message logged before the index existed."""
+    found = conn.execute("SELECT session_id, seq, message FROM messages").fetchall()
+    with conn.cursor() as cur:
+        cur.executemany(
+            "UPDATE messages SET words = to_tsvector('simple', %s) "
+            "WHERE session_id = %s AND seq = %s",
+            [(stored_text(body), sid, seq) for sid, seq, body in found],
+        )
 
 
 def recount(conn: psycopg.Connection[Any], schema: str) -> int:

@@ -33,15 +33,25 @@ APPEND_SQL = (
     "last_at = GREATEST(last_at, %(now)s) "
     "WHERE id = %(session)s "
     "RETURNING last_seq - %(n)s AS seq0), "
-    "added AS (INSERT INTO messages (session_id, seq, role, message, tokens, key, created_at) "
-    "SELECT %(session)s, base.seq0 + m.i, m.role, m.message, m.tokens, m.key, %(now)s "
+    "added AS (INSERT INTO messages "
+    "(session_id, seq, role, message, tokens, key, created_at, words) "
+    "SELECT %(session)s, base.seq0 + m.i, m.role, m.message, m.tokens, m.key, %(now)s, "
+    "to_tsvector('simple', m.words) "
     "FROM base, unnest(%(roles)s::text[], %(messages)s::text[], %(tokens)s::int[], "
-    "%(keys)s::text[]) WITH ORDINALITY AS m(role, message, tokens, key, i)), "
+    "%(keys)s::text[], %(words)s::text[]) WITH ORDINALITY AS m(role, message, tokens, key, words, i)), "
     "calls AS (INSERT INTO tool_calls (session_id, call_id, seq) "
     "SELECT %(session)s, c.call_id, base.seq0 + c.i "
     "FROM base, unnest(%(call_ids)s::text[], %(call_at)s::bigint[]) AS c(call_id, i) "
     "ON CONFLICT DO NOTHING) "
     "SELECT seq0, pg_notify(%(channel)s, %(session)s) FROM base"
+)
+# The words are indexed by the 'simple' configuration (no stemming, no stopwords): they
+# come cut and lowered by contextfold.store.search, as SQLite and RAM index them.
+SEARCH_SQL = (
+    "SELECT seq, ts_rank(words, query) AS score "
+    "FROM messages, to_tsquery('simple', %(query)s) AS query "
+    "WHERE session_id = %(session)s AND seq < %(before)s AND words @@ query "
+    "ORDER BY score DESC, seq DESC LIMIT %(limit)s"
 )
 MESSAGES_FROM_SQL = (
     f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND seq >= %s ORDER BY seq"

@@ -38,12 +38,14 @@ from contextfold.core.log import (
 from contextfold.store.base import (
     Head,
     Quarantined,
+    SearchHit,
     check_api_key,
     check_lease,
     check_listing,
     listed,
     view_config_json,
 )
+from contextfold.store.search import MemoryIndex, check_search, query_terms
 
 
 class RAMStore:
@@ -63,6 +65,7 @@ class RAMStore:
         self._leases: dict[tuple[str, str], tuple[str, float]] = {}
         self._views: dict[str, dict[str, ViewRecord]] = {}
         self._api_keys: dict[str, ApiKey] = {}
+        self._index = MemoryIndex()
 
     def create_session(
         self, session_id: str, *, encoding: str, meta: dict[str, Any] | None = None
@@ -130,6 +133,7 @@ class RAMStore:
                 self._views,
             ):
                 per_session.pop(session_id, None)
+            self._index.drop(session_id)
             for per_view in (self._folds, self._quarantined, self._versions, self._leases):
                 for key in [k for k in per_view if k[0] == session_id]:
                     del per_view[key]
@@ -156,6 +160,7 @@ class RAMStore:
                 fresh.append(logged)
                 out.append(copied(logged))
                 self._calls[session_id].update(calls[i])
+            self._index.add(session_id, ((m.seq, m.message) for m in fresh))
             log.extend(fresh)
             self._last[session_id] += len(fresh)
             keys.update(added)
@@ -187,6 +192,17 @@ class RAMStore:
         with self._lock:
             found = self._last_by_role[session_id].get(role)
         return None if found is None else copied(found)
+
+    def search(
+        self, session_id: str, query: str, *, limit: int = 20, before: int | None = None
+    ) -> list[SearchHit]:
+        check_search(query, limit, before)
+        self.get_session(session_id)
+        terms = query_terms(query)
+        if not terms:
+            return []
+        with self._lock:
+            return self._index.search(session_id, terms, limit, before)
 
     def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:
         self.get_session(session_id)
@@ -380,7 +396,7 @@ class RAMStore:
             return True
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Nothing to release: the search index's in-memory database goes with the store."""
 
 
 def _seq(logged: LoggedMessage) -> int:

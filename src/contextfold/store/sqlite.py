@@ -43,12 +43,14 @@ from contextfold.store import sqlite_sql as q
 from contextfold.store.base import (
     Head,
     Quarantined,
+    SearchHit,
     check_api_key,
     check_lease,
     check_listing,
     view_config_json,
 )
 from contextfold.store.migrations import check_ours, migrate
+from contextfold.store.search import check_search, fts5_query, index_text, query_terms, seq_bound
 
 Durability = Literal["process", "full"]
 # What ``PRAGMA synchronous`` each durability sets (the class docstring says why).
@@ -197,10 +199,11 @@ class SQLiteStore:
                     continue
                 seq += 1
                 key = new.key or None
-                conn.execute(
+                rowid = conn.execute(
                     q.INSERT_MESSAGE_SQL,
                     (session_id, seq, role, message_json, new.tokens, key, now),
-                )
+                ).lastrowid
+                conn.execute(q.INDEX_SQL, (rowid, index_text(new.message)))
                 if calls:
                     conn.executemany(
                         q.INSERT_CALL_SQL, [(session_id, call_id, seq) for call_id in calls]
@@ -261,6 +264,18 @@ class SQLiteStore:
             if row is None:
                 self._require(conn, session_id)
         return None if row is None else rows.logged(session_id, row)
+
+    def search(
+        self, session_id: str, query: str, *, limit: int = 20, before: int | None = None
+    ) -> list[SearchHit]:
+        check_search(query, limit, before)
+        terms = query_terms(query)
+        params = (fts5_query(terms), session_id, seq_bound(before), limit)
+        with self._read() as conn:
+            found = conn.execute(q.SEARCH_SQL, params).fetchall() if terms else []
+            if not found:
+                self._require(conn, session_id)
+        return [SearchHit(int(seq), float(score)) for seq, score in found]
 
     def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:
         wanted = json.dumps(sorted(set(ids)))

@@ -29,18 +29,22 @@ INFO_SQL = (
     "FROM sessions AS s LEFT JOIN messages AS m ON m.session_id = s.id WHERE s.id = ? "
     "GROUP BY s.id"
 )
-# Children before parents: the foreign keys are enforced.
-DELETE_SQL = tuple(
-    f"DELETE FROM {table} WHERE {column} = ?"
-    for table, column in (
-        ("tool_calls", "session_id"),
-        ("folds", "session_id"),
-        ("fold_versions", "session_id"),
-        ("leases", "session_id"),
-        ("views", "session_id"),
-        ("messages", "session_id"),
-        ("sessions", "id"),
-    )
+# Children before parents: the foreign keys are enforced. The search index's rows
+# are found by the messages' rowids (its session column is not indexed).
+DELETE_SQL = (
+    "DELETE FROM message_text WHERE rowid IN (SELECT rowid FROM messages WHERE session_id = ?)",
+    *(
+        f"DELETE FROM {table} WHERE {column} = ?"
+        for table, column in (
+            ("tool_calls", "session_id"),
+            ("folds", "session_id"),
+            ("fold_versions", "session_id"),
+            ("leases", "session_id"),
+            ("views", "session_id"),
+            ("messages", "session_id"),
+            ("sessions", "id"),
+        )
+    ),
 )
 _KEY_COLUMNS = rows.API_KEY_COLUMNS
 PUT_KEY_SQL = f"INSERT INTO api_keys ({_KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"

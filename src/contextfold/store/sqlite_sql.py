@@ -6,6 +6,8 @@ text) and reused on every call. Reads that select from ``sessions`` answer
 only when they found nothing.
 """
 
+from contextfold.store.search import TOKENIZER
+
 _COLUMNS = "seq, message, tokens, key, created_at"
 SESSION_SQL = "SELECT id, encoding, meta, created_at FROM sessions WHERE id = ?"
 EXISTS_SQL = "SELECT 1 FROM sessions WHERE id = ?"
@@ -118,3 +120,16 @@ TAKE_LEASE_SQL = (
     "DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at"
 )
 RELEASE_LEASE_SQL = "DELETE FROM leases WHERE session_id = ? AND view = ? AND owner = ?"
+
+# Full-text search (contextfold.store.search): one FTS5 row a message, under the
+# message's rowid. ``OR REPLACE``: a row deleted by hand may free its rowid for the
+# next message, whose words then replace the stale ones. The join keeps to the
+# session's live messages; bm25() is lower for a better match, so the score is its negation.
+SEARCH_TABLE_SQL = f"CREATE VIRTUAL TABLE message_text USING fts5(text, {TOKENIZER})"
+INDEX_SQL = "INSERT OR REPLACE INTO message_text (rowid, text) VALUES (?, ?)"
+SEARCH_SQL = (
+    "SELECT m.seq, -bm25(message_text) AS score FROM message_text "
+    "JOIN messages AS m ON m.rowid = message_text.rowid "
+    "WHERE message_text MATCH ? AND m.session_id = ? AND m.seq < ? "
+    "ORDER BY bm25(message_text), m.seq DESC LIMIT ?"
+)

@@ -42,6 +42,7 @@ from contextfold.core.folds import Fold, Placement
 from contextfold.core.log import NewMessage
 from contextfold.store.base import Store
 from contextfold.testing.store_contract_admin import SessionAdminContract
+from contextfold.testing.store_contract_search import SearchContract
 
 
 def _new(text: str, role: str = "user", *, key: str | None = None) -> NewMessage:
@@ -107,7 +108,7 @@ class Clock:
         return self.now
 
 
-class StoreContract(SessionAdminContract):
+class StoreContract(SessionAdminContract, SearchContract):
     """Every promise of the ``Store`` protocol as a test; subclass with a ``store`` fixture."""
 
     def delete_message(self, store: Store, session_id: str, seq: int) -> None:

@@ -1,0 +1,134 @@
+"""Full-text search over a session's log: what every store shares.
+
+Every backend indexes the same words, so a query ranks alike everywhere: a
+message's text as a reader sees it (``text_of``: content text, then tool-call
+names and arguments), cut here into runs of letters and digits and lowered.
+The engines (SQLite FTS5, PostgreSQL ``tsvector``) are given those words
+joined by spaces and never the user's query syntax: a query is cut the same
+way, its stopwords dropped, and its words quoted into an OR of terms, so
+quotes, operators and punctuation are only separators.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from contextfold.core.errors import InvalidInput
+from contextfold.core.messages import text_of
+from contextfold.store.base import SearchHit
+
+# Letters and digits of any script; underscores and marks of punctuation separate words.
+_WORD = re.compile(r"[^\W_]+")
+
+# Words too common to rank anything by: a query of them alone finds nothing.
+_STOPWORDS = (
+    "a an and are as at be but by for from has have he her his i if in into is it its me my "
+    "no not of on or our she so that the their them then there these they this to was we "
+    "were what when where which who will with you your"
+)
+STOPWORDS = frozenset(_STOPWORDS.split())
+
+
+def words(text: str) -> list[str]:
+    """The text's words as indexed: runs of letters and digits, lowered."""
+    return _WORD.findall(text.lower())
+
+
+# How much of a message's text is indexed: PostgreSQL refuses a tsvector past 1 MB,
+# which a long enough tool output would reach; every store cuts at the same place.
+INDEXED_CHARS = 100_000
+
+
+def index_text(message: Mapping[str, Any]) -> str:
+    """What a store indexes for a message: the words of its first ``INDEXED_CHARS``
+    characters, joined by spaces."""
+    return " ".join(words(text_of(message)[:INDEXED_CHARS]))
+
+
+def stored_text(body: Any) -> str:
+    """What to index for a stored message row (its JSON); nothing for a row that
+    does not read as a message, left for the read to report."""
+    try:
+        message = json.loads(body)
+        return index_text(message) if isinstance(message, dict) else ""
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return ""
+
+
+def query_terms(query: str) -> list[str]:
+    """The query's distinct words without stopwords, in order; none means no hits."""
+    return list(dict.fromkeys(w for w in words(query) if w not in STOPWORDS))
+
+
+def fts5_query(terms: Iterable[str]) -> str:
+    """An FTS5 match of any term; each is a quoted string, so none is read as syntax."""
+    return " OR ".join(f'"{t}"' for t in terms)
+
+
+def tsquery(terms: Iterable[str]) -> str:
+    """A ``to_tsquery`` text matching any term, each a quoted lexeme (words hold no quote)."""
+    return " | ".join(f"'{t}'" for t in terms)
+
+
+def check_search(query: str, limit: int, before: int | None) -> None:
+    """Refuse a search's arguments that no backend could honour; shared by every store."""
+    if not isinstance(query, str):
+        raise InvalidInput(f"query must be a string, not {type(query).__name__}", field="query")
+    if type(limit) is not int or limit < 1:
+        raise InvalidInput(f"limit must be a positive integer, not {limit!r}", field="limit")
+    if before is not None and type(before) is not int:
+        raise InvalidInput(f"before must be an integer seq, not {before!r}", field="before")
+
+
+_INT64 = 2**63 - 1
+
+
+def seq_bound(before: int | None) -> int:
+    """``before`` as a bound a 64-bit column compares with; none bounds nothing."""
+    return _INT64 if before is None else max(-_INT64, min(before, _INT64))
+
+
+TOKENIZER = "tokenize = 'unicode61 remove_diacritics 0'"
+
+# The RAM store's index keeps each message's session and seq beside its words.
+_MEMORY_TABLE = (
+    f"CREATE VIRTUAL TABLE message_text USING fts5(text, session_id UNINDEXED, seq UNINDEXED, "
+    f"{TOKENIZER})"
+)
+_MEMORY_INSERT = "INSERT INTO message_text (text, session_id, seq) VALUES (?, ?, ?)"
+# bm25() is lower for a better match; the score handed out is its negation.
+_MEMORY_SEARCH = (
+    "SELECT seq, -bm25(message_text) AS score FROM message_text WHERE message_text MATCH ? "
+    "AND session_id = ? AND seq < ? ORDER BY bm25(message_text), seq DESC LIMIT ?"
+)
+
+
+class MemoryIndex:
+    """An FTS5 table in an in-memory SQLite database: the RAM store's search index.
+
+    Not thread-safe by itself: the RAM store calls it under its own lock.
+    """
+
+    def __init__(self) -> None:
+        self._conn = sqlite3.connect(":memory:", check_same_thread=False)
+        self._conn.execute(_MEMORY_TABLE)
+
+    def add(self, session_id: str, entries: Iterable[tuple[int, Mapping[str, Any]]]) -> None:
+        self._conn.executemany(
+            _MEMORY_INSERT,
+            [(index_text(message), session_id, seq) for seq, message in entries],
+        )
+
+    def drop(self, session_id: str) -> None:
+        self._conn.execute("DELETE FROM message_text WHERE session_id = ?", (session_id,))
+
+    def search(
+        self, session_id: str, terms: list[str], limit: int, before: int | None
+    ) -> list[SearchHit]:
+        params = (fts5_query(terms), session_id, seq_bound(before), limit)
+        found = self._conn.execute(_MEMORY_SEARCH, params)
+        return [SearchHit(int(seq), float(score)) for seq, score in found]

@@ -1,0 +1,87 @@
+"""Search in stores opened over files and schemas from before the search index."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pg
+import pytest
+from old_files import old_file
+
+from contextfold.core.log import NewMessage
+from contextfold.store import SQLiteStore
+from contextfold.store import postgres_schema as pg_schema
+from contextfold.store.migrations import MIGRATIONS
+
+_OLD_LOG = [
+    {"role": "user", "content": "where is the lighthouse"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "map", "arguments": '"cove"'}}
+        ],
+    },
+    {"role": "user", "content": [{"type": "text", "text": "the lighthouse by the cove"}]},
+]
+
+
+def _before_search(name: str) -> int:
+    return [n for n, _ in MIGRATIONS].index(name)
+
+
+def test_an_old_sqlite_file_gains_the_index_for_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    old_file(path, _before_search("007_message_search"), _OLD_LOG)
+    store = SQLiteStore(path)
+    assert {h.seq for h in store.search("s", "lighthouse")} == {1, 3}
+    assert store.search("s", "map cove")[0].seq == 2
+    store.append("s", [NewMessage({"role": "user", "content": "lighthouse again"}, 1)])
+    assert {h.seq for h in store.search("s", "lighthouse")} == {1, 3, 4}
+    assert store.delete_session("s")
+    store.close()
+    reopened = SQLiteStore(path)
+    reopened.create_session("s", encoding="o200k_base")
+    assert reopened.search("s", "lighthouse") == []
+    reopened.close()
+
+
+def test_an_old_sqlite_file_with_a_damaged_row_still_opens(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    old_file(path, _before_search("007_message_search"), _OLD_LOG)
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE messages SET message = '{\"role\": ' WHERE seq = 2")
+    store = SQLiteStore(path)
+    assert {h.seq for h in store.search("s", "lighthouse cove map")} == {1, 3}
+    store.close()
+
+
+def test_an_old_postgres_schema_gains_the_index_for_its_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("psycopg")
+    from contextfold.store.postgres import PostgresStore
+
+    pg.require_postgres()
+    names = [n for n, _ in pg_schema.MIGRATIONS]
+    old = pg_schema.MIGRATIONS[: names.index("002_message_search")]
+    with pg.fresh_schema() as schema:
+        with monkeypatch.context() as patch:
+            patch.setattr(pg_schema, "MIGRATIONS", old)
+            first = PostgresStore(pg.url(schema))
+            first.create_session("s", encoding="o200k_base")
+            with pg.raw(schema) as conn:
+                conn.cursor().executemany(
+                    "INSERT INTO messages (session_id, seq, role, message, tokens, key, "
+                    "created_at) VALUES ('s', %s, %s, %s, 1, NULL, 0)",
+                    [(i, m["role"], json.dumps(m)) for i, m in enumerate(_OLD_LOG, 1)],
+                )
+                conn.execute("UPDATE sessions SET last_seq = 3 WHERE id = 's'")
+            first.close()
+        store = PostgresStore(pg.url(schema))
+        assert store.applied == ["002_message_search"]
+        assert {h.seq for h in store.search("s", "lighthouse")} == {1, 3}
+        assert store.search("s", "map cove")[0].seq == 2
+        store.close()
