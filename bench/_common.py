@@ -66,3 +66,21 @@ def report(figures: dict[str, Any], as_json: bool) -> None:
         print(f"{key:<{width}}  {shown}")
     if as_json:
         print(json.dumps(figures, sort_keys=True))
+
+
+POSTGRES = os.environ.get("CONTEXTFOLD_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def postgres_up() -> bool:
+    """True when the benchmarks' PostgreSQL answers; a benchmark leaves its figures out when
+    it does not, except under ``CI=true``, where that ends the run."""
+    try:
+        import psycopg
+
+        psycopg.connect(POSTGRES, connect_timeout=3).close()
+    except Exception as exc:  # not installed, refused, timed out
+        if os.environ.get("CI", "").lower() == "true":
+            raise SystemExit(f"PostgreSQL at {POSTGRES} is needed under CI=true: {exc}") from exc
+        print(f"PostgreSQL figures skipped: {exc}")
+        return False
+    return True

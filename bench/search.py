@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _common import parse_args, report
-from store import POSTGRES, per_call_us, pool, take
+from _common import POSTGRES, parse_args, postgres_up, report
+from store import per_call_us, pool, take
 
 from contextfold.core.log import NewMessage
 from contextfold.core.messages import text_of
@@ -69,17 +69,12 @@ def search_percentiles(
 
 def postgres_figures(messages: list[NewMessage], sizes: dict[str, int]) -> dict[str, float]:
     """The PostgreSQL run in a schema of its own; none when the server does not answer."""
-    try:
-        import psycopg
-
-        from contextfold.store.postgres import PostgresStore
-
-        psycopg.connect(POSTGRES, connect_timeout=3).close()
-    except (ImportError, OSError, psycopg.Error) as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            raise SystemExit(f"PostgreSQL at {POSTGRES} is needed under CI=true: {exc}") from exc
-        print(f"PostgreSQL figures skipped: {exc}")
+    if not postgres_up():
         return {}
+    import psycopg
+
+    from contextfold.store.postgres import PostgresStore
+
     schema = f"cf_bench_search_{os.getpid()}"
     url = f"{POSTGRES}?schema={schema}&durability=process"
     try:

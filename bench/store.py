@@ -29,14 +29,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import conversations, parse_args, report, timed
+from _common import POSTGRES, conversations, parse_args, postgres_up, report, timed
 
 from contextfold.core.log import NewMessage
 from contextfold.core.tokens import get_counter
 from contextfold.store import SQLiteStore, Store
 from contextfold.store.sqlite import Durability
 
-POSTGRES = os.environ.get("CONTEXTFOLD_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 BATCH = 100
 DURABILITIES: tuple[Durability, ...] = ("process", "full")
 PAGE = 50
@@ -124,17 +123,12 @@ def call_percentiles(
 
 def postgres_figures(messages: list[NewMessage], n: int, sizes: dict[str, int]) -> dict[str, float]:
     """The PostgreSQL runs in a schema of their own; none when the server does not answer."""
-    try:
-        import psycopg
-
-        from contextfold.store.postgres import PostgresStore
-
-        psycopg.connect(POSTGRES, connect_timeout=3).close()
-    except (ImportError, OSError, psycopg.Error) as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            raise SystemExit(f"PostgreSQL at {POSTGRES} is needed under CI=true: {exc}") from exc
-        print(f"PostgreSQL figures skipped: {exc}")
+    if not postgres_up():
         return {}
+    import psycopg
+
+    from contextfold.store.postgres import PostgresStore
+
     schema = f"cf_bench_{os.getpid()}"
     url = f"{POSTGRES}?schema={schema}"
     figures: dict[str, float] = {}

@@ -31,6 +31,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 from rich.text import Text
 
+from contextfold.core.checks import positive_int
 from contextfold.core.errors import ContextfoldError
 from contextfold.core.messages import Message, text_of
 from contextfold.evaluation.commands import add_eval_command
@@ -79,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
 
     compact = sub.add_parser("compact", help="fold a conversation file until it fits a budget")
     compact.add_argument("file", metavar="FILE", help="JSON list of messages, or JSONL")
-    compact.add_argument("--budget", type=_positive, required=True, help="target prompt tokens")
+    compact.add_argument("--budget", type=positive_int, required=True, help="target prompt tokens")
     compact.add_argument("--preset", default="offline", help="preset name (see 'presets')")
     compact.add_argument("--encoding", default="o200k_base", help="o200k_base, cl100k_base, approx")
     compact.add_argument("--index", type=int, help="which JSONL line (conversation) to take")
@@ -109,16 +110,6 @@ def _parser() -> argparse.ArgumentParser:
     add_worker_command(sub)
     add_eval_command(sub)
     return parser
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {value}")
-    return value
 
 
 def _seconds(text: str) -> float:

@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from contextfold.core.checks import positive_int
 from contextfold.core.errors import InvalidInput
 from contextfold.evaluation.budgets import parse_budgets
 from contextfold.evaluation.inputs import load_conversations
@@ -42,26 +43,18 @@ def add_eval_command(sub: Any) -> None:
     )
     cmd.add_argument(
         "--samples",
-        type=_count,
+        type=positive_int,
         default=10,
         metavar="N",
         help="turns at which each prompt is compacted and rendered (default 10, the last "
         "the end of the conversation)",
     )
-    cmd.add_argument("--limit", type=_count, metavar="N", help="only the first N conversations")
+    cmd.add_argument(
+        "--limit", type=positive_int, metavar="N", help="only the first N conversations"
+    )
     cmd.add_argument("--encoding", default="o200k_base", help="o200k_base, cl100k_base, approx")
     cmd.add_argument("--json", action="store_true", help="print one JSON object of all results")
     cmd.set_defaults(command=run_eval)
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {value}")
-    return value
 
 
 def _presets(text: str) -> list[str]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message, validate_messages
+from contextfold.memory.compact import read_text
 
 
 @dataclass(frozen=True)
@@ -30,12 +31,7 @@ class Conversation:
 def load_conversations(path: str | Path, *, limit: int | None = None) -> list[Conversation]:
     """The conversations of ``path`` (the first ``limit`` of a JSONL file)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{p}: not UTF-8 text (byte {exc.start})") from exc
-    except OSError as exc:
-        raise InvalidInput(f"cannot read {p}: {exc.strerror or exc}") from exc
+    text = read_text(p)
     if not text.strip():
         raise InvalidInput(f"{p}: the file is empty")
     if p.suffix != ".jsonl":

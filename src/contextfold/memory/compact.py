@@ -149,12 +149,7 @@ def load_conversation(path: str | Path, *, index: int | None = None) -> Conversa
             f"path must be a string or a path, not {type(path).__name__}", field="path"
         )
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{p}: not UTF-8 text (byte {exc.start})") from exc
-    except OSError as exc:
-        raise InvalidInput(f"cannot read {p}: {exc.strerror or exc}") from exc
+    text = read_text(p)
     if index is not None and index < 0:
         raise InvalidInput(f"--index must be 0 or more, got {index}")
     if not text.strip():
@@ -172,6 +167,16 @@ def load_conversation(path: str | Path, *, index: int | None = None) -> Conversa
     if index:
         raise InvalidInput(f"{p} holds one conversation: --index picks a line of a JSONL file")
     return _conversation(data, str(p), str(p))
+
+
+def read_text(p: Path) -> str:
+    """A conversation file's text; ``InvalidInput`` naming the file when it cannot be read."""
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{p}: not UTF-8 text (byte {exc.start})") from exc
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {p}: {exc.strerror or exc}") from exc
 
 
 def _json(text: str, where: str) -> Any:
