@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 log = logging.getLogger("contextfold")
@@ -47,6 +47,17 @@ class Event:
     duration_s: float = 0.0
     detail: str = ""
     data: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_data(self) -> dict[str, Any]:
+        """The event as plain JSON data (what a stream or a broker sends)."""
+        data = asdict(self)
+        data["usage"] = None if self.usage is None else dict(self.usage)
+        data["data"] = dict(self.data)
+        return data
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> Event:
+        return cls(**data)
 
     def describe(self) -> str:
         text = (

@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
@@ -49,10 +48,8 @@ T = TypeVar("T")
 
 def event_data(event: Event) -> dict[str, Any]:
     """A library event as the stream sends it (the session as the tenant sees it)."""
-    data = asdict(event)
+    data = event.to_data()
     data["session"] = event.session.partition("/")[2]
-    data["usage"] = dict(event.usage) if event.usage is not None else None
-    data["data"] = dict(event.data)
     return data
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -272,9 +272,8 @@ class WorkQueue:
 
     def publish(self, event: Event, **extra: Any) -> None:
         """Send the event to every listener; ``data`` gains ``extra`` and ``at`` (wall time)."""
-        data = asdict(event)
-        data["usage"] = None if event.usage is None else dict(event.usage)
-        data["data"] = {**event.data, **extra, "at": time.time()}
+        data = event.to_data()
+        data["data"].update(extra, at=time.time())
         self.redis.publish(self.channel, json.dumps(data))
 
     def events(
@@ -298,7 +297,7 @@ class WorkQueue:
                 if message["type"] == "subscribe":
                     subscribed()
                 elif message["type"] == "message":
-                    yield event_of(json.loads(message["data"]))
+                    yield Event.from_data(json.loads(message["data"]))
         finally:
             pubsub.close()
 
@@ -313,7 +312,3 @@ class WorkQueue:
 
 def _text(raw: bytes | str) -> str:
     return raw.decode() if isinstance(raw, bytes) else raw
-
-
-def event_of(data: Mapping[str, Any]) -> Event:
-    return Event(**data)
