@@ -78,7 +78,7 @@ from contextfold.store.postgres_pool import (
 )
 from contextfold.store.postgres_schema import migrate
 from contextfold.store.postgres_wake import PostgresWake, channel_for
-from contextfold.store.search import check_search, query_terms, seq_bound, tsquery
+from contextfold.store.search import search_terms, seq_bound, tsquery
 
 
 class PostgresStore:
@@ -220,8 +220,7 @@ class PostgresStore:
     def search(
         self, session_id: str, query: str, *, limit: int = 20, before: int | None = None
     ) -> list[SearchHit]:
-        check_search(query, limit, before)
-        terms = query_terms(query)
+        terms = search_terms(query, limit, before)
         params = {
             "query": tsquery(terms),
             "session": session_id,

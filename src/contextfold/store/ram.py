@@ -45,7 +45,7 @@ from contextfold.store.base import (
     listed,
     view_config_json,
 )
-from contextfold.store.search import MemoryIndex, check_search, query_terms
+from contextfold.store.search import MemoryIndex, search_terms
 
 
 class RAMStore:
@@ -196,9 +196,8 @@ class RAMStore:
     def search(
         self, session_id: str, query: str, *, limit: int = 20, before: int | None = None
     ) -> list[SearchHit]:
-        check_search(query, limit, before)
+        terms = search_terms(query, limit, before)
         self.get_session(session_id)
-        terms = query_terms(query)
         if not terms:
             return []
         with self._lock:

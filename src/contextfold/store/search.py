@@ -74,14 +74,16 @@ def tsquery(terms: Iterable[str]) -> str:
     return " | ".join(f"'{t}'" for t in terms)
 
 
-def check_search(query: str, limit: int, before: int | None) -> None:
-    """Refuse a search's arguments that no backend could honour; shared by every store."""
+def search_terms(query: str, limit: int, before: int | None) -> list[str]:
+    """The query's terms (``query_terms``), once its arguments are checked: every store
+    refuses what no backend could honour the same way."""
     if not isinstance(query, str):
         raise InvalidInput(f"query must be a string, not {type(query).__name__}", field="query")
     if type(limit) is not int or limit < 1:
         raise InvalidInput(f"limit must be a positive integer, not {limit!r}", field="limit")
     if before is not None and type(before) is not int:
         raise InvalidInput(f"before must be an integer seq, not {before!r}", field="before")
+    return query_terms(query)
 
 
 _INT64 = 2**63 - 1

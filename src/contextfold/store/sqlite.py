@@ -50,7 +50,7 @@ from contextfold.store.base import (
     view_config_json,
 )
 from contextfold.store.migrations import check_ours, migrate
-from contextfold.store.search import check_search, fts5_query, index_text, query_terms, seq_bound
+from contextfold.store.search import fts5_query, index_text, search_terms, seq_bound
 
 Durability = Literal["process", "full"]
 # What ``PRAGMA synchronous`` each durability sets (the class docstring says why).
@@ -268,8 +268,7 @@ class SQLiteStore:
     def search(
         self, session_id: str, query: str, *, limit: int = 20, before: int | None = None
     ) -> list[SearchHit]:
-        check_search(query, limit, before)
-        terms = query_terms(query)
+        terms = search_terms(query, limit, before)
         params = (fts5_query(terms), session_id, seq_bound(before), limit)
         with self._read() as conn:
             found = conn.execute(q.SEARCH_SQL, params).fetchall() if terms else []
