@@ -63,7 +63,6 @@ import random
 import shutil
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -78,7 +77,15 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import redis
 from pg import SERVER, fresh_schema, url
-from workers_harness import PrivateRedis, WorkerProcess, free_port, fresh_queue, wait_for, worker
+from workers_harness import (
+    Events,
+    PrivateRedis,
+    WorkerProcess,
+    free_port,
+    fresh_queue,
+    wait_for,
+    worker,
+)
 
 from contextfold import Memory
 from contextfold.core.events import Event
@@ -137,26 +144,6 @@ def percentile(values: Sequence[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return round(ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))], 3)
-
-
-class Events:
-    """Every event the workers published, as the runner heard them."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.items: list[Event] = []
-
-    def __call__(self, event: Event) -> None:
-        with self.lock:
-            self.items.append(event)
-
-    def of(self, kind: str, session: str | None = None) -> list[Event]:
-        with self.lock:
-            return [
-                e
-                for e in self.items
-                if e.kind == kind and (session is None or e.session == session)
-            ]
 
 
 @contextmanager
@@ -486,7 +473,7 @@ def committed_after(events: Events, sid: str, after: float, not_by: str) -> list
     """Times of the view's commits after ``after`` by any process but ``not_by``."""
     return [
         float(e.data["at"])
-        for e in events.of("committed", sid)
+        for e in events.of("committed", session=sid)
         if float(e.data["at"]) > after and e.data["worker"] != not_by
     ]
 
@@ -508,9 +495,9 @@ def kill_running(
     restart: Callable[[], WorkerProcess],
 ) -> Kill:
     """Wait for the view's job to start, then SIGKILL the process running it (or its worker)."""
-    if not wait_for(lambda: events.of("started", sid), 60):
+    if not wait_for(lambda: events.of("started", session=sid), 60):
         raise RuntimeError(f"no job started for {sid}")
-    owner = str(events.of("started", sid)[0].data["worker"])
+    owner = str(events.of("started", session=sid)[0].data["worker"])
     pid = int(owner.split(":")[1])
     killed = Kill(sid, owner, time.time(), whole)
     if whole:
@@ -574,7 +561,7 @@ def kills(broker: PrivateRedis, args: argparse.Namespace) -> dict[str, Any]:
     killed_commits = {
         k
         for k in done
-        if any(e.data["worker"] == k.owner for e in events.of("committed", k.session))
+        if any(e.data["worker"] == k.owner for e in events.of("committed", session=k.session))
     }
     return {
         "kill_lease_ttl_s": LEASE_TTL_S,
@@ -597,10 +584,9 @@ def kills(broker: PrivateRedis, args: argparse.Namespace) -> dict[str, Any]:
 
 def overlapping_steps(events: Events, sid: str) -> int:
     """Pairs of job steps on one view that ran at the same time on different workers."""
-    with events.lock:
-        ends = [e for e in events.items if e.session == sid and e.kind in ENDS]
+    ends = [e for e in events.of(session=sid) if e.kind in ENDS]
     steps = []
-    for start in events.of("started", sid):
+    for start in events.of("started", session=sid):
         began, owner = float(start.data["at"]), start.data["worker"]
         finish = [float(e.data["at"]) for e in ends if e.data.get("worker") == owner]
         steps.append((began, min((t for t in finish if t >= began), default=began), owner))
@@ -626,7 +612,7 @@ def burst(memory: Memory, runner: CeleryRunner, events: Events, count: int) -> d
     settled = wait_for(lambda: idle(runner, [view]), 120)
     settled_s = time.monotonic() - began - appended_s
     after = runner.queue.stats()
-    started = events.of("started", session.id)
+    started = events.of("started", session=session.id)
     found = damage(memory, {session.id: messages})
     return {
         "burst_appends": len(messages),
@@ -641,7 +627,7 @@ def burst(memory: Memory, runner: CeleryRunner, events: Events, count: int) -> d
         - after["busy"]
         + before["busy"],
         "burst_job_steps": len(started),
-        "burst_folds_committed": len(events.of("committed", session.id)),
+        "burst_folds_committed": len(events.of("committed", session=session.id)),
         "burst_concurrent_steps": overlapping_steps(events, session.id),
         "burst_messages_lost": found["messages_lost"],
         "burst_partial_folds": found["partial_folds"],
