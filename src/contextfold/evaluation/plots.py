@@ -98,6 +98,7 @@ def plot_tokens(summary: Mapping[str, Any], budget: str, path: Path) -> bool:
         f"Prompt tokens per turn: {session['id']} ({session['messages']:,} messages), "
         f"budget {budget}{shown}"
     )
+    ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))

@@ -144,7 +144,7 @@ def _number(value: float | None, form: str) -> str:
 
 
 _NOTES = {
-    "prompt": "tokens rendered at the end",
+    "prompt": "tokens rendered at the end, summed over the conversations",
     "ratio": "tokens before over after",
     "over": "the most tokens the folded view was over its budget at a sampled turn (render's "
     "last-resort cut left them out)",
