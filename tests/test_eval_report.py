@@ -323,6 +323,9 @@ def test_suggest_without_questions_takes_compression_without_overshoot_or_failur
     overshooting = [rows[0], row("x", "5%", 500, overshoot_tokens=10, compression=2.0)]
     assert suggest({"results": overshooting})["preset"] == "x"
     assert suggest({"results": [rows[1]]})["preset"] is None
+    roomy = [rows[0], row("keep-recent", "1000", 1000, compression=1.0)]
+    picked = suggest({"results": roomy})
+    assert picked["preset"] == "keep-recent" and "fit this budget whole" in picked["reason"]
 
 
 def test_suggest_is_printed_with_its_figures(

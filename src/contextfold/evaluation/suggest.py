@@ -102,6 +102,11 @@ def _by_compression(eligible: Sequence[tuple[int, Mapping[str, Any]]]) -> dict[s
             f"every arm's folds overshot its budget at some turn; this one least "
             f"({best['overshoot_tokens']:,} tokens)"
         )
+    elif _compression(best) <= 1.0:
+        why = (
+            "the conversations fit this budget whole (nothing folded); every arm that "
+            "compressed overshot its budget or failed"
+        )
     else:
         why = "the most compression with no failed job and no overshoot of its budget"
     return _pick(
