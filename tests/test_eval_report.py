@@ -130,6 +130,8 @@ def test_eval_runs_on_the_export(tmp_path: Path, capsys: pytest.CaptureFixture[s
     data = json.loads(out.splitlines()[-1])
     assert (data["format"], data["conversations"], data["questions"]) == ("ChatGPT export", 2, 0)
     assert data["skipped"]["hidden messages"] == 4
+    assert [c["title"] for c in data["per_conversation"]] == ["Lisbon trip", "Float sum surprise"]
+    assert data["session"]["title"] == "Lisbon trip"
 
 
 # -- progress -----------------------------------------------------------------

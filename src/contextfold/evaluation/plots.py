@@ -95,7 +95,8 @@ def plot_tokens(summary: Mapping[str, Any], budget: str, path: Path) -> bool:
     ax.yaxis.set_major_formatter(lambda value, _: f"{value:,.0f}")
     shown = "" if budget_tokens is None else f" ({budget_tokens:,} tokens)"
     ax.set_title(
-        f"Prompt tokens per turn: {session['id']} ({session['messages']:,} messages), "
+        f"Prompt tokens per turn: {session['title'] or session['id']} "
+        f"({session['messages']:,} messages), "
         f"budget {budget}{shown}"
     )
     ax.set_xlim(left=0)

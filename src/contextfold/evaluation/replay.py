@@ -78,6 +78,7 @@ class ConversationResult:
     full_turn_tokens: list[int] = field(default_factory=list)
     """The full context's tokens at each sampled turn."""
     full_correct: list[bool] = field(default_factory=list)
+    title: str | None = None
 
 
 def _count_stand_in(arm: ArmResult, usage: Mapping[str, Any] | None) -> None:
@@ -121,6 +122,7 @@ def replay(
         full_tokens,
         [recall(k, full_words) for k in keys],
         [],
+        title=conversation.title,
     )
 
     growing = memory.session("growing")

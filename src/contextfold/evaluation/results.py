@@ -73,6 +73,7 @@ def summarize(conversations: Sequence[ConversationResult]) -> dict[str, Any]:
         "per_conversation": [
             {
                 "id": c.id,
+                "title": c.title,
                 "messages": c.messages,
                 "tokens": c.tokens,
                 "questions": len(c.full_recalls),
@@ -101,6 +102,7 @@ def _session(conversations: Sequence[ConversationResult]) -> dict[str, Any] | No
     longest = max(conversations, key=lambda c: c.tokens)  # max keeps the first on a tie
     return {
         "id": longest.id,
+        "title": longest.title,
         "messages": longest.messages,
         "turns": longest.turns,
         "full_tokens": longest.full_turn_tokens,
