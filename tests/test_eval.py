@@ -94,18 +94,20 @@ def test_json_list_object_and_jsonl_are_read(tmp_path: Path) -> None:
     row = trip()
     listed = tmp_path / "list.json"
     listed.write_text(json.dumps(row["messages"]), encoding="utf-8")
-    (conversation,) = load_conversations(listed)
+    inputs = load_conversations(listed)
+    (conversation,) = inputs.conversations
     assert (conversation.id, len(conversation.messages), conversation.questions) == ("list", 43, [])
+    assert (inputs.format, inputs.skipped) == ("JSON", {})
 
     wrapped = tmp_path / "object.json"
     wrapped.write_text(json.dumps(row), encoding="utf-8")
-    (conversation,) = load_conversations(wrapped)
+    (conversation,) = load_conversations(wrapped).conversations
     assert conversation.id == "trip"
     assert [q["answer"] for q in conversation.questions] == ["Zanzibar", "A quetzal"]
 
     lines = write_jsonl(tmp_path / "rows.jsonl", [row, {"messages": row["messages"][:3]}, row])
-    assert [c.id for c in load_conversations(lines)] == ["trip", "line 2", "trip"]
-    assert len(load_conversations(lines, limit=2)) == 2
+    assert [c.id for c in load_conversations(lines).conversations] == ["trip", "line 2", "trip"]
+    assert len(load_conversations(lines, limit=2).conversations) == 2
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@
     contextfold demo
     contextfold presets
     contextfold eval conversations.jsonl [--presets offline,keep-recent] [--budgets 5%,10%,20%] [--json]
+        [--suggest] [--report DIR] [--model SPEC [--judge SPEC --questions N]]
     contextfold serve [--host 127.0.0.1] [--port 8765] [--database URL] [--no-auth] [--demo]
     contextfold keys create --tenant T [--label L] [--database URL] | keys list | keys revoke ID
 

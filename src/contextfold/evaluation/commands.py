@@ -1,12 +1,17 @@
-"""``contextfold eval``: the command line skin over ``load_conversations``, ``replay`` and
-``summarize``; it parses, runs, and prints a table or one JSON object."""
+"""``contextfold eval``: the command line skin over ``load_conversations``, ``evaluate`` and
+``write_report``; it parses, runs, and prints a table or one JSON object.
+
+The progress bar is rich's (rich is a core dependency, and ``compact`` draws
+its bar with it), drawn on stderr only when stderr is a terminal, unless
+``--progress`` or ``--no-progress`` says otherwise, and never with ``--json``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-import time
+from pathlib import Path
 from typing import Any
 
 from rich import box
@@ -19,8 +24,9 @@ from contextfold.core.checks import positive_int
 from contextfold.core.errors import InvalidInput
 from contextfold.evaluation.budgets import parse_budgets
 from contextfold.evaluation.inputs import load_conversations
-from contextfold.evaluation.replay import replay, sample_turns
-from contextfold.evaluation.results import summarize
+from contextfold.evaluation.plots import require_matplotlib
+from contextfold.evaluation.report import column_notes, table_rows, write_report
+from contextfold.evaluation.run import EvalSettings, evaluate, total_steps
 from contextfold.strategies.presets import preset_names
 
 
@@ -32,8 +38,9 @@ def add_eval_command(sub: Any) -> None:
     cmd.add_argument(
         "path",
         metavar="PATH",
-        help="one conversation as JSON (a list of messages or {'messages': [...]}), or JSONL "
-        "(one {'messages': [...], 'questions'?: [...]} a line)",
+        help="one conversation as JSON (a list of messages or {'messages': [...]}), JSONL "
+        "(one {'messages': [...], 'questions'?: [...]} a line), or a ChatGPT export "
+        "(conversations.json or the export's .zip)",
     )
     cmd.add_argument("--presets", default="offline,keep-recent", help="comma-separated presets")
     cmd.add_argument(
@@ -53,6 +60,43 @@ def add_eval_command(sub: Any) -> None:
         "--limit", type=positive_int, metavar="N", help="only the first N conversations"
     )
     cmd.add_argument("--encoding", default="o200k_base", help="o200k_base, cl100k_base, approx")
+    cmd.add_argument(
+        "--model",
+        metavar="SPEC",
+        help="the model the model strategies call, and that answers with --judge "
+        "(openai:gpt-4o-mini, anthropic:MODEL, openai-compatible:URL#MODEL; default: the "
+        "offline stand-in)",
+    )
+    cmd.add_argument(
+        "--judge",
+        metavar="SPEC",
+        help="grade --model's answers to the questions (LoCoMo categories 1-4) against the "
+        "gold answers with this model: QA accuracy per arm and for the full context",
+    )
+    cmd.add_argument(
+        "--questions",
+        type=positive_int,
+        default=20,
+        metavar="N",
+        help="with --judge, grade at most N questions a conversation (default 20); each costs "
+        "2 calls per arm plus 2 for the full context",
+    )
+    cmd.add_argument(
+        "--suggest", action="store_true", help="recommend a preset and a budget, and say why"
+    )
+    cmd.add_argument(
+        "--report",
+        type=Path,
+        metavar="DIR",
+        help="write results.json, retention.png, tokens.png and a self-contained report.html "
+        "(needs pip install 'contextfold[eval]')",
+    )
+    cmd.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        help="draw a progress bar on stderr (default: when stderr is a terminal; never with "
+        "--json)",
+    )
     cmd.add_argument("--json", action="store_true", help="print one JSON object of all results")
     cmd.set_defaults(command=run_eval)
 
@@ -73,86 +117,88 @@ def _presets(text: str) -> list[str]:
 
 
 def run_eval(args: argparse.Namespace, out: Console, err: Console) -> None:
-    started = time.perf_counter()
-    presets = _presets(args.presets)
-    budgets = parse_budgets(args.budgets)
-    conversations = load_conversations(args.path, limit=args.limit)
-    steps = sum(len(sample_turns(len(c.messages), args.samples)) for c in conversations)
-    results = []
+    settings = EvalSettings(
+        presets=_presets(args.presets),
+        budgets=parse_budgets(args.budgets),
+        samples=args.samples,
+        encoding=args.encoding,
+        model=args.model,
+        judge=args.judge,
+        questions=args.questions,
+        suggest=args.suggest or args.report is not None,
+    )
+    if args.report is not None:
+        require_matplotlib()
+    inputs = load_conversations(args.path, limit=args.limit)
+    shown = not args.json and (err.is_terminal if args.progress is None else args.progress)
+    bar_console = (
+        err if err.is_terminal or not shown else Console(file=err.file, force_terminal=True)
+    )
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=err,
+        console=bar_console,
         transient=True,
-        disable=args.json,
+        disable=not shown,
     ) as bar:
-        task = bar.add_task("replaying", total=steps)
-        for conversation in conversations:
-            bar.update(task, description=f"replaying {conversation.id}")
-            results.append(
-                replay(
-                    conversation,
-                    presets,
-                    budgets,
-                    samples=args.samples,
-                    encoding=args.encoding,
-                    on_step=lambda: bar.advance(task),
-                )
-            )
-    summary = summarize(results)
-    summary.update(
-        path=str(args.path),
-        presets=presets,
-        budgets=[b.label for b in budgets],
-        samples=args.samples,
-        encoding=args.encoding,
-        seconds=round(time.perf_counter() - started, 3),
-    )
+        task = bar.add_task("replaying", total=total_steps(inputs, settings))
+        summary = evaluate(inputs, settings, path=str(args.path), on_step=lambda: bar.advance(task))
+    if args.report is not None:
+        written = write_report(args.report, summary)
+        if not args.json:
+            err.print(Text(f"report: {', '.join(str(p) for p in written)}"))
     if args.json:
         sys.stdout.write(json.dumps(summary, ensure_ascii=False) + "\n")
         return
     out.print(_table(summary))
     out.print(Text(_notes(summary)))
+    if "suggestion" in summary:
+        out.print(Text(f"suggestion: {summary['suggestion']['reason']}"))
 
 
 def _table(summary: dict[str, Any]) -> Table:
     table = Table(
         title="contextfold eval", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
     )
-    for name in ("preset", "budget"):
-        table.add_column(name, no_wrap=True)
-    for name in ("prompt", "ratio", "folds", "model\ncalls/tok", "render ms\np50/p99", "retention"):
-        table.add_column(name, justify="right", no_wrap=True)
-    for row in summary["results"]:
-        compression = row["compression"]
-        kept = row["retention"]
-        table.add_row(
-            row["preset"],
-            row["budget"],
-            f"{row['tokens_after']:,}",
-            "-" if compression is None else f"{compression:.1f}x",
-            str(row["folds"]),
-            f"{row['model_calls']}/{row['model_tokens']:,}",
-            f"{row['render_p50_ms']:.2f}/{row['render_p99_ms']:.2f}",
-            "-" if kept is None else f"{kept:.2f}",
-        )
+    header, rows = table_rows(summary)
+    for i, name in enumerate(header):
+        table.add_column(name, justify="left" if i < 2 else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
     return table
 
 
 def _notes(summary: dict[str, Any]) -> str:
-    """What the table's figures are, under it."""
+    """What the table's figures rest on, under it."""
     questions = summary["questions"]
     notes = (
-        f"{summary['conversations']} conversations, {summary['messages']:,} messages, "
-        f"{summary['tokens']:,} tokens before; {questions} questions with answer key words"
+        f"{summary['conversations']} conversations ({summary['format']}), "
+        f"{summary['messages']:,} messages, {summary['tokens']:,} tokens before; {questions} "
+        "questions with answer key words"
         + (f" (full-context recall {summary['full_recall']:.2f})" if questions else "")
-        + f"; {summary['seconds']:.1f} s.\nprompt: tokens rendered at the end; model: calls and "
-        "tokens spent; render: at the sampled turns; retention: answer recall in the prompt "
-        "over the full conversation's."
+        + f"; {summary['seconds']:.1f} s."
     )
+    if summary["skipped"]:
+        notes += " Skipped: " + ", ".join(f"{n} {why}" for why, n in summary["skipped"].items())
+        notes += "."
+    notes += "\n" + column_notes(summary)
     stand_in = sum(row["stand_in_calls"] for row in summary["results"])
     if stand_in:
         notes += f" {stand_in} offline stand-in calls (no model paid)."
+    if summary.get("judge"):
+        notes += (
+            f"\nQA: {summary['qa_questions']} questions graded (at most "
+            f"{summary['questions_per_conversation']} a conversation), answers by "
+            f"{summary['model']} ({summary['qa_model_calls']} calls, "
+            f"{summary['qa_model_tokens']:,} tokens), grades by {summary['judge']} "
+            f"({summary['judge_calls']} calls, {summary['judge_tokens']:,} tokens)"
+            + (
+                f", {summary['unclear_verdicts']} unclear verdicts"
+                if summary["unclear_verdicts"]
+                else ""
+            )
+            + "."
+        )
     return notes

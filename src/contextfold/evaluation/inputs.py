@@ -1,14 +1,18 @@
-"""Read the conversations to evaluate: OpenAI-format JSON or JSONL, with optional questions.
+"""Read the conversations to evaluate: OpenAI-format JSON or JSONL, with optional
+questions, or a ChatGPT data export.
 
 A JSON file holds one conversation: a list of messages, or an object with a
 ``messages`` list. A JSONL file holds one object a line with ``messages`` and
-optionally ``questions`` (``{"question": ..., "answer": ...}``, the
-``../shared/data`` layout). Errors name the line and the field.
+optionally ``questions`` (``{"question": ..., "answer": ..., "category"?: ...}``,
+the ``../shared/data`` layout). A ChatGPT export is its ``conversations.json``
+(a list of conversations with a ``mapping``) or the export's ``.zip``
+(``chatgpt``). Errors name the line and the field; nothing is read in part.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +20,7 @@ from typing import Any
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message, validate_messages
+from contextfold.evaluation.chatgpt import export_conversations, is_export, read_export_zip
 from contextfold.memory.compact import read_text
 
 
@@ -26,11 +31,23 @@ class Conversation:
     id: str
     messages: list[Message]
     questions: list[dict[str, Any]] = field(default_factory=list)
+    title: str | None = None
 
 
-def load_conversations(path: str | Path, *, limit: int | None = None) -> list[Conversation]:
-    """The conversations of ``path`` (the first ``limit`` of a JSONL file)."""
+@dataclass(frozen=True)
+class Inputs:
+    """What was read: the conversations, the file's format, and what was left out by reason."""
+
+    conversations: list[Conversation]
+    format: str
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+def load_conversations(path: str | Path, *, limit: int | None = None) -> Inputs:
+    """The conversations of ``path`` (the first ``limit`` of a JSONL file or an export)."""
     p = Path(path)
+    if p.suffix == ".zip":
+        return _from_export(read_export_zip(p), f"{p}", limit)
     text = read_text(p)
     if not text.strip():
         raise InvalidInput(f"{p}: the file is empty")
@@ -43,8 +60,21 @@ def load_conversations(path: str | Path, *, limit: int | None = None) -> list[Co
                     f"{p}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
                 ) from exc
         else:
-            return [_conversation(data, str(p), p.stem)]
-    return _from_jsonl(p, text, limit)
+            if is_export(data):
+                return _from_export(data, str(p), limit)
+            return Inputs([_conversation(data, str(p), p.stem)], "JSON")
+    return Inputs(_from_jsonl(p, text, limit), "JSONL")
+
+
+def _from_export(data: Any, where: str, limit: int | None) -> Inputs:
+    skipped: Counter[str] = Counter()
+    found = export_conversations(data, where, skipped)
+    conversations = []
+    for i, exported in enumerate(found[:limit]):
+        place = f"{where}, conversation {exported.id!r}"
+        conversation = _conversation(exported.messages, place, f"conversations[{i}]")
+        conversations.append(Conversation(exported.id, conversation.messages, title=exported.title))
+    return Inputs(conversations, "ChatGPT export", dict(sorted(skipped.items())))
 
 
 def _from_jsonl(p: Path, text: str, limit: int | None) -> list[Conversation]:
@@ -100,5 +130,8 @@ def _questions(raw: Any, where: str) -> list[dict[str, Any]]:
             continue
         if isinstance(answer, bool) or not isinstance(answer, str | int | float):
             raise InvalidInput(f"{where}: field '{name}.answer': expected a string or a number")
-        kept.append({"question": q["question"], "answer": answer})
+        category = q.get("category")
+        if category is not None and (isinstance(category, bool) or not isinstance(category, int)):
+            raise InvalidInput(f"{where}: field '{name}.category': expected a whole number")
+        kept.append({"question": q["question"], "answer": answer, "category": category})
     return kept

@@ -2,10 +2,18 @@
 
 The messages are appended in order; at a sample of turns (evenly spaced, the
 last one the end of the conversation) every view is compacted as a runner
-would and its prompt rendered and timed. The figures that need the whole
-conversation (tokens after, folds, answer recall) are read at the end.
-Budgets in percent are of the full conversation's tokens, so early turns may
-fit without folding, as they would in real use.
+would and its prompt rendered and timed, and its tokens are kept beside the
+full context's (the prompt tokens per turn). The figures that need the whole
+conversation (tokens after, folds, answer recall, QA accuracy) are read at
+the end. Budgets in percent are of the full conversation's tokens, so early
+turns may fit without folding, as they would in real use.
+
+With ``llm`` the views' strategies call it (each arm through its own
+``MeteredModel``, so every call is counted, a failed job's too); without it
+they run on the offline stand-in, whose calls are counted apart as paid by
+no one. ``overshoot_tokens`` is how far over its budget the folded view was at
+a sampled turn, before render's last-resort cut: what the strategies alone
+failed to fold.
 """
 
 from __future__ import annotations
@@ -16,14 +24,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextfold.core.errors import BudgetError, InvalidInput
+from contextfold.core.messages import Message
 from contextfold.evaluation.budgets import Budget
 from contextfold.evaluation.inputs import Conversation
+from contextfold.evaluation.judge import QAJudge, judged_questions
+from contextfold.evaluation.metered import MeteredModel
 from contextfold.evaluation.retention import answer_keys, prompt_words, recall
+from contextfold.llm.base import LLM
 from contextfold.llm.offline import OFFLINE
 from contextfold.memory.session import Memory
 
 StepCallback = Callable[[], None]
-"""Called once per sampled turn of a conversation (for a progress bar)."""
+"""Called once per sampled turn and once per graded question (for a progress bar)."""
 
 
 @dataclass
@@ -40,8 +52,16 @@ class ArmResult:
     model_tokens: int = 0
     stand_in_calls: int = 0
     """Calls to the offline stand-in (a rescue summary, say): no model was paid."""
+    failed_jobs: int = 0
+    overshoot_tokens: int = 0
+    cut_renders: int = 0
+    """Sampled renders that had to leave out or clip messages to fit the budget."""
     render_seconds: list[float] = field(default_factory=list)
+    turn_tokens: list[int] = field(default_factory=list)
+    """Prompt tokens rendered at each sampled turn."""
     recalls: list[float] = field(default_factory=list)
+    correct: list[bool] = field(default_factory=list)
+    """The judge's verdict on each graded question (empty without a judge)."""
 
 
 @dataclass
@@ -53,17 +73,17 @@ class ConversationResult:
     tokens: int
     full_recalls: list[float]
     arms: list[ArmResult]
+    turns: list[int] = field(default_factory=list)
+    """The sampled turns: how many messages were logged at each."""
+    full_turn_tokens: list[int] = field(default_factory=list)
+    """The full context's tokens at each sampled turn."""
+    full_correct: list[bool] = field(default_factory=list)
+    title: str | None = None
 
 
-def _count_usage(arm: ArmResult, usage: Mapping[str, Any] | None) -> None:
-    if usage is None:
-        return
-    calls = int(usage.get("calls", 0))
-    if usage.get("model") == OFFLINE:
-        arm.stand_in_calls += calls
-        return
-    arm.model_calls += calls
-    arm.model_tokens += int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+def _count_stand_in(arm: ArmResult, usage: Mapping[str, Any] | None) -> None:
+    if usage is not None and usage.get("model") == OFFLINE:
+        arm.stand_in_calls += int(usage.get("calls", 0))
 
 
 def sample_turns(messages: int, samples: int) -> list[int]:
@@ -79,32 +99,54 @@ def replay(
     *,
     samples: int = 10,
     encoding: str = "o200k_base",
+    llm: LLM | None = None,
+    qa: QAJudge | None = None,
+    questions: int = 20,
     on_step: StepCallback | None = None,
 ) -> ConversationResult:
-    """Replay ``conversation`` through every preset x budget; see the module docstring."""
+    """Replay ``conversation`` through every preset x budget; see the module docstring.
+
+    With ``qa``, the first ``questions`` judged questions are graded on every arm's
+    final prompt and on the full context."""
     memory = Memory(encoding=encoding)
     whole = memory.session("full")
     whole.extend(conversation.messages)
     full_view = whole.view("full")
     full_tokens = full_view.state().tokens
     keys = answer_keys(conversation.messages, conversation.questions)
-    full_words = prompt_words(full_view.render())
-    full_recalls = [recall(k, full_words) for k in keys]
+    full_prompt = full_view.render()
+    full_words = prompt_words(full_prompt)
+    result = ConversationResult(
+        conversation.id,
+        len(conversation.messages),
+        full_tokens,
+        [recall(k, full_words) for k in keys],
+        [],
+        title=conversation.title,
+    )
 
+    growing = memory.session("growing")
+    growing_view = growing.view("full")
     session = memory.session("replay")
-    arms: list[ArmResult] = []
+    meters: list[MeteredModel | None] = []
     views = []
     for preset in presets:
         for budget in budgets:
             tokens = budget.for_conversation(full_tokens)
-            arm = ArmResult(preset, budget.label, tokens)
-            arms.append(arm)
-            views.append(session.view(f"{preset}@{budget.label}", preset=preset, budget=tokens))
+            result.arms.append(ArmResult(preset, budget.label, tokens))
+            meter = None if llm is None else MeteredModel(llm)
+            meters.append(meter)
+            name = f"{preset}@{budget.label}"
+            views.append(session.view(name, preset=preset, budget=tokens, llm=meter))
+    prompts: list[list[Message]] = []
     logged = 0
     for cut in sample_turns(len(conversation.messages), samples):
         session.extend(conversation.messages[logged:cut])
+        growing.extend(conversation.messages[logged:cut])
         logged = cut
-        for arm, view in zip(arms, views, strict=True):
+        result.turns.append(cut)
+        result.full_turn_tokens.append(growing_view.render_report().tokens)
+        for arm, view in zip(result.arms, views, strict=True):
             try:
                 report = view.compact()
             except BudgetError as exc:
@@ -114,18 +156,33 @@ def replay(
                     field="budgets",
                 ) from exc
             arm.folds_made += len(report.folds)
+            arm.failed_jobs += len(report.failed)
+            arm.overshoot_tokens = max(
+                arm.overshoot_tokens, report.tokens_after - arm.budget_tokens
+            )
             for fold in report.folds:
-                _count_usage(arm, fold.usage)
+                _count_stand_in(arm, fold.usage)
             start = time.perf_counter()
             rendered = view.render_report()
             arm.render_seconds.append(time.perf_counter() - start)
+            arm.turn_tokens.append(rendered.tokens)
+            arm.cut_renders += bool(rendered.omitted or rendered.clipped)
             if cut == len(conversation.messages):
                 arm.tokens_after = rendered.tokens
                 arm.folds = len(view.folds())
                 seen = prompt_words(rendered.messages)
                 arm.recalls = [recall(k, seen) for k in keys]
+                prompts.append(rendered.messages)
         if on_step is not None:
             on_step()
-    return ConversationResult(
-        conversation.id, len(conversation.messages), full_tokens, full_recalls, arms
-    )
+    for arm, meter in zip(result.arms, meters, strict=True):
+        if meter is not None:
+            arm.model_calls, arm.model_tokens = meter.calls, meter.tokens
+    if qa is not None:
+        for question in judged_questions(conversation.questions, questions):
+            result.full_correct.append(qa.grade(full_prompt, question))
+            for arm, prompt in zip(result.arms, prompts, strict=True):
+                arm.correct.append(qa.grade(prompt, question))
+            if on_step is not None:
+                on_step()
+    return result

@@ -1,0 +1,165 @@
+"""``--report DIR``: ``results.json``, the PNG plots, and a self-contained ``report.html``.
+
+The HTML page embeds the PNGs as base64 data URIs and carries its own style,
+so it opens anywhere and can be mailed as one file: the inputs and settings,
+the suggestion, the table, and the plots.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from contextfold.core.errors import InvalidInput
+from contextfold.evaluation.plots import plot_retention, plot_tokens
+
+RETENTION_PNG = "retention.png"
+TOKENS_PNG = "tokens.png"
+_STYLE = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}
+table{border-collapse:collapse}td,th{padding:.25rem .6rem;border-bottom:1px solid #ddd}
+td.n{text-align:right;font-variant-numeric:tabular-nums}th{text-align:left}
+img{max-width:100%}.s{background:#eef6ee;padding:.6rem 1rem;border-radius:.3rem}
+dt{font-weight:600;float:left;clear:left;width:11rem}dd{margin-left:12rem}"""
+
+
+def plot_budget(summary: Mapping[str, Any]) -> str:
+    """The budget the tokens-per-turn plot is drawn at: the middle one given."""
+    budgets: list[str] = summary["budgets"]
+    return budgets[len(budgets) // 2]
+
+
+def write_report(directory: Path, summary: Mapping[str, Any]) -> list[Path]:
+    """Write the report's files into ``directory`` (created if missing); returns them."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidInput(f"cannot create {directory}: {exc}", field="report") from exc
+    written = [directory / "results.json"]
+    written[0].write_text(json.dumps(summary, ensure_ascii=False, indent=1) + "\n", "utf-8")
+    images: list[tuple[str, Path]] = []
+    retention = directory / RETENTION_PNG
+    if plot_retention(summary, retention):
+        images.append(("Retention vs budget", retention))
+    tokens = directory / TOKENS_PNG
+    budget = plot_budget(summary)
+    if plot_tokens(summary, budget, tokens):
+        images.append((f"Prompt tokens per turn at {budget}", tokens))
+    page = directory / "report.html"
+    page.write_text(_page(summary, images), "utf-8")
+    return [*written, *(p for _, p in images), page]
+
+
+def _page(summary: Mapping[str, Any], images: list[tuple[str, Path]]) -> str:
+    e = html.escape
+    parts = [
+        "<!doctype html><html lang=en><meta charset=utf-8>",
+        "<title>contextfold eval</title>",
+        f"<style>{_STYLE}</style>",
+        "<h1>contextfold eval</h1>",
+    ]
+    suggestion = summary.get("suggestion")
+    if suggestion:
+        parts.append(f"<p class=s><b>Suggestion.</b> {e(suggestion['reason'])}</p>")
+    parts.append("<h2>Inputs and settings</h2><dl>")
+    for label, value in _settings(summary):
+        parts.append(f"<dt>{e(label)}</dt><dd>{e(value)}</dd>")
+    parts.append("</dl><h2>Results</h2><table><tr>")
+    header, rows = table_rows(summary)
+    parts.extend(f"<th>{e(h)}</th>" for h in header)
+    parts.append("</tr>")
+    for row in rows:
+        cells = [f"<td>{e(row[0])}</td><td>{e(row[1])}</td>"]
+        cells.extend(f"<td class=n>{e(c)}</td>" for c in row[2:])
+        parts.append(f"<tr>{''.join(cells)}</tr>")
+    parts.append(f"</table><p>{e(column_notes(summary))}</p>")
+    for title, path in images:
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        parts.append(
+            f"<h2>{e(title)}</h2><img alt='{e(title)}' src='data:image/png;base64,{data}'>"
+        )
+    parts.append("</html>\n")
+    return "\n".join(parts)
+
+
+def _settings(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+    skipped = summary.get("skipped") or {}
+    settings = [
+        ("input", f"{summary['path']} ({summary['format']})"),
+        (
+            "read",
+            f"{summary['conversations']} conversations, {summary['messages']:,} messages, "
+            f"{summary['tokens']:,} tokens, {summary['questions']} questions with answer key words",
+        ),
+        ("skipped", ", ".join(f"{n} {why}" for why, n in skipped.items()) or "nothing"),
+        ("presets", ", ".join(summary["presets"])),
+        ("budgets", ", ".join(summary["budgets"])),
+        ("sampled turns", f"{summary['samples']} a conversation"),
+        ("encoding", summary["encoding"]),
+        ("model", summary["model"] or "offline stand-in (no model paid)"),
+    ]
+    if summary.get("judge"):
+        settings.append(
+            (
+                "judge",
+                f"{summary['judge']}: {summary['qa_questions']} questions graded "
+                f"(at most {summary['questions_per_conversation']} a conversation)",
+            )
+        )
+    settings.append(("wall time", f"{summary['seconds']:.1f} s"))
+    return settings
+
+
+def table_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The results table as text cells, for the terminal and the page alike; the columns
+    for overshoot, failed jobs, model calls and QA accuracy only when they say something."""
+    results = summary["results"]
+    columns: list[tuple[str, Any]] = [
+        ("preset", lambda r: r["preset"]),
+        ("budget", lambda r: r["budget"]),
+        ("prompt", lambda r: f"{r['tokens_after']:,}"),
+        ("ratio", lambda r: _number(r["compression"], "{:.1f}x")),
+        ("folds", lambda r: str(r["folds"])),
+    ]
+    if any(r["overshoot_tokens"] for r in results):
+        columns.append(("over", lambda r: f"{r['overshoot_tokens']:,}"))
+    if any(r["failed_jobs"] for r in results):
+        columns.append(("failed", lambda r: str(r["failed_jobs"])))
+    if summary.get("model"):
+        columns.append(("model calls/tok", lambda r: f"{r['model_calls']}/{r['model_tokens']:,}"))
+    columns.append(
+        ("render ms p50/p99", lambda r: f"{r['render_p50_ms']:.2f}/{r['render_p99_ms']:.2f}")
+    )
+    columns.append(("retention", lambda r: _number(r["retention"], "{:.2f}")))
+    if summary.get("full_qa_accuracy") is not None:
+        columns.append(("QA acc", lambda r: _number(r["qa_accuracy"], "{:.2f}")))
+    return [name for name, _ in columns], [[cell(r) for _, cell in columns] for r in results]
+
+
+def _number(value: float | None, form: str) -> str:
+    return "-" if value is None else form.format(value)
+
+
+_NOTES = {
+    "prompt": "tokens rendered at the end, summed over the conversations",
+    "ratio": "tokens before over after",
+    "over": "the most tokens the folded view was over its budget at a sampled turn (render's "
+    "last-resort cut left them out)",
+    "failed": "jobs whose model call failed",
+    "model calls/tok": "calls and tokens the strategies spent on --model",
+    "render ms p50/p99": "at the sampled turns",
+    "retention": "answer recall in the prompt over the full conversation's",
+    "QA acc": "answers the judge graded correct",
+}
+
+
+def column_notes(summary: Mapping[str, Any]) -> str:
+    """What the table's columns are."""
+    header, _ = table_rows(summary)
+    notes = "; ".join(f"{name}: {_NOTES[name]}" for name in header if name in _NOTES) + "."
+    if summary.get("full_qa_accuracy") is not None:
+        notes += f" Full-context QA accuracy {summary['full_qa_accuracy']:.2f}."
+    return notes

@@ -1,0 +1,455 @@
+"""``contextfold eval``: ChatGPT exports, the progress bar, tokens per turn, ``--report``,
+``--suggest``, ``--model`` and ``--judge`` (over the fake OpenAI server)."""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_providers import FakeProvider, openai_reply
+from test_eval import demo_messages, run, trip, write_jsonl
+
+from contextfold.core.errors import InvalidInput
+from contextfold.evaluation.inputs import load_conversations
+from contextfold.evaluation.judge import judged_questions, parse_verdict
+from contextfold.evaluation.suggest import suggest
+
+EXPORT = Path(__file__).parent / "fixtures" / "chatgpt_conversations.json"
+
+
+def export() -> list[dict[str, Any]]:
+    data: list[dict[str, Any]] = json.loads(EXPORT.read_text("utf-8"))
+    return data
+
+
+# -- the ChatGPT export -------------------------------------------------------
+
+
+def test_an_export_is_read_along_the_branch_the_user_saw() -> None:
+    inputs = load_conversations(EXPORT)
+    assert inputs.format == "ChatGPT export"
+    trip_chat, code = inputs.conversations  # the third holds only a hidden system message
+    assert trip_chat.title == "Lisbon trip"
+    assert [m["role"] for m in trip_chat.messages] == ["user", "assistant"] * 3
+    second = trip_chat.messages[2]["content"]
+    assert "Casa do Largo" in second  # the edited message, not the abandoned branch
+    assert all("bifanas" not in str(m["content"]) for m in trip_chat.messages)
+    assert trip_chat.messages[0]["meta"] == {
+        "create_time": 1714636800.0,
+        "session_date_time": "2024-05-02",
+    }
+    call, result = code.messages[1], code.messages[2]
+    assert call["tool_calls"][0]["function"]["name"] == "python"
+    assert result == {
+        "role": "tool",
+        "tool_call_id": call["tool_calls"][0]["id"],
+        "content": "0.30000000000000004 False",
+        "meta": {"create_time": 1715000006.0, "session_date_time": "2024-05-06"},
+    }
+    assert inputs.skipped == {
+        "conversations without text": 1,
+        "hidden messages": 4,  # three system prompts and the custom instructions
+        "messages without text": 1,
+        "nodes without a message": 3,
+        "non-text parts": 1,  # the hotel photo
+        "thoughts content": 1,
+    }
+    assert len(load_conversations(EXPORT, limit=1).conversations) == 1
+
+
+def test_the_export_zip_is_read_like_its_conversations_json(tmp_path: Path) -> None:
+    archive = tmp_path / "export.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("chat.html", "<html></html>")
+        z.writestr("conversations.json", EXPORT.read_text("utf-8"))
+    assert load_conversations(archive) == load_conversations(EXPORT)
+    empty = tmp_path / "empty.zip"
+    with zipfile.ZipFile(empty, "w") as z:
+        z.writestr("chat.html", "<html></html>")
+    with pytest.raises(InvalidInput, match=r"no conversations\.json"):
+        load_conversations(empty)
+    (tmp_path / "broken.zip").write_bytes(b"not a zip")
+    with pytest.raises(InvalidInput, match="not a readable zip"):
+        load_conversations(tmp_path / "broken.zip")
+
+
+def _break(data: list[dict[str, Any]], fault: str) -> None:
+    chat = data[1]["mapping"]
+    if fault == "mapping":
+        data[1]["mapping"] = []
+    elif fault == "current_node":
+        data[1]["current_node"] = "nowhere"
+    elif fault == "role":
+        chat["u-4"]["message"]["author"]["role"] = "wizard"
+    elif fault == "parts":
+        chat["u-4"]["message"]["content"]["parts"] = "text"
+    elif fault == "parent":
+        chat["u-4"]["parent"] = "missing"
+    elif fault == "loop":
+        chat["root-2"]["parent"] = "u-5"
+    elif fault == "create_time":
+        chat["u-4"]["message"]["create_time"] = "yesterday"
+
+
+@pytest.mark.parametrize(
+    ("fault", "field"),
+    [
+        ("mapping", "conversations[1].mapping"),
+        ("current_node", "conversations[1].current_node"),
+        ("role", "conversations[1].mapping['u-4'].message.author.role"),
+        ("parts", "conversations[1].mapping['u-4'].message.content.parts"),
+        ("parent", "conversations[1].mapping['missing']"),
+        ("loop", "conversations[1].mapping['root-2'].parent"),
+        ("create_time", "conversations[1].mapping['u-4'].message.create_time"),
+    ],
+)
+def test_a_bad_export_names_the_field_and_reports_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fault: str, field: str
+) -> None:
+    data = export()
+    _break(data, fault)
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(InvalidInput) as caught:
+        load_conversations(path)
+    assert caught.value.field == field
+    code, out, err = run(capsys, str(path), "--report", str(tmp_path / "report"))
+    assert (code, out) == (2, "")
+    assert field in err
+    assert not (tmp_path / "report").exists()
+
+
+def test_eval_runs_on_the_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, str(EXPORT), "--budgets", "50%", "--json")
+    assert code == 0, err
+    data = json.loads(out.splitlines()[-1])
+    assert (data["format"], data["conversations"], data["questions"]) == ("ChatGPT export", 2, 0)
+    assert data["skipped"]["hidden messages"] == 4
+    assert [c["title"] for c in data["per_conversation"]] == ["Lisbon trip", "Float sum surprise"]
+    assert data["session"]["title"] == "Lisbon trip"
+
+
+# -- progress -----------------------------------------------------------------
+
+
+def test_the_progress_bar_is_drawn_on_stderr_only_when_asked_or_on_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [trip()])
+    code, _, err = run(capsys, str(path), "--budgets", "200")
+    assert (code, "replaying" in err) == (0, False)  # stderr is not a terminal here
+    code, out, err = run(capsys, str(path), "--budgets", "200", "--progress")
+    assert (code, "replaying" in err, "replaying" in out) == (0, True, False)
+    code, out, err = run(capsys, str(path), "--budgets", "200", "--progress", "--json")
+    assert (code, err) == (0, "")
+    json.loads(out)
+
+
+# -- prompt tokens per turn ---------------------------------------------------
+
+
+def test_the_longest_conversation_is_recorded_turn_by_turn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_jsonl(
+        tmp_path / "two.jsonl", [trip(), {"id": "demo", "messages": demo_messages()}]
+    )
+    code, out, err = run(capsys, str(path), "--budgets", "10%,20%", "--samples", "5", "--json")
+    assert code == 0, err
+    session = json.loads(out)["session"]
+    assert (session["id"], session["messages"]) == ("demo", 215)
+    assert session["turns"] == [43, 86, 129, 172, 215]
+    full = session["full_tokens"]
+    assert full == sorted(full) and full[-1] == json.loads(out)["per_conversation"][1]["tokens"]
+    assert [(a["preset"], a["budget"]) for a in session["arms"]] == [
+        ("offline", "10%"),
+        ("offline", "20%"),
+        ("keep-recent", "10%"),
+        ("keep-recent", "20%"),
+    ]
+    for arm in session["arms"]:
+        assert len(arm["tokens"]) == 5
+        assert all(
+            0 < t <= min(arm["budget_tokens"], f) for t, f in zip(arm["tokens"], full, strict=True)
+        )
+
+
+# -- --report -----------------------------------------------------------------
+
+
+def test_report_writes_json_plots_and_a_self_contained_page(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [trip(), {"id": "demo", "messages": demo_messages()}])
+    report = tmp_path / "out" / "report"
+    code, out, err = run(
+        capsys,
+        str(path),
+        "--budgets",
+        "10%,300",
+        "--samples",
+        "4",
+        "--report",
+        str(report),
+        "--json",
+    )
+    assert code == 0, err
+    printed = json.loads(out)
+    assert json.loads((report / "results.json").read_text("utf-8")) == printed
+    assert printed["suggestion"]["preset"] in ("offline", "keep-recent")
+    for png in ("retention.png", "tokens.png"):
+        assert (report / png).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    page = (report / "report.html").read_text("utf-8")
+    assert page.count("src='data:image/png;base64,") == 2
+    assert "http://" not in page and "https://" not in page and "<link" not in page
+    for text in (printed["suggestion"]["reason"].split(":")[0], "keep-recent", "retention", "300"):
+        assert text in page
+
+
+def test_report_without_questions_has_no_retention_plot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, str(EXPORT), "--budgets", "50%", "--report", str(tmp_path))
+    assert code == 0, err
+    assert not (tmp_path / "retention.png").exists()
+    assert (tmp_path / "tokens.png").exists()
+    assert "report.html" in err
+
+
+def test_report_without_matplotlib_names_the_extra_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_import = builtins.__import__
+
+    def no_matplotlib(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.split(".")[0] == "matplotlib":
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    path = write_jsonl(tmp_path / "t.jsonl", [trip()])
+    code, out, err = run(capsys, str(path), "--report", str(tmp_path / "r"))
+    assert (code, out) == (2, "")
+    assert "pip install 'contextfold[eval]'" in err
+    assert not (tmp_path / "r").exists()
+    assert run(capsys, str(path), "--budgets", "200")[0] == 0  # the rest needs no extra
+
+
+# -- --suggest ----------------------------------------------------------------
+
+
+def row(preset: str, budget: str, tokens: int, **figures: Any) -> dict[str, Any]:
+    base = {
+        "preset": preset,
+        "budget": budget,
+        "budget_tokens": tokens,
+        "compression": 10.0,
+        "render_p50_ms": 1.0,
+        "failed_jobs": 0,
+        "overshoot_tokens": 0,
+        "retention": None,
+        "qa_accuracy": None,
+    }
+    return {**base, **figures}
+
+
+def test_suggest_takes_the_smallest_budget_keeping_the_floor_then_the_best_there() -> None:
+    rows = [
+        row("offline", "5%", 500, retention=0.7, compression=20.0),
+        row("offline", "10%", 1000, retention=0.82, compression=9.0),
+        row("extractive", "10%", 1000, retention=0.85, compression=8.0),
+        row("keep-recent", "10%", 1000, retention=0.3),
+        row("offline", "20%", 2000, retention=0.95),
+        row("chat", "5%", 500, retention=0.9, failed_jobs=1),  # failed: never suggested
+    ]
+    picked = suggest({"results": rows})
+    assert (picked["preset"], picked["budget"], picked["measure"]) == (
+        "extractive",
+        "10%",
+        "answer-recall retention",
+    )
+    assert picked["reason"] == (
+        "extractive at 10%: the smallest budget that keeps 0.8 of the full context's "
+        "answer-recall retention (0.85; offline 0.82; keep-recent 0.30), 8.0x compression, "
+        "render p50 1.00 ms."
+    )
+    assert suggest({"results": rows}) == picked  # deterministic
+
+
+def test_suggest_breaks_ties_by_compression_then_latency_then_order() -> None:
+    rows = [
+        row("a", "10%", 1000, retention=0.9, compression=5.0),
+        row("b", "10%", 1000, retention=0.9, compression=6.0, render_p50_ms=3.0),
+        row("c", "10%", 1000, retention=0.9, compression=6.0, render_p50_ms=2.0),
+        row("d", "10%", 1000, retention=0.9, compression=6.0, render_p50_ms=2.0),
+    ]
+    assert suggest({"results": rows})["preset"] == "c"
+
+
+def test_suggest_below_the_floor_says_so() -> None:
+    rows = [row("offline", "5%", 500, retention=0.4), row("keep-recent", "5%", 500, retention=0.1)]
+    picked = suggest({"results": rows})
+    assert picked["preset"] == "offline"
+    assert "no arm keeps 0.8" in picked["reason"] and "(0.40)" in picked["reason"]
+
+
+def test_suggest_prefers_qa_accuracy_relative_to_full_context_when_judged() -> None:
+    rows = [
+        row("offline", "10%", 1000, retention=0.9, qa_accuracy=0.3),
+        row("chat", "10%", 1000, retention=0.5, qa_accuracy=0.45),
+    ]
+    picked = suggest({"results": rows, "full_qa_accuracy": 0.5})
+    assert (picked["preset"], picked["measure"]) == ("chat", "QA accuracy")
+    assert "(0.90; offline 0.60)" in picked["reason"]
+
+
+def test_suggest_without_questions_takes_compression_without_overshoot_or_failure() -> None:
+    rows = [
+        row("offline", "5%", 500, compression=20.0, overshoot_tokens=40),
+        row("chat", "5%", 500, compression=25.0, failed_jobs=2),
+        row("keep-recent", "5%", 500, compression=18.0),
+        row("keep-recent", "10%", 1000, compression=9.0),
+    ]
+    picked = suggest({"results": rows})
+    assert (picked["preset"], picked["budget"], picked["measure"]) == (
+        "keep-recent",
+        "5%",
+        "compression",
+    )
+    assert "18.0x" in picked["reason"] and "retention was not measured" in picked["reason"]
+    overshooting = [rows[0], row("x", "5%", 500, overshoot_tokens=10, compression=2.0)]
+    assert suggest({"results": overshooting})["preset"] == "x"
+    assert suggest({"results": [rows[1]]})["preset"] is None
+    roomy = [rows[0], row("keep-recent", "1000", 1000, compression=1.0)]
+    picked = suggest({"results": roomy})
+    assert picked["preset"] == "keep-recent" and "fit this budget whole" in picked["reason"]
+
+
+def test_suggest_is_printed_with_its_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [trip()])
+    code, out, err = run(capsys, str(path), "--budgets", "200,400", "--suggest")
+    assert code == 0, err
+    line = " ".join(out.split()).split("suggestion: ")[1]
+    assert "answer-recall retention (" in line and "x compression" in line
+
+
+# -- --model and --judge over the fake OpenAI server ----------------------------
+
+
+@pytest.fixture
+def answers() -> Any:
+    with FakeProvider("openai") as fake:
+        yield fake
+
+
+@pytest.fixture
+def grades() -> Any:
+    with FakeProvider("openai") as fake:
+        yield fake
+
+
+def spec(fake: FakeProvider, name: str) -> str:
+    return f"openai-compatible:{fake.url}#{name}"
+
+
+def test_model_strategies_run_on_the_given_model_and_every_call_is_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], answers: FakeProvider
+) -> None:
+    summary = (
+        "Ann told of a spring trip to Zanzibar with her sister; the rest was small talk about "
+        "busy work weeks, meetings, emails and the office coffee machine."
+    )
+    answers.add(*[openai_reply(summary, prompt_tokens=100, completion_tokens=30)] * 40)
+    path = write_jsonl(tmp_path / "t.jsonl", [trip()])
+    code, out, err = run(
+        capsys,
+        str(path),
+        "--presets",
+        "rolling,keep-recent",
+        "--budgets",
+        "300",
+        "--model",
+        spec(answers, "local"),
+        "--json",
+    )
+    assert code == 0, err
+    rolling, keep = json.loads(out)["results"]
+    calls = len(answers.requests)
+    assert calls > 0
+    assert (rolling["model_calls"], rolling["model_tokens"]) == (calls, 130 * calls)
+    assert (keep["model_calls"], keep["model_tokens"]) == (0, 0)
+    assert rolling["stand_in_calls"] == 0
+
+
+def test_judge_needs_model_and_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [trip()])
+    code, out, err = run(capsys, str(path), "--judge", "openai-compatible:http://127.0.0.1:9/v1#j")
+    assert (code, out) == (2, "")
+    assert "'--model'" in err
+
+
+def test_judge_grades_each_arm_and_the_full_context(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], answers: FakeProvider, grades: FakeProvider
+) -> None:
+    row_data = trip()
+    row_data["questions"] = [
+        {"question": "Where did Ann travel last spring?", "answer": "Zanzibar", "category": 4},
+        {"question": "Was a parrot mentioned?", "answer": None, "category": 5},
+        {"question": "Which bird did Ann see yesterday?", "answer": "A quetzal", "category": 1},
+        {"question": "Which city next?", "answer": "Lima", "category": 5},  # not graded
+        {"question": "Third graded?", "answer": "no", "category": 2},  # over --questions 2
+    ]
+    path = write_jsonl(tmp_path / "t.jsonl", [row_data])
+    # Per question: the full context, then the arms in order (offline, keep-recent).
+    answers.add(*[openai_reply("an answer", prompt_tokens=50, completion_tokens=2)] * 6)
+    verdicts = ["CORRECT", "CORRECT", "WRONG", "CORRECT", "Correct.", "I think INCORRECT"]
+    grades.add(*[openai_reply(v, prompt_tokens=40, completion_tokens=1) for v in verdicts])
+    code, out, err = run(
+        capsys,
+        str(path),
+        "--budgets",
+        "200",
+        "--model",
+        spec(answers, "local"),
+        "--judge",
+        spec(grades, "judge"),
+        "--questions",
+        "2",
+        "--json",
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    assert (data["qa_questions"], data["full_qa_accuracy"]) == (2, 1.0)
+    offline, keep = data["results"]
+    assert (offline["qa_accuracy"], keep["qa_accuracy"]) == (1.0, 0.0)
+    assert (data["qa_model_calls"], data["qa_model_tokens"]) == (6, 6 * 52)
+    assert (data["judge_calls"], data["judge_tokens"], data["unclear_verdicts"]) == (6, 6 * 41, 0)
+    asked = answers.requests[0].body["messages"]
+    assert asked[-1]["role"] == "user" and "last spring" in asked[-1]["content"]
+    graded = grades.requests[0].body["messages"][-1]["content"]
+    assert "Gold answer: Zanzibar" in graded and "Answer to grade: an answer" in graded
+    # Each arm's prompt is its own render plus the question: the log was not changed.
+    assert len(answers.requests[1].body["messages"]) < len(answers.requests[0].body["messages"])
+    assert answers.requests[1].body["messages"][:-1] == answers.requests[4].body["messages"][:-1]
+
+
+def test_verdicts_and_graded_questions() -> None:
+    assert [parse_verdict(t) for t in ("CORRECT", "wrong.", "INCORRECT", "hmm")] == [
+        True,
+        False,
+        False,
+        None,
+    ]
+    questions = [
+        {"question": str(i), "answer": "a", "category": c} for i, c in enumerate([5, 1, 4, 2])
+    ]
+    assert [q["question"] for q in judged_questions(questions, 2)] == ["1", "2"]
+    plain = [{"question": "q", "answer": "a"}]
+    assert judged_questions(copy.deepcopy(plain), 5) == plain
