@@ -141,8 +141,10 @@ def figures_of(recalls: Recalls, prefix: str) -> dict[str, Any]:
     out: dict[str, Any] = {
         f"{prefix}_retention_{name}": retention(recalls, name) for name in recalls if name != "full"
     }
+    # None when keep-recent keeps no key word at all (no ratio to give).
+    kept = out[f"{prefix}_retention_keep_recent_10pct"]
     out[f"{prefix}_offline_over_keep_recent_10pct"] = (
-        out[f"{prefix}_retention_offline_10pct"] / out[f"{prefix}_retention_keep_recent_10pct"]
+        out[f"{prefix}_retention_offline_10pct"] / kept if kept else None
     )
     # Session dates are message meta, absent from the full conversation's text:
     # a fold that prints them can beat the full conversation on temporal answers.
