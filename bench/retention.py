@@ -52,7 +52,7 @@ DATASETS: tuple[Dataset, ...] = (
     (
         "longmemeval",
         "longmemeval_oracle_dev",
-        20,
+        40,
         lambda q: not q.get("abstention") and q.get("category") != "single-session-preference",
         lambda q: q.get("category") == "temporal-reasoning",
     ),
