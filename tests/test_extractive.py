@@ -9,10 +9,13 @@ from conftest import load_rows
 from contextfold import Memory, Session, View
 from contextfold.core.folds import Fold
 from contextfold.core.messages import text_of
+from contextfold.core.salience import Source, candidates_of, select, weigh
+from contextfold.core.tokens import get_counter
 from contextfold.strategies import Pipeline
 from contextfold.strategies.extractive import ExtractiveSummary
 from contextfold.strategies.triggers import Rounds
 
+COUNTER = get_counter("approx")
 FILLER = [
     "We went over the weekly plan and agreed to keep going.",
     "The weather was grey so most of the afternoon went to reading.",
@@ -266,6 +269,50 @@ def test_reads_no_meta_but_session_dates_and_ids() -> None:
     (fold,) = view.compact().folds
     assert "9 June 2023" in fold.text
     assert "ZEBRA" not in fold.text
+
+
+def test_longmemeval_session_dates_and_ids_head_their_sessions() -> None:
+    messages = [m for i in range(16) for m in filler_round(i)]
+    for i, m in enumerate(messages):
+        m["meta"] = {"session_id": f"s_{i // 16}", "session_date": "2023/05/21 (Sun) 19:50"}
+    for m in messages[16:]:
+        del m["meta"]["session_date"]
+    session = new_session(messages)
+    view = session.view("v", preset="offline", budget=full_tokens(session) // 2)
+    (fold,) = view.compact().folds
+    lines = fold.text.split("\n")
+    assert "2023/05/21 (Sun) 19:50:" in lines
+    assert "Session s_1:" in lines
+
+
+def test_a_word_said_a_few_times_is_worth_one_said_once() -> None:
+    """Among specific words (few messages use them) how rare matters little: a sentence
+    of four said three times each outranks one of three said once."""
+    few = "Kumquat marimba zither quokka."
+    once = "Persimmon bassoon pagoda."
+    texts = [few, once, few.lower(), few.upper()] + ["Nothing much happened."] * 36
+    sources = [Source(None, "user", text, True) for text in texts]
+    candidates = candidates_of(sources, COUNTER)
+    room = max(candidates[0].cost, candidates[1].cost) + 1
+    chosen = select(candidates, sources, room, 0.0, COUNTER)
+    assert [candidates[i].text for i in chosen] == [few]
+
+
+def test_a_model_says_again_what_a_person_cannot() -> None:
+    """Of two sentences as informative, a person's goes before an unnamed assistant's."""
+    sources = [
+        Source(None, "assistant", "Quokkas live on Rottnest island.", False),
+        Source(None, "user", "Marimba lessons start on Tuesday.", True),
+        Source(None, "Melanie", "Zither strings snapped again yesterday.", False),
+    ]
+    candidates = candidates_of(sources, COUNTER)
+    weights = weigh(candidates, sources)
+    person, model, named = (sum(x for _, x in weights.words[i]) for i in (1, 0, 2))
+    assert model == pytest.approx(0.5 * person)
+    assert named == pytest.approx(person)
+    room = candidates[1].cost + 1
+    chosen = select(candidates, sources, room, 0.0, COUNTER, weights)
+    assert [candidates[i].source for i in chosen] == [1]
 
 
 STOPWORDS = set(

@@ -1,9 +1,11 @@
 """Salience: which sentences of a text carry the most information per token.
 
-Sentences are chosen greedily for what they add per token: each content word
-is worth its rarity in the material (inverse document frequency over
-sources), a word already kept is worth nothing again (no redundancy), and
-names, numbers and relative times weigh more. Sentences carrying must-keep
+Sentences are chosen greedily for what they add per token: each specific
+content word (one that few sources use) is worth the most a word can be, a
+commoner one its rarity (inverse document frequency over sources), a word
+already kept is worth nothing again (no redundancy), and names, numbers and
+relative times weigh more. An unnamed assistant's words (a model's, which it
+can say again) weigh less than a person's or a tool's. Sentences carrying must-keep
 items (``contextfold.core.artifacts``: paths, URLs, identifiers, numbers, dates,
 error lines, a user's constraints) go first, up to ``must_share`` of the room,
 so a tight budget still leaves room for prose. Kept sentences stay whole (only
@@ -41,6 +43,16 @@ PIECE_CHARS = 4 * MAX_SENTENCE_TOKENS
 NAME_BONUS = 0.5
 TIME_BONUS = 1.0
 ARTIFACT_WEIGHT = 1.0
+# A word in at most SPECIFIC_SHARE of the sources (and never fewer than
+# SPECIFIC_MIN) is specific: among those, how rare matters little (on the dev
+# data's tuning half a word said once is no likelier to be asked about than one
+# said five times), so each is worth the most a word can be.
+SPECIFIC_SHARE = 0.01
+SPECIFIC_MIN = 3
+# What an unnamed assistant (a model) said it can say again; what people said,
+# and what tools returned, it cannot.
+MODEL_SPEAKER = "assistant"
+MODEL_WEIGHT = 0.5
 # Must-keep items (artifacts, error lines, a user's constraints) outrank any
 # sentence while they fit ``must_share`` of the fold.
 MUST_WEIGHT = 100.0
@@ -182,12 +194,19 @@ class Weights:
 
 
 def weigh(candidates: Sequence[Candidate], sources: Sequence[Source]) -> Weights:
-    """A word is worth log(sources / sources holding it): rare words carry the news."""
+    """A word is worth log(sources / sources holding it), a specific one log(sources),
+    the most any can be: rare words carry the news. A model's words count
+    ``MODEL_WEIGHT`` of that."""
     in_source = dict.fromkeys((c.source, w) for c in candidates for w in c.words)
     df: Counter[str] = Counter(w for _, w in in_source)
     n = len(sources) + 1
-    weight = {w: math.log(n / d) for w, d in df.items()}
-    return Weights([tuple((w, weight[w]) for w in c.words) for c in candidates], math.log(n))
+    top = math.log(n)
+    specific = max(SPECIFIC_MIN, SPECIFIC_SHARE * n)
+    weight = {w: top if d <= specific else math.log(n / d) for w, d in df.items()}
+    speaker = [MODEL_WEIGHT if s.speaker == MODEL_SPEAKER else 1.0 for s in sources]
+    return Weights(
+        [tuple((w, speaker[c.source] * weight[w]) for w in c.words) for c in candidates], top
+    )
 
 
 def select(

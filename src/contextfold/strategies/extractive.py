@@ -174,9 +174,12 @@ def _sources(entries: Sequence[Entry], strategy: str) -> list[Source]:
 
 
 def _session_of(message: Message) -> str | None:
-    """A session header from the only meta a strategy may read: session date, else id."""
+    """A session header from the only meta a strategy may read: session date, else id
+    (LoCoMo's ``session_date_time`` / ``session``, LongMemEval's ``session_date`` /
+    ``session_id``)."""
     meta = message.get("meta") or {}
-    date, session = meta.get("session_date_time"), meta.get("session")
+    date = meta.get("session_date_time") or meta.get("session_date")
+    session = meta.get("session", meta.get("session_id"))
     if date:
         return f"{date}:"
     if session is not None:
