@@ -46,6 +46,7 @@ from llama_index.core.memory.memory_blocks.fact import (
 
 from contextfold import Completion, Usage
 from contextfold.core.messages import Message, text_of
+from contextfold.core.tokens import encoding
 from contextfold.llm.base import HISTORY_CLOSE, HISTORY_OPEN
 from contextfold.strategies.token_budget import SUMMARY_FIELD
 
@@ -75,15 +76,15 @@ INSTRUCTIONS = _template_lines()
 
 
 def summary_pieces(texts: Iterable[str]) -> list[str]:
-    """The opening words of each material line, in order; past ``SUMMARY_WORDS`` in all,
-    lines evenly spread over the material (old and new alike)."""
+    """The opening words of each material line, in order, each a sentence; past
+    ``SUMMARY_WORDS`` in all, lines evenly spread over the material (old and new alike)."""
     joined = "\n".join(texts)
     if HISTORY_OPEN in joined:
         joined = "\n".join(
             part.split(HISTORY_CLOSE, 1)[0] for part in joined.split(HISTORY_OPEN)[1:]
         )
     pieces = [
-        " ".join(_WORD.findall(_TAG.sub(" ", line))[:WORDS_PER_LINE])
+        " ".join(_WORD.findall(_TAG.sub(" ", line))[:WORDS_PER_LINE]).rstrip(".") + "."
         for line in joined.splitlines()
         if _key(line) and _key(line) not in INSTRUCTIONS
     ]
@@ -160,9 +161,18 @@ class LlamaIndexScripted(CustomLLM):
         yield self.complete(prompt, formatted=formatted)
 
 
+def capped(text: str, max_tokens: int | None) -> str:
+    """``text`` cut at ``max_tokens`` tokens, as a provider cuts an answer at its cap."""
+    if max_tokens is None:
+        return text
+    tokens = encoding("o200k_base").encode_ordinary(text)
+    return text if len(tokens) <= max_tokens else encoding("o200k_base").decode(tokens[:max_tokens])
+
+
 @dataclass
 class ContextfoldScripted:
-    """The summarizer as a contextfold ``LLM``; a schema gets the summary in its text field."""
+    """The summarizer as a contextfold ``LLM``: the only caller of the three that passes
+    ``max_tokens``, which cuts the answer; a schema gets the summary in its text field."""
 
     summarizer: ScriptedSummarizer
     name: str = "scripted"
@@ -174,7 +184,7 @@ class ContextfoldScripted:
         max_tokens: int | None = None,
         schema: Mapping[str, Any] | None = None,
     ) -> Completion:
-        text = "\n".join(self.summarizer.answer([text_of(m) for m in messages]))
+        text = capped("\n".join(self.summarizer.answer([text_of(m) for m in messages])), max_tokens)
         data = None
         if schema is not None:
             field_name = SUMMARY_FIELD if SUMMARY_FIELD in schema.get("properties", {}) else None

@@ -293,7 +293,7 @@ def main() -> None:
     counter = get_counter()
     locomo = list(conversations("locomo_dev", limit=1 if args.quick else None))
     chat = [m for row in locomo for m in row["messages"]]
-    runs = list(conversations("taubench_airline_dev", limit=5 if args.quick else None))
+    runs = list(conversations("taubench_airline_dev", limit=3 if args.quick else None))
     runs += list(conversations("openhands_example", limit=1 if args.quick else None))
     sizes = (1000,) if args.quick else (1000, 10000)
     delay = 0.2 if args.quick else 2.0
