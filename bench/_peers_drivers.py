@@ -5,10 +5,13 @@ it: beside the memory for LangChain's agent middleware (``create_agent``'s
 ``system_prompt``) and LlamaIndex (the agent prepends it; the summary buffer
 takes its tokens as ``initial_token_count``), inside the message list for
 ``trim_messages`` (``include_system=True``) and langmem (it keeps a leading
-system message), and as the session's first message for contextfold. Each is
-given the whole budget by its own knob and counts with contextfold's counter:
-a summarizer's trigger is the room beside the system prompt, and keeps 0.7 of
-it after a summary where it takes a size (contextfold's low-water default).
+system message), and as the session's first message for contextfold.
+``system_in_history`` puts it first among the memory's own messages instead,
+as a caller with an OpenAI-format history would. Each is given the whole
+budget by its own knob and counts with contextfold's counter: a summarizer's
+trigger is the room beside a system prompt kept apart (the whole budget when
+it is in the history), and keeps 0.7 of it after a summary where it takes a
+size (contextfold's low-water default).
 
 ``prompt()`` returns the library's own prompt object; ``openai()`` turns it
 into OpenAI-format messages, outside any timing, for the checks.
@@ -58,6 +61,7 @@ class Driver:
     """One library's memory over one conversation, under one budget."""
 
     name = ""
+    system_apart = False  # the library's documented place for the system prompt is beside it
 
     def __init__(
         self,
@@ -67,14 +71,16 @@ class Driver:
         counter: TokenCounter,
         *,
         background: bool = False,
+        system_in_history: bool = False,
     ) -> None:
         self.background = background
+        self.in_history = system_in_history
         self.system = system
         self.budget = budget
         self.summarizer = summarizer
         self.counter = counter
         system_tokens = counter.messages([{"role": "system", "content": system}]) if system else 3
-        self.room = max(1, budget - system_tokens)
+        self.room = budget if system_in_history else max(1, budget - system_tokens)
 
     def prefill(self, messages: Sequence[Message]) -> None:
         for message in messages:
@@ -156,7 +162,7 @@ class LangChain(Driver):
         self.count = langchain_counter(self.counter)
         self.model = LangChainScripted(summarizer=self.summarizer)
         self.messages: list[BaseMessage] = []
-        if self.system and self.system_first:
+        if self.system and (self.system_first or self.in_history):
             self.messages.append(SystemMessage(content=self.system, id="system"))
 
     def append(self, message: Message) -> None:
@@ -173,6 +179,7 @@ class SummarizationMiddlewareDriver(LangChain):
 
     name = "LangChain SummarizationMiddleware"
     system_first = False
+    system_apart = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -187,7 +194,7 @@ class SummarizationMiddlewareDriver(LangChain):
         update = self.middleware.before_model({"messages": self.messages}, None)  # type: ignore[arg-type]
         if update is not None:
             self.messages = list(update["messages"][1:])  # after RemoveMessage(REMOVE_ALL)
-        system = [SystemMessage(content=self.system)] if self.system else []
+        system = [SystemMessage(content=self.system)] if self.system and not self.in_history else []
         return system + self.messages
 
 
@@ -259,9 +266,11 @@ def from_llama(message: ChatMessage) -> dict[str, Any]:
 
 
 class LlamaIndex(Driver):
+    system_apart = True
+
     def openai(self, prompt: Any) -> list[dict[str, Any]]:
         messages = [from_llama(m) for m in prompt]
-        if not self.system:
+        if not self.system or self.in_history:
             return messages
         if messages and messages[0]["role"] == "system":
             # LlamaIndex's agents put their system prompt first in a system message they find.
@@ -282,9 +291,15 @@ class ChatSummaryMemoryBufferDriver(LlamaIndex):
             count_initial_tokens=True,
         )
         self.initial = self.budget - self.room
+        self.first = (
+            [to_llama({"role": "system", "content": self.system})]
+            if self.in_history and self.system
+            else []
+        )
+        self.memory.set(list(self.first))
 
     def prefill(self, messages: Sequence[Message]) -> None:
-        self.memory.set([to_llama(m) for m in messages])
+        self.memory.set([*self.first, *[to_llama(m) for m in messages]])
 
     def append(self, message: Message) -> None:
         self.memory.put(to_llama(message))
@@ -310,6 +325,8 @@ class LlamaMemoryDriver(LlamaIndex):
             tokenizer_fn=Tokens(self.counter),
             memory_blocks=[block],
         )
+        if self.in_history and self.system:
+            self.append({"role": "system", "content": self.system})
 
     def prefill(self, messages: Sequence[Message]) -> None:
         self.loop.run_until_complete(self.memory.aput_messages([to_llama(m) for m in messages]))

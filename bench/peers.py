@@ -157,8 +157,7 @@ def agent_checks(
                     prompts += 1
                     split += bool(tool_unit_faults(prompt, answered=answered))
                     lost += bool(system) and not any(
-                        m["role"] == "system" and str(m["content"]).startswith(system)
-                        for m in prompt
+                        m["role"] == "system" and system in str(m["content"]) for m in prompt
                     )
                     excess = counter.messages(prompt) - budget
                     over += excess > 0
@@ -218,12 +217,20 @@ def build(
     *,
     background: bool = False,
     delay_s: float = 0.0,
+    system_in_history: bool = False,
 ) -> Any:
     """A fresh driver with its own scripted summarizer (so its calls are its own)."""
     from _peers_model import ScriptedSummarizer
 
     summarizer = ScriptedSummarizer(delay_s)
-    return driver_type(system, budget, summarizer, counter, background=background)
+    return driver_type(
+        system,
+        budget,
+        summarizer,
+        counter,
+        background=background,
+        system_in_history=system_in_history,
+    )
 
 
 def slug(name: str) -> str:
@@ -279,6 +286,28 @@ def table(rows: dict[str, dict[str, Any]], sizes: Sequence[int], delay: float) -
     return "\n".join(lines)
 
 
+def moved_table(rows: dict[str, dict[str, Any]]) -> str:
+    """The agent-run checks again for the libraries that keep the system prompt apart,
+    with it first in the history they are handed instead."""
+    heads = [
+        "system prompt in the history",
+        "split tool units (half / 2k)",
+        "lost system prompts (half / 2k)",
+        "prompts over budget (half / 2k)",
+        "max overshoot, tokens (half / 2k)",
+    ]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for name, r in rows.items():
+        cells = [name] + [
+            f"{r[f'agent_half_{k}']} / {r[f'agent_tight_{k}']}"
+            for k in ("split_units", "lost_system")
+        ]
+        cells.append(f"{r['agent_half_over_share']:.0%} / {r['agent_tight_over_share']:.0%}")
+        cells.append(f"{r['agent_half_max_over']} / {r['agent_tight_max_over']}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     missing = missing_peers()
@@ -293,7 +322,7 @@ def main() -> None:
     counter = get_counter()
     locomo = list(conversations("locomo_dev", limit=1 if args.quick else None))
     chat = [m for row in locomo for m in row["messages"]]
-    runs = list(conversations("taubench_airline_dev", limit=3 if args.quick else None))
+    runs = list(conversations("taubench_airline_dev", limit=2 if args.quick else None))
     runs += list(conversations("openhands_example", limit=1 if args.quick else None))
     sizes = (1000,) if args.quick else (1000, 10000)
     delay = 0.2 if args.quick else 2.0
@@ -302,6 +331,7 @@ def main() -> None:
     }
     figures["slow_model_s"] = delay
     rows: dict[str, dict[str, Any]] = {}
+    began = time.perf_counter()
     for driver_type in DRIVERS:
         make = partial(build, driver_type, counter)
         row: dict[str, Any] = {}
@@ -322,8 +352,21 @@ def main() -> None:
         row["retention_10pct_once"] = retention_10pct(make, locomo, counter, replay=False)
         rows[driver_type.name] = row
         figures.update({f"{slug(driver_type.name)}_{k}": v for k, v in row.items()})
-        print(f"{driver_type.name}: done", file=sys.stderr)
+        print(f"{driver_type.name}: done at {time.perf_counter() - began:.0f} s", file=sys.stderr)
+    moved: dict[str, dict[str, Any]] = {}
+    for driver_type in DRIVERS:
+        if driver_type.system_apart:
+            make = partial(build, driver_type, counter, system_in_history=True)
+            moved[driver_type.name] = agent_checks(make, runs, counter)
+            figures.update(
+                {
+                    f"{slug(driver_type.name)}_in_history_{k}": v
+                    for k, v in moved[driver_type.name].items()
+                }
+            )
     print(table(rows, sizes, delay))
+    print()
+    print(moved_table(moved))
     report(figures, args.json)
 
 
