@@ -37,6 +37,7 @@ from langchain_core.messages import (
     convert_to_openai_messages,
     trim_messages,
 )
+from langchain_core.messages.utils import count_tokens_approximately
 from langmem.short_term import RunningSummary, summarize_messages
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.memory import ChatSummaryMemoryBuffer
@@ -62,6 +63,8 @@ class Driver:
 
     name = ""
     system_apart = False  # the library's documented place for the system prompt is beside it
+    # Why the library's own default token counter is not measured too (None: it is).
+    no_default_counter: str | None = "n/a: its counter is the shared one"
 
     def __init__(
         self,
@@ -72,7 +75,9 @@ class Driver:
         *,
         background: bool = False,
         system_in_history: bool = False,
+        default_counter: bool = False,
     ) -> None:
+        self.default_counter = default_counter
         self.background = background
         self.in_history = system_in_history
         self.system = system
@@ -156,10 +161,13 @@ class LangChain(Driver):
     """A LangChain message list; the system prompt kept by ``system_first``."""
 
     system_first = True
+    no_default_counter = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.count = langchain_counter(self.counter)
+        self.count = (
+            count_tokens_approximately if self.default_counter else langchain_counter(self.counter)
+        )
         self.model = LangChainScripted(summarizer=self.summarizer)
         self.messages: list[BaseMessage] = []
         if self.system and (self.system_first or self.in_history):
@@ -267,6 +275,7 @@ def from_llama(message: ChatMessage) -> dict[str, Any]:
 
 class LlamaIndex(Driver):
     system_apart = True
+    no_default_counter = "n/a: its default tokenizer downloads tiktoken's file"
 
     def openai(self, prompt: Any) -> list[dict[str, Any]]:
         messages = [from_llama(m) for m in prompt]

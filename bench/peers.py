@@ -8,7 +8,9 @@ LangChain's ``SummarizationMiddleware`` and ``trim_messages``, langmem's
 
 - per-turn cost: one append and the next prompt, p50 over turns, with 1k and
   10k messages already in the history (budget 8,000), an instant model;
-  contextfold folds on a ThreadRunner;
+  contextfold folds on a ThreadRunner; again with the library's own default
+  counter where it has one that needs no download (LangChain's and langmem's
+  ``count_tokens_approximately``);
 - a slow model (2 s; ``--quick`` 0.2 s): a LoCoMo conversation replayed one
   message a turn at a budget of 2,000 tokens; the turn on which the model is
   first called, that turn's wall time, and the p50 of the other turns;
@@ -19,7 +21,12 @@ LangChain's ``SummarizationMiddleware`` and ``trim_messages``, langmem's
   prompts that split a tool unit, prompts without the system prompt, prompts
   over the budget (share and largest overshoot, counted with one counter);
 - answer-recall retention on LoCoMo dev at 10% of each conversation's tokens,
-  of the final prompt after a replay (``contextfold.evaluation.retention``).
+  of the final prompt after a replay, and of one prompt over the whole
+  conversation (``contextfold.evaluation.retention``); every library gets the
+  messages without their ``meta`` (the same text for all).
+
+A second table repeats the agent-run checks for the libraries that keep the
+system prompt beside their memory, with it first in the history instead.
 
 Needs ``pip install 'contextfold[peers]'``; without it, says so and exits 0.
 """
@@ -218,6 +225,7 @@ def build(
     background: bool = False,
     delay_s: float = 0.0,
     system_in_history: bool = False,
+    default_counter: bool = False,
 ) -> Any:
     """A fresh driver with its own scripted summarizer (so its calls are its own)."""
     from _peers_model import ScriptedSummarizer
@@ -230,6 +238,7 @@ def build(
         counter,
         background=background,
         system_in_history=system_in_history,
+        default_counter=default_counter,
     )
 
 
@@ -243,6 +252,13 @@ def shown(value: Any, fmt: str) -> str:
     return format(value, fmt) if isinstance(value, int | float) else str(value)
 
 
+def default_counter_cell(r: dict[str, Any], sizes: Sequence[int]) -> str:
+    cells = [r[f"turn_ms_{size // 1000}k_default_counter"] for size in sizes]
+    if isinstance(cells[0], str):
+        return cells[0]
+    return " / ".join(f"{c:.2f}" for c in cells)
+
+
 def refusals(r: dict[str, Any]) -> str:
     counts = (r["agent_half_refused"], r["agent_tight_refused"])
     return f" ({counts[0]} / {counts[1]} refused: BudgetError)" if any(counts) else ""
@@ -251,6 +267,11 @@ def refusals(r: dict[str, Any]) -> str:
 def table(rows: dict[str, dict[str, Any]], sizes: Sequence[int], delay: float) -> str:
     """The README's comparison table, one row a library."""
     turn_heads = [f"turn p50 at {size // 1000}k (ms)" for size in sizes]
+    turn_heads.append(
+        "with the library's default counter: "
+        + " / ".join(f"{size // 1000}k" for size in sizes)
+        + " (ms)"
+    )
     heads = [
         "library",
         *turn_heads,
@@ -271,6 +292,7 @@ def table(rows: dict[str, dict[str, Any]], sizes: Sequence[int], delay: float) -
         cells = [
             name,
             *[shown(r[f"turn_ms_{size // 1000}k"], ".2f") for size in sizes],
+            default_counter_cell(r, sizes),
             fire,
             shown(r["slow_other_p50_ms"], ".2f"),
             f"{r['agent_half_split_units']} / {r['agent_tight_split_units']}",
@@ -336,7 +358,12 @@ def main() -> None:
         make = partial(build, driver_type, counter)
         row: dict[str, Any] = {}
         for size in sizes:
-            row[f"turn_ms_{size // 1000}k"] = turn_cost(make, chat, size, 5 if args.quick else 20)
+            turns = 5 if args.quick else 20
+            row[f"turn_ms_{size // 1000}k"] = turn_cost(make, chat, size, turns)
+            row[f"turn_ms_{size // 1000}k_default_counter"] = (
+                driver_type.no_default_counter
+                or turn_cost(partial(make, default_counter=True), chat, size, turns)
+            )
         slow = slow_turns(
             partial(make, delay_s=delay),
             locomo[0]["messages"],
