@@ -20,6 +20,7 @@ into OpenAI-format messages, outside any timing, for the checks.
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -58,7 +59,7 @@ def clean(message: Message) -> dict[str, Any]:
     return out
 
 
-class Driver:
+class Driver(ABC):
     """One library's memory over one conversation, under one budget."""
 
     name = ""
@@ -84,26 +85,28 @@ class Driver:
         self.budget = budget
         self.summarizer = summarizer
         self.counter = counter
-        system_tokens = counter.messages([{"role": "system", "content": system}]) if system else 3
+        system_tokens = counter.messages([{"role": "system", "content": system}] if system else [])
         self.room = budget if system_in_history else max(1, budget - system_tokens)
 
     def prefill(self, messages: Sequence[Message]) -> None:
         for message in messages:
             self.append(message)
 
+    @abstractmethod
     def append(self, message: Message) -> None:
-        raise NotImplementedError
+        """Add one logged message."""
 
+    @abstractmethod
     def prompt(self) -> Any:
-        raise NotImplementedError
+        """The prompt for the next model call, as the library gives it."""
 
     def openai(self, prompt: Any) -> list[dict[str, Any]]:
         return list(prompt)
 
-    def settle(self) -> None:
+    def settle(self) -> None:  # noqa: B027 (a hook: only contextfold works in the background)
         """Let work the library does in the background finish (contextfold's runner)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a hook: most drivers start nothing)
         """Stop what the driver started."""
 
 
