@@ -45,6 +45,7 @@ redis-server:
 	  test -x $(REDIS_SERVER) || { echo "redis-server installed but $(REDIS_SERVER) is missing: set REDIS_SERVER=" >&2; exit 1; }; }
 
 bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[peers]'
 	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
 
 clean:
