@@ -112,7 +112,7 @@ def date_of(logged: LoggedMessage) -> str:
     carry their own, as LoCoMo's ``session_date_time``), else the day it was logged (UTC)."""
     meta = logged.message.get("meta")
     if isinstance(meta, Mapping):
-        for key in ("session_date_time", "date", "timestamp"):
+        for key in ("session_date_time", "session_date", "date", "timestamp"):
             given = meta.get(key)
             if isinstance(given, str) and given:
                 return given

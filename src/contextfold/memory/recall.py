@@ -20,6 +20,7 @@ whole log.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from contextfold.core.entries import Entry
 from contextfold.core.errors import BudgetError
@@ -31,7 +32,7 @@ from contextfold.core.units import unit_spans
 from contextfold.memory.filters import MessageFilter
 from contextfold.store.base import Store
 
-# Messages read on each side of a hit to find its unit, at first and at most.
+# Messages read back from a tool result to find its call, at first and at most.
 _REACH = 4
 _MAX_REACH = 256
 # Hits searched per unit wanted: some are shown already, hidden, or do not fit.
@@ -58,7 +59,7 @@ def recall_render(
         store,
         session_id,
         query,
-        limit=settings.limit * _HITS_PER_UNIT,
+        limit=settings.limit,
         before=recent_start(first.shown),
         keep=keep,
         system=system,
@@ -74,7 +75,7 @@ def recall_render(
     if wanted is None or (here is not None and here.seqs == wanted.seqs):
         return first if here is None else with_block(first, here)
     try:
-        second = render_at(budget - wanted.tokens)
+        second = replace(render_at(budget - wanted.tokens), budget=budget)
     except BudgetError:  # the system prompt and the latest user message need that room
         return first if here is None else with_block(first, here)
     shown = set(second.shown)
@@ -116,10 +117,14 @@ def found_units(
     system: int,
 ) -> list[Unit]:
     """The units of the best hits for ``query``, best first, each once; none of the
-    system prompt, of system messages, or with a message the view's filter hides."""
+    system prompt, of system messages, or with a message the view's filter hides.
+
+    ``limit`` units at most, from up to ``_HITS_PER_UNIT`` times as many hits: the
+    search stops below the prompt's recent messages, so few hits are shown already.
+    """
     units: list[Unit] = []
     taken: set[int] = set()
-    for hit in store.search(session_id, query, limit=limit, before=before):
+    for hit in store.search(session_id, query, limit=limit * _HITS_PER_UNIT, before=before):
         if hit.seq in taken or hit.seq <= system:
             continue
         unit = unit_at(store, session_id, hit.seq)
@@ -131,22 +136,27 @@ def found_units(
         if keep is not None and not all(keep(m.message) for m in unit):
             continue
         units.append(unit)
+        if len(units) == limit:
+            break
     return units
 
 
 def unit_at(store: Store, session_id: str, seq: int) -> Unit | None:
-    """The unit holding ``seq``, read a few messages around it (more if the unit is
-    longer); None for a unit longer than ``_MAX_REACH`` messages each way."""
-    reach = _REACH
-    while reach <= _MAX_REACH:
-        around = store.messages(session_id, max(1, seq - reach), seq + reach)
-        entries = [Entry.of_message(m) for m in around]
-        for i, j in unit_spans(entries):
+    """The unit holding ``seq``: read with the message after it (enough for a plain
+    message), and further back or on while the unit may reach past what was read;
+    None for a unit reaching past ``_MAX_REACH`` messages either way."""
+    back, on = 0, 1
+    while back <= _MAX_REACH and on <= _MAX_REACH:
+        around = store.messages(session_id, max(1, seq - back), seq + on)
+        for i, j in unit_spans([Entry.of_message(m) for m in around]):
             if around[i].seq <= seq <= around[j].seq:
                 opens_before = i == 0 and around[0].role == "tool" and around[0].seq > 1
-                goes_on = j == len(around) - 1 and around[j].seq == seq + reach
+                goes_on = j == len(around) - 1 and around[j].seq == seq + on
                 if not opens_before and not goes_on:
                     return around[i : j + 1]
+                back = max(_REACH, 4 * back) if opens_before else back
+                on = 4 * on if goes_on else on
                 break
-        reach *= 4
+        else:
+            return None  # no message at seq: not in this log
     return None
