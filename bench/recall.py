@@ -25,7 +25,9 @@ message, so its tokens come out of the same budget. The default share and limit
 ``LIMITS``, run on the tuning half only at 10% (``sweep_*`` figures); both
 halves are reported for the defaults. Session dates are in message ``meta``,
 so the full conversation's text lacks them while a recalled line shows them:
-the ``non_temporal`` figures leave LoCoMo's temporal questions out.
+the ``non_temporal`` figures leave LoCoMo's temporal questions out. A
+question whose budget cannot hold the system prompt and the question (short
+LongMemEval chats at 5%) is left out of every arm at that budget.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from typing import Any
 
 from _common import POSTGRES, conversations, parse_args, postgres_up, report
 
-from contextfold import Memory
+from contextfold import BudgetError, Memory
 from contextfold.core.messages import Message, text_of
 from contextfold.evaluation.retention import key_words, prompt_words, recall, words
 from contextfold.evaluation.split import rows_of
@@ -162,8 +164,10 @@ def score_row(
     settings: list[dict[str, Any] | None],
     arms: Arms,
 ) -> None:
-    """Add the row's recalls to ``arms``: full, keep-recent, offline, and offline with
-    recall under each of ``settings`` (None: the defaults)."""
+    """Add the row's recalls to ``arms``, per budget: full, keep-recent, offline, and
+    offline with recall under each of ``settings`` (None: the defaults). A question
+    whose budget cannot hold the system prompt and the question is left out of every
+    arm at that budget."""
     keyed = keyed_questions(row)
     if not keyed:
         return
@@ -172,49 +176,61 @@ def score_row(
     full_view = session.view("full")
     full_tokens = full_view.state().tokens
     full = prompt_words(full_view.render())
-
-    def add(arm: str, seen: set[str], q: dict[str, Any], keys: set[str]) -> None:
-        arms.setdefault(arm, []).append((q.get("category") in TEMPORAL, recall(keys, seen)))
-
-    for q, keys in keyed:
-        add("full", full, q, keys)
     for budget_key, share in budgets.items():
         budget = int(full_tokens * share)
         recent = session.view(f"keep-recent-{budget_key}", preset="keep-recent", budget=budget)
-        recent.compact()
-        recent_words = prompt_words(recent.render())
         view = session.view(f"offline-{budget_key}", preset="offline", budget=budget)
-        view.compact()
-        view.update(recall=False)
-        plain = view.render_report()
+        try:
+            recent.compact()
+            recent_words = prompt_words(recent.render())
+            view.compact()
+            view.update(recall=False)
+            plain = view.render_report()
+        except BudgetError:
+            continue
         assert plain.tokens <= budget, (row["id"], budget, plain.tokens)
         plain_words = prompt_words(plain.messages)
-        for q, keys in keyed:
-            add(f"keep_recent_{budget_key}", recent_words, q, keys)
-            add(f"offline_{budget_key}", plain_words, q, keys)
+        seen: list[dict[str, set[str]]] = [
+            {"full": full, "keep_recent": recent_words, "offline": plain_words} for _ in keyed
+        ]
         for setting in settings:
             view.update(recall=True if setting is None else setting)
             name = "recall" if setting is None else f"sweep_{setting['share']}_{setting['limit']}"
-            for q, keys in keyed:
+            for (q, _), found in zip(keyed, seen, strict=True):
                 question = {"role": "user", "content": str(q["question"])}
                 room = budget - session.counter.message(question)
-                rendered = view.render_report(room, query=str(q["question"]))
+                try:
+                    rendered = view.render_report(room, query=str(q["question"]))
+                except BudgetError:
+                    found.clear()
+                    continue
                 assert rendered.tokens <= room, (row["id"], room, rendered.tokens)
-                add(f"offline_{name}_{budget_key}", prompt_words(rendered.messages), q, keys)
+                if found:
+                    found[f"offline_{name}"] = prompt_words(rendered.messages)
+        for (q, keys), found in zip(keyed, seen, strict=True):
+            temporal = q.get("category") in TEMPORAL
+            for arm, vocabulary in found.items():
+                arms.setdefault(f"{arm}_{budget_key}", []).append(
+                    (temporal, recall(keys, vocabulary))
+                )
 
 
 def retention_figures(prefix: str, arms: Arms) -> dict[str, float]:
+    """Each arm's mean recall over the full conversation's, on the same questions."""
+
     def mean(arm: str, skip_temporal: bool = False) -> float:
         return statistics.fmean(r for t, r in arms[arm] if not (skip_temporal and t))
 
     figures: dict[str, float] = {}
     for arm in sorted(arms):
-        if arm == "full":
+        if arm.startswith("full_"):
             continue
-        figures[f"{prefix}retention_{arm}"] = mean(arm) / mean("full")
+        full = "full_" + arm.rsplit("_", 1)[1]
+        figures[f"{prefix}retention_{arm}"] = mean(arm) / mean(full)
         if any(t for t, _ in arms[arm]):
-            figures[f"{prefix}retention_{arm}_non_temporal"] = mean(arm, True) / mean("full", True)
-    figures[f"{prefix}questions"] = len(arms["full"])
+            figures[f"{prefix}retention_{arm}_non_temporal"] = mean(arm, True) / mean(full, True)
+    for arm in sorted(a for a in arms if a.startswith("full_")):
+        figures[f"{prefix}questions_{arm.removeprefix('full_')}"] = len(arms[arm])
     return figures
 
 
