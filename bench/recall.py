@@ -22,8 +22,9 @@ renders once per question with the question as the query (``query=``) and a
 budget less the question's tokens: in use the question is the latest user
 message, so its tokens come out of the same budget. The default share and limit
 (``contextfold.core.recall``) were chosen from the sweep over ``SHARES`` x
-``LIMITS``, run on the tuning half only at 10% (``sweep_*`` figures); both
-halves are reported for the defaults. Session dates are in message ``meta``,
+``LIMITS``, run on the tuning halves only at 10% (``sweep_*`` figures); both
+halves are reported for the defaults. The recall block's header line is taken
+out before scoring: its words are the library's. Session dates are in message ``meta``,
 so the full conversation's text lacks them while a recalled line shows them:
 the ``non_temporal`` figures leave LoCoMo's temporal questions out. A
 question whose budget cannot hold the system prompt and the question (short
@@ -45,6 +46,7 @@ from _common import POSTGRES, conversations, parse_args, postgres_up, report
 
 from contextfold import BudgetError, Memory
 from contextfold.core.messages import Message, text_of
+from contextfold.core.recall import HEADER
 from contextfold.evaluation.retention import key_words, prompt_words, recall, words
 from contextfold.evaluation.split import rows_of
 from contextfold.memory.cache import PromptCache
@@ -55,7 +57,7 @@ CALLS = 200
 LATENCY_BUDGET = 8000
 BUDGETS = {"5pct": 0.05, "10pct": 0.10, "20pct": 0.20}
 SHARES = (0.1, 0.2, 0.3, 0.4, 0.5)
-LIMITS = (4, 8, 16)
+LIMITS = (4, 8, 16, 32)
 LOCOMO_CATEGORIES = frozenset({1, 2, 3, 4})
 TEMPORAL = {2, "temporal-reasoning"}
 
@@ -206,13 +208,24 @@ def score_row(
                     continue
                 assert rendered.tokens <= room, (row["id"], room, rendered.tokens)
                 if found:
-                    found[f"offline_{name}"] = prompt_words(rendered.messages)
+                    found[f"offline_{name}"] = prompt_words(without_header(rendered.messages))
         for (q, keys), found in zip(keyed, seen, strict=True):
             temporal = q.get("category") in TEMPORAL
             for arm, vocabulary in found.items():
                 arms.setdefault(f"{arm}_{budget_key}", []).append(
                     (temporal, recall(keys, vocabulary))
                 )
+
+
+def without_header(messages: list[Message]) -> list[Message]:
+    """The prompt with the recall block's header line taken out: its words are
+    the library's, not the conversation's, and must not count as recalled."""
+    return [
+        {**m, "content": m["content"].replace(HEADER, "")}
+        if m["role"] == "system" and isinstance(m.get("content"), str)
+        else m
+        for m in messages
+    ]
 
 
 def retention_figures(prefix: str, arms: Arms) -> dict[str, float]:
@@ -256,7 +269,9 @@ def main() -> None:
     if args.quick:
         figures.update(retention_run("locomo_dev", "checking", {"10pct": 0.10}, [None]))
     else:
-        figures.update(retention_run("locomo_dev", "tuning", {"10pct": 0.10}, sweep))
+        for data in ("locomo_dev", "longmemeval_oracle_dev"):
+            sweep_figures = retention_run(data, "tuning", {"10pct": 0.10}, sweep)
+            figures.update({k: v for k, v in sweep_figures.items() if "_sweep_" in k})
         for half in ("tuning", "checking"):
             figures.update(retention_run("locomo_dev", half, BUDGETS, [None]))
             figures.update(retention_run("longmemeval_oracle_dev", half, BUDGETS, [None]))

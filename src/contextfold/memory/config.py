@@ -46,7 +46,7 @@ class ViewConfig:
     local: bool = False
     recall: Mapping[str, Any] | bool | None = None
     """Recall from the log (``contextfold.memory.recall``): true, false, or
-    ``{"share": 0.3, "limit": 8}``; None takes the preset's default (on for
+    ``{"share": 0.4, "limit": 16}``; None takes the preset's default (on for
     ``chat`` and ``offline``)."""
 
     def __post_init__(self) -> None:

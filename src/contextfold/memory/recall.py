@@ -3,18 +3,19 @@
 ``recall_render`` wraps one render of a view. It renders as usual, searches
 the store (``Store.search``, indexed at append) with the query, reads each hit's
 whole unit (a tool call and all its results, or one message), and keeps the
-units the prompt does not show verbatim, that the view's filter keeps, and that
-are not system messages. ``contextfold.core.recall`` fits them into one block.
+units none of whose raw messages the prompt shows, that the view's filter
+keeps, and that hold no system message. A fold may quote part of a unit (the
+masking fold keeps a call and masks its output): such a unit comes back whole,
+for what the fold left out. ``contextfold.core.recall`` fits them into one block.
 
 The room: recall may take up to ``share`` of the budget, and only what it uses.
-When the room the render left is enough for the best block that fits the
-share, the block goes there and the render stands. Otherwise the view is
+The best block that fits the share is made first; when the room the render
+left holds it, it goes there and the render stands. Otherwise the view is
 rendered again with the block's tokens held back (the window gives up its
 oldest units) and the block goes in the room so made (fit again, should that
 window show part of it), so the prompt never exceeds the budget and no room is
-held back for nothing. Cost: at most
-two renders, one search, one short read per hit: O(window + hits), never the
-whole log.
+held back for nothing. Cost: at most two renders, one search, one short read
+per hit: O(window + hits), never the whole log.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import replace
 from contextfold.core.entries import Entry
 from contextfold.core.errors import BudgetError
 from contextfold.core.log import LoggedMessage
-from contextfold.core.recall import RecallSettings, fit, with_block
+from contextfold.core.recall import Candidate, RecallSettings, fit, with_block
 from contextfold.core.render import Rendered
 from contextfold.core.tokens import TokenCounter
 from contextfold.core.units import unit_spans
@@ -55,28 +56,34 @@ def recall_render(
 ) -> Rendered:
     """The prompt ``render_at(budget)`` gives, with what ``query`` recalls from the log."""
     first = render_at(budget)
-    ranked = found_units(
-        store,
-        session_id,
-        query,
-        limit=settings.limit,
-        before=recent_start(first.shown),
-        keep=keep,
-        system=system,
-    )
+    ranked = [
+        Candidate.of(unit, counter)
+        for unit in found_units(
+            store,
+            session_id,
+            query,
+            limit=settings.limit,
+            before=recent_start(first.shown),
+            keep=keep,
+            system=system,
+        )
+    ]
     if not ranked:
         return first
     if budget is None:
-        block = fit(outside(ranked, first), None, settings.limit, counter)
-        return first if block is None else with_block(first, block)
+        unbounded = fit(outside(ranked, first), None, settings.limit, counter)
+        return first if unbounded is None else with_block(first, unbounded)
     share = int(settings.share * budget)
-    here = fit(outside(ranked, first), min(share, budget - first.tokens), settings.limit, counter)
     wanted = fit(outside(ranked, first), share, settings.limit, counter)
-    if wanted is None or (here is not None and here.seqs == wanted.seqs):
-        return first if here is None else with_block(first, here)
+    if wanted is None:
+        return first
+    if wanted.tokens <= budget - first.tokens:
+        return with_block(first, wanted)
     try:
         second = replace(render_at(budget - wanted.tokens), budget=budget)
     except BudgetError:  # the system prompt and the latest user message need that room
+        room = min(share, budget - first.tokens)
+        here = fit(outside(ranked, first), room, settings.limit, counter)
         return first if here is None else with_block(first, here)
     shown = set(second.shown)
     if wanted.tokens <= budget - second.tokens and not shown.intersection(wanted.seqs):
@@ -87,10 +94,10 @@ def recall_render(
     return second if block is None else with_block(second, block)
 
 
-def outside(ranked: Sequence[Unit], rendered: Rendered) -> list[Unit]:
+def outside(ranked: Sequence[Candidate], rendered: Rendered) -> list[Candidate]:
     """The units none of whose messages ``rendered`` shows."""
     shown = set(rendered.shown)
-    return [unit for unit in ranked if not any(m.seq in shown for m in unit)]
+    return [c for c in ranked if not any(m.seq in shown for m in c.messages)]
 
 
 def recent_start(shown: Sequence[int]) -> int | None:

@@ -120,7 +120,7 @@ class ViewIn(Closed):
     high_water: float | None = Field(None, gt=0, le=1)
     low_water: float | None = Field(None, gt=0, le=1)
     recall: bool | dict[str, Any] | None = Field(
-        None, description='recall from the log: true, false or {"share": 0.3, "limit": 8}'
+        None, description='recall from the log: true, false or {"share": 0.4, "limit": 16}'
     )
     expected_version: int | None = Field(
         None, ge=0, description="refuse the update (409) unless the view is at this version"
