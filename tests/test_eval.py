@@ -176,6 +176,17 @@ def test_retention_counts_the_answer_kept_and_not_the_one_dropped() -> None:
     assert row_summary["renders"] == 4
 
 
+def test_a_recalling_view_is_scored_with_each_question_as_its_query() -> None:
+    """offline recalls: Zanzibar, folded away, comes back when asked about, within budget."""
+    row = trip()
+    conversation = Conversation(row["id"], row["messages"], row["questions"][:2])
+    result = replay(conversation, ["offline", "keep-recent"], parse_budgets("200"), samples=4)
+    offline, keep = result.arms
+    assert keep.recalls == [0.0, 1.0]
+    assert offline.recalls == [1.0, 1.0]
+    assert 0 < offline.tokens_after <= 200
+
+
 # -- the command --------------------------------------------------------------
 
 
