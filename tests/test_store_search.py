@@ -14,6 +14,7 @@ from contextfold.core.log import NewMessage
 from contextfold.store import SQLiteStore
 from contextfold.store import postgres_schema as pg_schema
 from contextfold.store.migrations import MIGRATIONS
+from contextfold.store.search import stored_text
 
 _OLD_LOG = [
     {"role": "user", "content": "where is the lighthouse"},
@@ -81,7 +82,32 @@ def test_an_old_postgres_schema_gains_the_index_for_its_rows(
                 conn.execute("UPDATE sessions SET last_seq = 3 WHERE id = 's'")
             first.close()
         store = PostgresStore(pg.url(schema))
-        assert store.applied == ["002_message_search"]
+        assert store.applied == ["002_message_search", "003_search_terms"]
         assert {h.seq for h in store.search("s", "lighthouse")} == {1, 3}
         assert store.search("s", "map cove")[0].seq == 2
         store.close()
+
+
+def test_a_sqlite_file_indexed_without_sessions_is_indexed_anew(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    old_file(path, _before_search("008_session_search"), _OLD_LOG)
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "INSERT INTO sessions (id, encoding, meta, created_at) "
+            "VALUES ('t', 'o200k_base', '{}', 0)"
+        )
+        raw.execute(
+            "INSERT INTO messages VALUES ('t', 1, 'user', ?, 1, NULL, 0)",
+            (json.dumps({"role": "user", "content": "a lighthouse elsewhere"}),),
+        )
+        found = raw.execute("SELECT rowid, message FROM messages").fetchall()
+        raw.executemany(
+            "INSERT INTO message_text (rowid, text) VALUES (?, ?)",
+            [(rowid, stored_text(body)) for rowid, body in found],
+        )
+    store = SQLiteStore(path)
+    assert {h.seq for h in store.search("s", "lighthouse")} == {1, 3}
+    assert [h.seq for h in store.search("t", "lighthouse cove")] == [1]
+    store.append("t", [NewMessage({"role": "user", "content": "cove " * 3}, 1)])
+    assert [h.seq for h in store.search("t", "cove")] == [2]
+    store.close()

@@ -17,8 +17,13 @@ import time
 
 from contextfold.core.errors import StoreError
 from contextfold.store.recount import recount
-from contextfold.store.search import stored_text
-from contextfold.store.sqlite_sql import INDEX_SQL, SEARCH_TABLE_SQL
+from contextfold.store.search import session_tag, stored_text, tagged, term_counts
+from contextfold.store.sqlite_sql import (
+    COUNT_TERMS_SQL,
+    INDEX_SQL,
+    SEARCH_TABLE_SQL,
+    TERMS_TABLE_SQL,
+)
 
 MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
     (
@@ -136,6 +141,13 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
         # the rows logged before it are indexed by ``migrate`` in the same transaction.
         (SEARCH_TABLE_SQL,),
     ),
+    (
+        "008_session_search",
+        # Each session's words under its own prefix, and how many messages hold each
+        # word (contextfold.store.search): the index is made anew and filled by
+        # ``migrate`` in the same transaction.
+        ("DROP TABLE message_text", SEARCH_TABLE_SQL, TERMS_TABLE_SQL),
+    ),
 ]
 
 
@@ -172,9 +184,17 @@ def check_ours(conn: sqlite3.Connection, path: str) -> None:
 
 
 def index_logged(conn: sqlite3.Connection) -> None:
-    """Index for search every message logged before the index existed."""
-    found = conn.execute("SELECT rowid, message FROM messages")
-    conn.executemany(INDEX_SQL, ((rowid, stored_text(body)) for rowid, body in found))
+    """Index for search every message logged before the index existed, session by session."""
+    sessions = conn.execute("SELECT id, rowid FROM sessions ORDER BY rowid").fetchall()
+    for session_id, number in sessions:
+        found = conn.execute(
+            "SELECT rowid, message FROM messages WHERE session_id = ?", (session_id,)
+        ).fetchall()
+        texts = [(rowid, stored_text(body)) for rowid, body in found]
+        tag = session_tag(int(number))
+        conn.executemany(INDEX_SQL, ((rowid, tagged(tag, text)) for rowid, text in texts))
+        counts = term_counts(text for _, text in texts)
+        conn.executemany(COUNT_TERMS_SQL, ((session_id, *c) for c in counts.items()))
 
 
 def migrate(conn: sqlite3.Connection, path: str = "database") -> list[str]:
@@ -196,7 +216,7 @@ def migrate(conn: sqlite3.Connection, path: str = "database") -> list[str]:
                 conn.execute(statement)
             conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))
             applied.append(name)
-        if "007_message_search" in applied:
+        if "008_session_search" in applied:
             index_logged(conn)
         recount(conn, path)
         conn.execute("COMMIT")

@@ -27,7 +27,7 @@ from contextfold.core.errors import StoreError
 from contextfold.core.tokens import COUNT_VERSION
 from contextfold.store.migrations import pending
 from contextfold.store.recount import current, stale
-from contextfold.store.search import stored_text
+from contextfold.store.search import stored_text, term_counts
 
 MIGRATIONS_TABLE = "contextfold_migrations"
 
@@ -133,6 +133,20 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
             "CREATE INDEX messages_words ON messages USING gin (words)",
         ),
     ),
+    (
+        "003_search_terms",
+        (
+            # How many of a session's messages hold each word: a search ranks by its
+            # rarest words (contextfold.store.search). Counted by each append; the rows
+            # logged before it are counted by ``migrate``.
+            """CREATE TABLE search_terms (
+                session_id text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+                term text COLLATE "C" NOT NULL,
+                messages integer NOT NULL,
+                PRIMARY KEY (session_id, term)
+            )""",
+        ),
+    ),
 ]
 
 # Tables this code creates: finding one in a schema that records no migrations
@@ -148,6 +162,7 @@ OUR_TABLES = frozenset(
         "leases",
         "api_keys",
         "contextfold_count_version",
+        "search_terms",
     }
 )
 
@@ -187,6 +202,8 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> list[str]:
             applied.append(name)
         if "002_message_search" in applied:
             index_logged(conn)
+        if "003_search_terms" in applied:
+            count_terms(conn)
         recount(conn, schema)
     return applied
 
@@ -200,6 +217,20 @@ def index_logged(conn: psycopg.Connection[Any]) -> None:
             "WHERE session_id = %s AND seq = %s",
             [(stored_text(body), sid, seq) for sid, seq, body in found],
         )
+
+
+def count_terms(conn: psycopg.Connection[Any]) -> None:
+    """Count the words of every message logged before the counts existed, session by session."""
+    for (session_id,) in conn.execute("SELECT id FROM sessions ORDER BY id").fetchall():
+        found = conn.execute(
+            "SELECT message FROM messages WHERE session_id = %s", (session_id,)
+        ).fetchall()
+        counts = term_counts(stored_text(body) for (body,) in found)
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO search_terms VALUES (%s, %s, %s)",
+                [(session_id, *c) for c in counts.items()],
+            )
 
 
 def recount(conn: psycopg.Connection[Any], schema: str) -> int:

@@ -42,11 +42,21 @@ APPEND_SQL = (
     "calls AS (INSERT INTO tool_calls (session_id, call_id, seq) "
     "SELECT %(session)s, c.call_id, base.seq0 + c.i "
     "FROM base, unnest(%(call_ids)s::text[], %(call_at)s::bigint[]) AS c(call_id, i) "
-    "ON CONFLICT DO NOTHING) "
+    "ON CONFLICT DO NOTHING), "
+    "counted AS (INSERT INTO search_terms (session_id, term, messages) "
+    "SELECT %(session)s, t.term, t.n "
+    "FROM base, unnest(%(terms)s::text[], %(term_counts)s::int[]) AS t(term, n) "
+    "ON CONFLICT (session_id, term) DO UPDATE SET messages = search_terms.messages + excluded.messages) "
     "SELECT seq0, pg_notify(%(channel)s, %(session)s) FROM base"
 )
 # The words are indexed by the 'simple' configuration (no stemming, no stopwords): they
 # come cut and lowered by contextfold.store.search, as SQLite and RAM index them.
+# The session's counts of the query's words (none: no session); ``searched_terms`` picks.
+TERM_COUNTS_SQL = (
+    "SELECT t.term, t.messages FROM sessions AS s "
+    "LEFT JOIN search_terms AS t ON t.session_id = s.id AND t.term = ANY(%(terms)s) "
+    "WHERE s.id = %(session)s"
+)
 SEARCH_SQL = (
     "SELECT seq, ts_rank(words, query) AS score "
     "FROM messages, to_tsquery('simple', %(query)s) AS query "

@@ -36,6 +36,7 @@ DELETE_SQL = (
     *(
         f"DELETE FROM {table} WHERE {column} = ?"
         for table, column in (
+            ("search_terms", "session_id"),
             ("tool_calls", "session_id"),
             ("folds", "session_id"),
             ("fold_versions", "session_id"),

@@ -122,11 +122,30 @@ TAKE_LEASE_SQL = (
 RELEASE_LEASE_SQL = "DELETE FROM leases WHERE session_id = ? AND view = ? AND owner = ?"
 
 # Full-text search (contextfold.store.search): one FTS5 row a message, under the
-# message's rowid. ``OR REPLACE``: a row deleted by hand may free its rowid for the
-# next message, whose words then replace the stale ones. The join keeps to the
-# session's live messages; bm25() is lower for a better match, so the score is its negation.
+# message's rowid, its words prefixed by its session's tag (from the session's rowid),
+# so that a match reads that session's rows only. ``OR REPLACE``: a row deleted by hand
+# may free its rowid for the next message, whose words then replace the stale ones.
+# The join keeps to the session's live messages; bm25() is lower for a better match,
+# so the score is its negation.
 SEARCH_TABLE_SQL = f"CREATE VIRTUAL TABLE message_text USING fts5(text, {TOKENIZER})"
 INDEX_SQL = "INSERT OR REPLACE INTO message_text (rowid, text) VALUES (?, ?)"
+# How many of a session's messages hold each word: a search ranks by its rarest words.
+TERMS_TABLE_SQL = (
+    "CREATE TABLE search_terms (session_id TEXT NOT NULL REFERENCES sessions(id), "
+    "term TEXT NOT NULL, messages INTEGER NOT NULL, PRIMARY KEY (session_id, term)) WITHOUT ROWID"
+)
+COUNT_TERMS_SQL = (
+    "INSERT INTO search_terms VALUES (?, ?, ?) ON CONFLICT (session_id, term) "
+    "DO UPDATE SET messages = messages + excluded.messages"
+)
+# What an append reads first: the last seq, and the session's rowid for its search tag.
+APPEND_HEAD_SQL = f"SELECT {_LAST}, s.rowid FROM sessions AS s WHERE s.id = ?"
+# The session's rowid (its tag) and its counts of the query's words; no row: no session.
+TERM_COUNTS_SQL = (
+    "SELECT s.rowid, t.term, t.messages FROM sessions AS s "
+    "LEFT JOIN search_terms AS t ON t.session_id = s.id "
+    "AND t.term IN (SELECT value FROM json_each(:terms)) WHERE s.id = :session"
+)
 SEARCH_SQL = (
     "SELECT m.seq, -bm25(message_text) AS score FROM message_text "
     "JOIN messages AS m ON m.rowid = message_text.rowid "
