@@ -111,3 +111,20 @@ def test_a_sqlite_file_indexed_without_sessions_is_indexed_anew(tmp_path: Path) 
     store.append("t", [NewMessage({"role": "user", "content": "cove " * 3}, 1)])
     assert [h.seq for h in store.search("t", "cove")] == [2]
     store.close()
+
+
+def test_sqlite_search_rows_go_with_their_session_and_outlive_vacuum(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    for sid, texts in (("s", ["puffin one", "puffin two"]), ("t", ["puffin three"])):
+        store.create_session(sid, encoding="o200k_base")
+        store.append(sid, [NewMessage({"role": "user", "content": t}, 1) for t in texts])
+    assert store.delete_session("s")
+    with sqlite3.connect(tmp_path / "s.db") as raw:
+        assert raw.execute("SELECT count(*) FROM message_text").fetchone() == (1,)
+        assert raw.execute("SELECT count(*) FROM search_terms").fetchone() == (2,)
+        raw.execute("VACUUM")
+    store.create_session("u", encoding="o200k_base")
+    store.append("u", [NewMessage({"role": "user", "content": "puffin four"}, 1)])
+    assert [h.seq for h in store.search("t", "puffin")] == [1]
+    assert [h.seq for h in store.search("u", "puffin")] == [1]
+    store.close()

@@ -51,11 +51,12 @@ from contextfold.store.base import (
 )
 from contextfold.store.migrations import check_ours, migrate
 from contextfold.store.search import (
-    fts5_query,
+    FTS5_INSERT_SQL,
+    fts5_search,
+    index_rowid,
     index_text,
     search_terms,
     searched_terms,
-    seq_bound,
     session_tag,
     tagged,
     term_counts,
@@ -199,7 +200,7 @@ class SQLiteStore:
         with self._write() as conn:
             last, number = self._row(conn, q.APPEND_HEAD_SQL, (session_id,), session_id)
             seq = int(last or 0)
-            tag = session_tag(int(number))
+            tag = session_tag(number)
             now = time.time()
             out: list[LoggedMessage] = []
             added: dict[str, LoggedMessage] = {}
@@ -211,12 +212,12 @@ class SQLiteStore:
                     continue
                 seq += 1
                 key = new.key or None
-                rowid = conn.execute(
+                conn.execute(
                     q.INSERT_MESSAGE_SQL,
                     (session_id, seq, role, message_json, new.tokens, key, now),
-                ).lastrowid
+                )
                 texts.append(index_text(new.message))
-                conn.execute(q.INDEX_SQL, (rowid, tagged(tag, texts[-1])))
+                conn.execute(FTS5_INSERT_SQL, (index_rowid(number, seq), tagged(tag, texts[-1])))
                 if calls:
                     conn.executemany(
                         q.INSERT_CALL_SQL, [(session_id, call_id, seq) for call_id in calls]
@@ -295,10 +296,7 @@ class SQLiteStore:
             taken = searched_terms(terms, {t: n for _, t, n in counts if t is not None})
             if not taken:
                 return []
-            match = fts5_query(session_tag(int(counts[0][0])), taken)
-            params = (match, session_id, seq_bound(before), limit)
-            found = conn.execute(q.SEARCH_SQL, params).fetchall()
-        return [SearchHit(int(seq), float(score)) for seq, score in found]
+            return fts5_search(conn, counts[0][0], taken, limit, before)
 
     def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:
         wanted = json.dumps(sorted(set(ids)))
