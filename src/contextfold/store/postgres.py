@@ -79,7 +79,13 @@ from contextfold.store.postgres_pool import (
 )
 from contextfold.store.postgres_schema import migrate
 from contextfold.store.postgres_wake import PostgresWake, channel_for
-from contextfold.store.search import search_terms, searched_terms, seq_bound, tsquery
+from contextfold.store.search import (
+    CANDIDATES,
+    search_terms,
+    searched_terms,
+    seq_bound,
+    tsquery,
+)
 
 
 class PostgresStore:
@@ -227,15 +233,20 @@ class PostgresStore:
             held = counts.fetchall()
             if not held:
                 raise not_found(session_id)
-            taken = searched_terms(terms, {t: n for t, n in held if t is not None})
-            if not taken:
+            searched = searched_terms(terms, {t: n for t, n in held if t is not None})
+            if not searched.terms:
                 return []
             params = {
-                "query": tsquery(taken),
+                "query": tsquery(searched.terms),
                 "session": session_id,
                 "before": seq_bound(before),
                 "limit": limit,
+                "skip": CANDIDATES - 1,
+                "floor": 0,
             }
+            if searched.newest_only:
+                row = cur.execute(q.FLOOR_SQL, params).fetchone()
+                params["floor"] = 0 if row is None else row[0]
             found = cur.execute(q.SEARCH_SQL, params).fetchall()
         return [SearchHit(int(seq), float(score)) for seq, score in found]
 

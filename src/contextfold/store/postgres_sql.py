@@ -60,8 +60,15 @@ TERM_COUNTS_SQL = (
 SEARCH_SQL = (
     "SELECT seq, ts_rank(words, query) AS score "
     "FROM messages, to_tsquery('simple', %(query)s) AS query "
+    "WHERE session_id = %(session)s AND seq < %(before)s AND seq >= %(floor)s "
+    "AND words @@ query ORDER BY score DESC, seq DESC LIMIT %(limit)s"
+)
+# The seq of the oldest of the newest ``search.CANDIDATES`` matches, when only those
+# are ranked.
+FLOOR_SQL = (
+    "SELECT seq FROM messages, to_tsquery('simple', %(query)s) AS query "
     "WHERE session_id = %(session)s AND seq < %(before)s AND words @@ query "
-    "ORDER BY score DESC, seq DESC LIMIT %(limit)s"
+    "ORDER BY seq DESC OFFSET %(skip)s LIMIT 1"
 )
 MESSAGES_FROM_SQL = (
     f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND seq >= %s ORDER BY seq"

@@ -27,7 +27,7 @@ import re
 import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import text_of
@@ -90,13 +90,24 @@ def term_counts(texts: Iterable[str]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def searched_terms(terms: Sequence[str], counts: Mapping[str, int]) -> list[str]:
-    """The query terms a search ranks by, given how many of the session's messages hold each.
+class Searched(NamedTuple):
+    """What a search ranks: messages holding any of ``terms``, only the newest
+    ``CANDIDATES`` of them when ``newest_only``."""
+
+    terms: list[str]
+    newest_only: bool
+
+
+def searched_terms(terms: Sequence[str], counts: Mapping[str, int]) -> Searched:
+    """What a search ranks, given how many of the session's messages hold each query term.
 
     Terms no message holds find nothing and are left out. The others are taken
     rarest first (ties by the word itself, so every store takes the same) while
-    the messages holding them add up to at most ``CANDIDATES``; the rarest is
-    always taken, so a query of common words still finds their messages.
+    the messages holding them add up to at most ``CANDIDATES``. The rarest is
+    always taken, so a query of common words still finds their messages; if
+    even it is in more than ``CANDIDATES``, only the newest of them are ranked
+    (recall wants the recent ones of many alike), and a search's time stays
+    bounded.
     """
     held = sorted((counts[t], t) for t in terms if counts.get(t, 0) > 0)
     taken: list[str] = []
@@ -106,7 +117,7 @@ def searched_terms(terms: Sequence[str], counts: Mapping[str, int]) -> list[str]
             break
         taken.append(term)
         total += count
-    return taken
+    return Searched(taken, total > CANDIDATES)
 
 
 def session_tag(number: int) -> str:
@@ -185,15 +196,25 @@ FTS5_SEARCH_SQL = (
     "SELECT rowid, -bm25(message_text) AS score FROM message_text WHERE message_text MATCH ? "
     "AND rowid > ? AND rowid < ? ORDER BY bm25(message_text), rowid DESC LIMIT ?"
 )
+# The rowid of the oldest of the newest ``CANDIDATES`` matches: read in rowid order, so
+# without ranking any.
+FTS5_FLOOR_SQL = (
+    "SELECT rowid FROM message_text WHERE message_text MATCH ? AND rowid > ? AND rowid < ? "
+    "ORDER BY rowid DESC LIMIT 1 OFFSET ?"
+)
 
 
 def fts5_search(
-    conn: sqlite3.Connection, number: int, terms: list[str], limit: int, before: int | None
+    conn: sqlite3.Connection, number: int, searched: Searched, limit: int, before: int | None
 ) -> list[SearchHit]:
-    """The session's best matches of ``terms`` (``searched_terms``) in an FTS5 index."""
+    """The session's best matches of what ``searched_terms`` picked, in an FTS5 index."""
     low, high = rowid_range(number, before)
-    params = (fts5_query(session_tag(number), terms), low, high, limit)
-    found = conn.execute(FTS5_SEARCH_SQL, params)
+    match = fts5_query(session_tag(number), searched.terms)
+    floor = low
+    if searched.newest_only:
+        row = conn.execute(FTS5_FLOOR_SQL, (match, low, high, CANDIDATES - 1)).fetchone()
+        floor = low if row is None else int(row[0]) - 1
+    found = conn.execute(FTS5_SEARCH_SQL, (match, floor, high, limit))
     return [SearchHit(int(rowid) - low, float(score)) for rowid, score in found]
 
 
@@ -238,7 +259,7 @@ class MemoryIndex:
         self, session_id: str, terms: list[str], limit: int, before: int | None
     ) -> list[SearchHit]:
         number = self._numbers.get(session_id)
-        taken = searched_terms(terms, self._counts.get(session_id, {}))
-        if number is None or not taken:
+        searched = searched_terms(terms, self._counts.get(session_id, {}))
+        if number is None or not searched.terms:
             return []
-        return fts5_search(self._conn, number, taken, limit, before)
+        return fts5_search(self._conn, number, searched, limit, before)

@@ -293,10 +293,10 @@ class SQLiteStore:
             counts = conn.execute(q.TERM_COUNTS_SQL, held).fetchall()
             if not counts:
                 raise _not_found(session_id)
-            taken = searched_terms(terms, {t: n for _, t, n in counts if t is not None})
-            if not taken:
+            searched = searched_terms(terms, {t: n for _, t, n in counts if t is not None})
+            if not searched.terms:
                 return []
-            return fts5_search(conn, counts[0][0], taken, limit, before)
+            return fts5_search(conn, counts[0][0], searched, limit, before)
 
     def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:
         wanted = json.dumps(sorted(set(ids)))

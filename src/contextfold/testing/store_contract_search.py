@@ -60,6 +60,14 @@ class SearchContract:
         _log(store, ["apple pie", "banana split"])
         assert sorted(_seqs(store, "apple banana")) == [1, 2]
 
+    def test_search_of_a_word_in_too_many_messages_ranks_the_newest(self, store: Store) -> None:
+        many = CANDIDATES + 5
+        _log(store, ["apple pie"] * many + ["no fruit"])
+        found = _seqs(store, "apple", limit=many)
+        assert sorted(found) == list(range(6, many + 1))
+        assert sorted(_seqs(store, "apple pie", limit=many, before=many)) == list(range(5, many))
+        assert _seqs(store, "apple", limit=2, before=3) == [2, 1]
+
     def test_search_finds_tool_calls_and_content_parts(self, store: Store) -> None:
         store.create_session("s", encoding="o200k_base")
         function = {"name": "grep_repo", "arguments": '{"pattern": "frobnicate"}'}
