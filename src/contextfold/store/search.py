@@ -13,11 +13,13 @@ What costs is ranking: the engines score every message matching a query, and
 an OR of a sentence's words matches most of a long log. So a store counts, per
 session, how many messages hold each word, and a search ranks by the query's
 rarest words only (``searched_terms``): rarest first while the messages
-holding them add up to at most ``CANDIDATES``. The common words of a query
-would rank nearly every message alike, so little is lost; and rare words are
-what recall is after. In a shared index each session's words are stored under
-a prefix of its own (``session_tag``), so a search never reads another
-session's matches either.
+holding them add up to at most ``CANDIDATES`` (or only the newest
+``CANDIDATES`` messages holding the rarest, if it alone is in more). The
+common words of a query would rank nearly every message alike, so little is
+lost; and rare words are what recall is after. In the FTS5 index (SQLite and
+RAM stores) each session's words are stored under a prefix of its own
+(``session_tag``), so a search never reads another session's matches either;
+PostgreSQL's GIN index still holds every session's entries of a word.
 """
 
 from __future__ import annotations
