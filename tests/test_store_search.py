@@ -14,7 +14,7 @@ from contextfold.core.log import NewMessage
 from contextfold.store import SQLiteStore
 from contextfold.store import postgres_schema as pg_schema
 from contextfold.store.migrations import MIGRATIONS
-from contextfold.store.search import stored_text
+from contextfold.store.search import stored_text, term_counts
 
 _OLD_LOG = [
     {"role": "user", "content": "where is the lighthouse"},
@@ -59,15 +59,16 @@ def test_an_old_sqlite_file_with_a_damaged_row_still_opens(tmp_path: Path) -> No
     store.close()
 
 
+@pytest.mark.parametrize("first_missing", ["002_message_search", "004_session_search"])
 def test_an_old_postgres_schema_gains_the_index_for_its_rows(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, first_missing: str
 ) -> None:
     pytest.importorskip("psycopg")
     from contextfold.store.postgres import PostgresStore
 
     pg.require_postgres()
     names = [n for n, _ in pg_schema.MIGRATIONS]
-    old = pg_schema.MIGRATIONS[: names.index("002_message_search")]
+    old = pg_schema.MIGRATIONS[: names.index(first_missing)]
     with pg.fresh_schema() as schema:
         with monkeypatch.context() as patch:
             patch.setattr(pg_schema, "MIGRATIONS", old)
@@ -80,9 +81,20 @@ def test_an_old_postgres_schema_gains_the_index_for_its_rows(
                     [(i, m["role"], json.dumps(m)) for i, m in enumerate(_OLD_LOG, 1)],
                 )
                 conn.execute("UPDATE sessions SET last_seq = 3 WHERE id = 's'")
+                texts = [stored_text(json.dumps(m)) for m in _OLD_LOG]
+                if "002_message_search" in names[: len(old)]:
+                    conn.cursor().executemany(
+                        "UPDATE messages SET words = to_tsvector('simple', %s) WHERE seq = %s",
+                        [(text, i) for i, text in enumerate(texts, 1)],
+                    )
+                if "003_search_terms" in names[: len(old)]:
+                    conn.cursor().executemany(
+                        "INSERT INTO search_terms VALUES ('s', %s, %s)",
+                        list(term_counts(texts).items()),
+                    )
             first.close()
         store = PostgresStore(pg.url(schema))
-        assert store.applied == ["002_message_search", "003_search_terms"]
+        assert store.applied == names[names.index(first_missing) :]
         assert {h.seq for h in store.search("s", "lighthouse")} == {1, 3}
         assert store.search("s", "map cove")[0].seq == 2
         store.close()

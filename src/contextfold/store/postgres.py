@@ -84,6 +84,7 @@ from contextfold.store.search import (
     search_terms,
     searched_terms,
     seq_bound,
+    session_tag,
     tsquery,
 )
 
@@ -233,11 +234,12 @@ class PostgresStore:
             held = counts.fetchall()
             if not held:
                 raise not_found(session_id)
-            searched = searched_terms(terms, {t: n for t, n in held if t is not None})
+            searched = searched_terms(terms, {t: n for _, t, n in held if t is not None})
             if not searched.terms:
                 return []
+            tag = session_tag(held[0][0])
             params = {
-                "query": tsquery(searched.terms),
+                "query": tsquery(tag + term for term in searched.terms),
                 "session": session_id,
                 "before": seq_bound(before),
                 "limit": limit,

@@ -32,11 +32,12 @@ APPEND_SQL = (
     "messages = messages + %(n)s, tokens = tokens + %(total)s, "
     "last_at = GREATEST(last_at, %(now)s) "
     "WHERE id = %(session)s "
-    "RETURNING last_seq - %(n)s AS seq0), "
+    "RETURNING last_seq - %(n)s AS seq0, search_number), "
     "added AS (INSERT INTO messages "
     "(session_id, seq, role, message, tokens, key, created_at, words) "
     "SELECT %(session)s, base.seq0 + m.i, m.role, m.message, m.tokens, m.key, %(now)s, "
-    "to_tsvector('simple', m.words) "
+    "to_tsvector('simple', regexp_replace(m.words, '\\S+', "
+    "'s' || base.search_number || 'x\\&', 'g')) "
     "FROM base, unnest(%(roles)s::text[], %(messages)s::text[], %(tokens)s::int[], "
     "%(keys)s::text[], %(words)s::text[]) WITH ORDINALITY AS m(role, message, tokens, key, words, i)), "
     "calls AS (INSERT INTO tool_calls (session_id, call_id, seq) "
@@ -51,9 +52,11 @@ APPEND_SQL = (
 )
 # The words are indexed by the 'simple' configuration (no stemming, no stopwords): they
 # come cut and lowered by contextfold.store.search, as SQLite and RAM index them.
-# The session's counts of the query's words (none: no session); ``searched_terms`` picks.
+# The session's search number and its counts of the query's words (no row: no session);
+# ``searched_terms`` picks. A message's words are under the session's prefix
+# (search.session_tag), given to the append without it.
 TERM_COUNTS_SQL = (
-    "SELECT t.term, t.messages FROM sessions AS s "
+    "SELECT s.search_number, t.term, t.messages FROM sessions AS s "
     "LEFT JOIN search_terms AS t ON t.session_id = s.id AND t.term = ANY(%(terms)s) "
     "WHERE s.id = %(session)s"
 )

@@ -16,10 +16,9 @@ rarest words only (``searched_terms``): rarest first while the messages
 holding them add up to at most ``CANDIDATES`` (or only the newest
 ``CANDIDATES`` messages holding the rarest, if it alone is in more). The
 common words of a query would rank nearly every message alike, so little is
-lost; and rare words are what recall is after. In the FTS5 index (SQLite and
-RAM stores) each session's words are stored under a prefix of its own
-(``session_tag``), so a search never reads another session's matches either;
-PostgreSQL's GIN index still holds every session's entries of a word.
+lost; and rare words are what recall is after. In the index each session's
+words are stored under a prefix of its own (``session_tag``), so a search never
+reads another session's matches either.
 """
 
 from __future__ import annotations
@@ -123,13 +122,14 @@ def searched_terms(terms: Sequence[str], counts: Mapping[str, int]) -> Searched:
 
 
 def session_tag(number: int) -> str:
-    """The prefix of a session's words in an FTS5 index shared by sessions, from the
-    session's number (no two live sessions share one): letters and digits, so prefix and
-    word stay one token, ended by ``x`` so that no two sessions' prefixed words are alike.
+    """The prefix of a session's words in an index shared by sessions (FTS5 or GIN), from
+    the session's number (no two live sessions share one): letters and digits, so prefix
+    and word stay one token, ended by ``x`` so that no two sessions' prefixed words are
+    alike.
 
-    A session's rows are also one range of rowids (``index_rowid``), but FTS5 would
-    still read every session's entries of a word to reach that range: the prefix gives
-    each session words of its own.
+    In FTS5 a session's rows are also one range of rowids (``index_rowid``), but FTS5
+    would still read every session's entries of a word to reach that range: the prefix
+    gives each session words of its own.
     """
     return f"s{number}x"
 
