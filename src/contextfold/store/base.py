@@ -141,6 +141,15 @@ class Store(Protocol):
         digits, stopwords dropped) are matched, any of them, against each
         message's text and tool calls (``contextfold.store.search``). A query
         without such words finds nothing.
+
+        Only the query's rarest words are searched by, so that a search's time
+        does not grow with the log: taken by how few of the session's messages
+        hold them (ties by the word), for as long as those messages add up to at
+        most ``search.CANDIDATES``, and always the rarest one; when even that
+        one is in more than ``CANDIDATES`` messages, only the newest
+        ``CANDIDATES`` of them (``seq < before``) are ranked. The counts are of
+        the whole log of the session, never of another. Ties in score rank the
+        newer message first.
         """
         ...
 

@@ -17,8 +17,16 @@ import time
 
 from contextfold.core.errors import StoreError
 from contextfold.store.recount import recount
-from contextfold.store.search import stored_text
-from contextfold.store.sqlite_sql import INDEX_SQL, SEARCH_TABLE_SQL
+from contextfold.store.search import (
+    FTS5_INSERT_SQL,
+    FTS5_TABLE_SQL,
+    index_rowid,
+    session_tag,
+    stored_text,
+    tagged,
+    term_counts,
+)
+from contextfold.store.sqlite_sql import COUNT_TERMS_SQL, SESSION_NUMBER_SQL, TERMS_TABLE_SQL
 
 MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
     (
@@ -133,8 +141,18 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
     (
         "007_message_search",
         # The words of each message (contextfold.store.search), by the message's rowid;
-        # the rows logged before it are indexed by ``migrate`` in the same transaction.
-        (SEARCH_TABLE_SQL,),
+        # made anew by 008, which indexes the rows logged before it.
+        (
+            "CREATE VIRTUAL TABLE message_text USING fts5(text, "
+            "tokenize = 'unicode61 remove_diacritics 0')",
+        ),
+    ),
+    (
+        "008_session_search",
+        # Each session's words under its own prefix, and how many messages hold each
+        # word (contextfold.store.search): the index is made anew and filled by
+        # ``migrate`` in the same transaction.
+        (*SESSION_NUMBER_SQL, "DROP TABLE message_text", FTS5_TABLE_SQL, TERMS_TABLE_SQL),
     ),
 ]
 
@@ -172,9 +190,19 @@ def check_ours(conn: sqlite3.Connection, path: str) -> None:
 
 
 def index_logged(conn: sqlite3.Connection) -> None:
-    """Index for search every message logged before the index existed."""
-    found = conn.execute("SELECT rowid, message FROM messages")
-    conn.executemany(INDEX_SQL, ((rowid, stored_text(body)) for rowid, body in found))
+    """Index for search every message logged before the index existed, session by session."""
+    sessions = conn.execute("SELECT id, search_number FROM sessions ORDER BY search_number")
+    for session_id, number in sessions.fetchall():
+        found = conn.execute(
+            "SELECT seq, message FROM messages WHERE session_id = ?", (session_id,)
+        ).fetchall()
+        texts = [(seq, stored_text(body)) for seq, body in found]
+        tag = session_tag(number)
+        conn.executemany(
+            FTS5_INSERT_SQL, ((index_rowid(number, seq), tagged(tag, t)) for seq, t in texts)
+        )
+        counts = term_counts(text for _, text in texts)
+        conn.executemany(COUNT_TERMS_SQL, ((session_id, *c) for c in counts.items()))
 
 
 def migrate(conn: sqlite3.Connection, path: str = "database") -> list[str]:
@@ -196,7 +224,7 @@ def migrate(conn: sqlite3.Connection, path: str = "database") -> list[str]:
                 conn.execute(statement)
             conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))
             applied.append(name)
-        if "007_message_search" in applied:
+        if "008_session_search" in applied:
             index_logged(conn)
         recount(conn, path)
         conn.execute("COMMIT")

@@ -15,7 +15,7 @@ from typing import Any
 from contextfold.core.log import LoggedMessage, NewMessage
 from contextfold.store import postgres_sql as q
 from contextfold.store.postgres_pool import Cursor, one_row, require
-from contextfold.store.search import index_text
+from contextfold.store.search import index_text, term_counts
 
 Prepared = tuple[NewMessage, str, str, list[str]]
 """A message checked for the log: itself, its role, its JSON and its tool call ids."""
@@ -61,7 +61,10 @@ def insert(
         require(cur, session_id)
         return [p for p in places if isinstance(p, LoggedMessage)], False
     now = time.time()
+    counts = term_counts(columns["words"])
     params = {
+        "terms": list(counts),
+        "term_counts": list(counts.values()),
         "session": session_id,
         "n": len(fresh),
         "now": now,

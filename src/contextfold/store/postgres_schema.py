@@ -27,7 +27,7 @@ from contextfold.core.errors import StoreError
 from contextfold.core.tokens import COUNT_VERSION
 from contextfold.store.migrations import pending
 from contextfold.store.recount import current, stale
-from contextfold.store.search import stored_text
+from contextfold.store.search import session_tag, stored_text, tagged, term_counts
 
 MIGRATIONS_TABLE = "contextfold_migrations"
 
@@ -128,9 +128,35 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
         "002_message_search",
         (
             # A message's words (contextfold.store.search) for full-text search, set by
-            # each append; the rows logged before it are indexed by ``migrate``.
+            # each append; the rows logged before it are indexed by ``migrate`` with 004.
             "ALTER TABLE messages ADD COLUMN words tsvector",
             "CREATE INDEX messages_words ON messages USING gin (words)",
+        ),
+    ),
+    (
+        "003_search_terms",
+        (
+            # How many of a session's messages hold each word: a search ranks by its
+            # rarest words (contextfold.store.search). Counted by each append; the rows
+            # logged before it are counted by ``migrate``.
+            """CREATE TABLE search_terms (
+                session_id text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+                term text COLLATE "C" NOT NULL,
+                messages integer NOT NULL,
+                PRIMARY KEY (session_id, term)
+            )""",
+        ),
+    ),
+    (
+        "004_session_search",
+        (
+            # Each session's words under a prefix of its own (search.session_tag), so
+            # that the GIN index gives a search only its session's entries of a word;
+            # ``migrate`` writes the rows logged before it anew.
+            "CREATE SEQUENCE session_search_numbers",
+            "ALTER TABLE sessions ADD COLUMN search_number bigint NOT NULL "
+            "DEFAULT nextval('session_search_numbers')",
+            "ALTER SEQUENCE session_search_numbers OWNED BY sessions.search_number",
         ),
     ),
 ]
@@ -148,6 +174,7 @@ OUR_TABLES = frozenset(
         "leases",
         "api_keys",
         "contextfold_count_version",
+        "search_terms",
     }
 )
 
@@ -185,21 +212,42 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> list[str]:
                 conn.execute(statement)
             conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} VALUES (%s, %s)", (name, time.time()))
             applied.append(name)
-        if "002_message_search" in applied:
+        if "004_session_search" in applied:
             index_logged(conn)
+        if "003_search_terms" in applied:
+            count_terms(conn)
         recount(conn, schema)
     return applied
 
 
 def index_logged(conn: psycopg.Connection[Any]) -> None:
-    """Index for search every message logged before the index existed."""
-    found = conn.execute("SELECT session_id, seq, message FROM messages").fetchall()
-    with conn.cursor() as cur:
-        cur.executemany(
-            "UPDATE messages SET words = to_tsvector('simple', %s) "
-            "WHERE session_id = %s AND seq = %s",
-            [(stored_text(body), sid, seq) for sid, seq, body in found],
-        )
+    """Index for search every message logged before the index existed, session by session."""
+    sessions = conn.execute("SELECT id, search_number FROM sessions ORDER BY id").fetchall()
+    for session_id, number in sessions:
+        found = conn.execute(
+            "SELECT seq, message FROM messages WHERE session_id = %s", (session_id,)
+        ).fetchall()
+        tag = session_tag(number)
+        with conn.cursor() as cur:
+            cur.executemany(
+                "UPDATE messages SET words = to_tsvector('simple', %s) "
+                "WHERE session_id = %s AND seq = %s",
+                [(tagged(tag, stored_text(body)), session_id, seq) for seq, body in found],
+            )
+
+
+def count_terms(conn: psycopg.Connection[Any]) -> None:
+    """Count the words of every message logged before the counts existed, session by session."""
+    for (session_id,) in conn.execute("SELECT id FROM sessions ORDER BY id").fetchall():
+        found = conn.execute(
+            "SELECT message FROM messages WHERE session_id = %s", (session_id,)
+        ).fetchall()
+        counts = term_counts(stored_text(body) for (body,) in found)
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO search_terms VALUES (%s, %s, %s)",
+                [(session_id, *c) for c in counts.items()],
+            )
 
 
 def recount(conn: psycopg.Connection[Any], schema: str) -> int:

@@ -32,26 +32,46 @@ APPEND_SQL = (
     "messages = messages + %(n)s, tokens = tokens + %(total)s, "
     "last_at = GREATEST(last_at, %(now)s) "
     "WHERE id = %(session)s "
-    "RETURNING last_seq - %(n)s AS seq0), "
+    "RETURNING last_seq - %(n)s AS seq0, search_number), "
     "added AS (INSERT INTO messages "
     "(session_id, seq, role, message, tokens, key, created_at, words) "
     "SELECT %(session)s, base.seq0 + m.i, m.role, m.message, m.tokens, m.key, %(now)s, "
-    "to_tsvector('simple', m.words) "
+    "to_tsvector('simple', regexp_replace(m.words, '\\S+', "
+    "'s' || base.search_number || 'x\\&', 'g')) "
     "FROM base, unnest(%(roles)s::text[], %(messages)s::text[], %(tokens)s::int[], "
     "%(keys)s::text[], %(words)s::text[]) WITH ORDINALITY AS m(role, message, tokens, key, words, i)), "
     "calls AS (INSERT INTO tool_calls (session_id, call_id, seq) "
     "SELECT %(session)s, c.call_id, base.seq0 + c.i "
     "FROM base, unnest(%(call_ids)s::text[], %(call_at)s::bigint[]) AS c(call_id, i) "
-    "ON CONFLICT DO NOTHING) "
+    "ON CONFLICT DO NOTHING), "
+    "counted AS (INSERT INTO search_terms (session_id, term, messages) "
+    "SELECT %(session)s, t.term, t.n "
+    "FROM base, unnest(%(terms)s::text[], %(term_counts)s::int[]) AS t(term, n) "
+    "ON CONFLICT (session_id, term) DO UPDATE SET messages = search_terms.messages + excluded.messages) "
     "SELECT seq0, pg_notify(%(channel)s, %(session)s) FROM base"
 )
 # The words are indexed by the 'simple' configuration (no stemming, no stopwords): they
 # come cut and lowered by contextfold.store.search, as SQLite and RAM index them.
+# The session's search number and its counts of the query's words (no row: no session);
+# ``searched_terms`` picks. A message's words are under the session's prefix
+# (search.session_tag), given to the append without it.
+TERM_COUNTS_SQL = (
+    "SELECT s.search_number, t.term, t.messages FROM sessions AS s "
+    "LEFT JOIN search_terms AS t ON t.session_id = s.id AND t.term = ANY(%(terms)s) "
+    "WHERE s.id = %(session)s"
+)
 SEARCH_SQL = (
     "SELECT seq, ts_rank(words, query) AS score "
     "FROM messages, to_tsquery('simple', %(query)s) AS query "
+    "WHERE session_id = %(session)s AND seq < %(before)s AND seq >= %(floor)s "
+    "AND words @@ query ORDER BY score DESC, seq DESC LIMIT %(limit)s"
+)
+# The seq of the oldest of the newest ``search.CANDIDATES`` matches, when only those
+# are ranked.
+FLOOR_SQL = (
+    "SELECT seq FROM messages, to_tsquery('simple', %(query)s) AS query "
     "WHERE session_id = %(session)s AND seq < %(before)s AND words @@ query "
-    "ORDER BY score DESC, seq DESC LIMIT %(limit)s"
+    "ORDER BY seq DESC OFFSET %(skip)s LIMIT 1"
 )
 MESSAGES_FROM_SQL = (
     f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND seq >= %s ORDER BY seq"

@@ -50,7 +50,17 @@ from contextfold.store.base import (
     view_config_json,
 )
 from contextfold.store.migrations import check_ours, migrate
-from contextfold.store.search import fts5_query, index_text, search_terms, seq_bound
+from contextfold.store.search import (
+    FTS5_INSERT_SQL,
+    fts5_search,
+    index_rowid,
+    index_text,
+    search_terms,
+    searched_terms,
+    session_tag,
+    tagged,
+    term_counts,
+)
 
 Durability = Literal["process", "full"]
 # What ``PRAGMA synchronous`` each durability sets (the class docstring says why).
@@ -188,10 +198,13 @@ class SQLiteStore:
     def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
         prepared = [rows.prepare(i, new) for i, new in enumerate(batch)]
         with self._write() as conn:
-            seq = int(self._row(conn, q.LAST_SEQ_SQL, (session_id,), session_id)[0] or 0)
+            last, number = self._row(conn, q.APPEND_HEAD_SQL, (session_id,), session_id)
+            seq = int(last or 0)
+            tag = session_tag(number)
             now = time.time()
             out: list[LoggedMessage] = []
             added: dict[str, LoggedMessage] = {}
+            texts: list[str] = []
             for new, role, message_json, calls in prepared:
                 known = self._known(conn, session_id, new.key, added)
                 if known is not None:
@@ -199,11 +212,12 @@ class SQLiteStore:
                     continue
                 seq += 1
                 key = new.key or None
-                rowid = conn.execute(
+                conn.execute(
                     q.INSERT_MESSAGE_SQL,
                     (session_id, seq, role, message_json, new.tokens, key, now),
-                ).lastrowid
-                conn.execute(q.INDEX_SQL, (rowid, index_text(new.message)))
+                )
+                texts.append(index_text(new.message))
+                conn.execute(FTS5_INSERT_SQL, (index_rowid(number, seq), tagged(tag, texts[-1])))
                 if calls:
                     conn.executemany(
                         q.INSERT_CALL_SQL, [(session_id, call_id, seq) for call_id in calls]
@@ -213,6 +227,8 @@ class SQLiteStore:
                     added[key] = logged
                 out.append(logged)
             conn.execute(q.SET_LAST_SEQ_SQL, (seq, session_id))
+            counts = term_counts(texts)
+            conn.executemany(q.COUNT_TERMS_SQL, [(session_id, *c) for c in counts.items()])
         return out
 
     @staticmethod
@@ -269,12 +285,18 @@ class SQLiteStore:
         self, session_id: str, query: str, *, limit: int = 20, before: int | None = None
     ) -> list[SearchHit]:
         terms = search_terms(query, limit, before)
-        params = (fts5_query(terms), session_id, seq_bound(before), limit)
         with self._read() as conn:
-            found = conn.execute(q.SEARCH_SQL, params).fetchall() if terms else []
-            if not found:
+            if not terms:
                 self._require(conn, session_id)
-        return [SearchHit(int(seq), float(score)) for seq, score in found]
+                return []
+            held = {"session": session_id, "terms": json.dumps(terms)}
+            counts = conn.execute(q.TERM_COUNTS_SQL, held).fetchall()
+            if not counts:
+                raise _not_found(session_id)
+            searched = searched_terms(terms, {t: n for _, t, n in counts if t is not None})
+            if not searched.terms:
+                return []
+            return fts5_search(conn, counts[0][0], searched, limit, before)
 
     def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:
         wanted = json.dumps(sorted(set(ids)))

@@ -14,6 +14,7 @@ from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.log import ApiKey, SessionInfo
 from contextfold.store import rows
 from contextfold.store.base import fold_ascii
+from contextfold.store.search import SEQ_BITS
 
 # SQLite's lower() folds ASCII letters only, which is what Store.list_sessions promises.
 LIST_SQL = (
@@ -30,12 +31,15 @@ INFO_SQL = (
     "GROUP BY s.id"
 )
 # Children before parents: the foreign keys are enforced. The search index's rows
-# are found by the messages' rowids (its session column is not indexed).
+# are the range of rowids under the session's search number (search.index_rowid).
+_NUMBER = "(SELECT search_number FROM sessions WHERE id = ?1)"
 DELETE_SQL = (
-    "DELETE FROM message_text WHERE rowid IN (SELECT rowid FROM messages WHERE session_id = ?)",
+    f"DELETE FROM message_text WHERE rowid > {_NUMBER} << {SEQ_BITS} "
+    f"AND rowid < ({_NUMBER} + 1) << {SEQ_BITS}",
     *(
         f"DELETE FROM {table} WHERE {column} = ?"
         for table, column in (
+            ("search_terms", "session_id"),
             ("tool_calls", "session_id"),
             ("folds", "session_id"),
             ("fold_versions", "session_id"),

@@ -6,8 +6,6 @@ text) and reused on every call. Reads that select from ``sessions`` answer
 only when they found nothing.
 """
 
-from contextfold.store.search import TOKENIZER
-
 _COLUMNS = "seq, message, tokens, key, created_at"
 SESSION_SQL = "SELECT id, encoding, meta, created_at FROM sessions WHERE id = ?"
 EXISTS_SQL = "SELECT 1 FROM sessions WHERE id = ?"
@@ -16,9 +14,10 @@ EXISTS_SQL = "SELECT 1 FROM sessions WHERE id = ?"
 _LAST = "MAX(s.last_seq, COALESCE((SELECT MAX(seq) FROM messages WHERE session_id = s.id), 0))"
 LAST_SEQ_SQL = f"SELECT {_LAST} FROM sessions AS s WHERE s.id = ?"
 SET_LAST_SEQ_SQL = "UPDATE sessions SET last_seq = ? WHERE id = ?"
+# A new session takes the next search number (contextfold.store.search.index_rowid).
 CREATE_SESSION_SQL = (
-    "INSERT OR IGNORE INTO sessions (id, encoding, meta, created_at, last_seq) "
-    "VALUES (?, ?, ?, ?, 0)"
+    "INSERT OR IGNORE INTO sessions (id, encoding, meta, created_at, last_seq, search_number) "
+    "VALUES (?, ?, ?, ?, 0, (SELECT COALESCE(MAX(search_number), 0) + 1 FROM sessions))"
 )
 FOLD_VERSION_SQL = (
     "SELECT (SELECT version FROM fold_versions WHERE session_id = s.id AND view = :view) "
@@ -121,15 +120,29 @@ TAKE_LEASE_SQL = (
 )
 RELEASE_LEASE_SQL = "DELETE FROM leases WHERE session_id = ? AND view = ? AND owner = ?"
 
-# Full-text search (contextfold.store.search): one FTS5 row a message, under the
-# message's rowid. ``OR REPLACE``: a row deleted by hand may free its rowid for the
-# next message, whose words then replace the stale ones. The join keeps to the
-# session's live messages; bm25() is lower for a better match, so the score is its negation.
-SEARCH_TABLE_SQL = f"CREATE VIRTUAL TABLE message_text USING fts5(text, {TOKENIZER})"
-INDEX_SQL = "INSERT OR REPLACE INTO message_text (rowid, text) VALUES (?, ?)"
-SEARCH_SQL = (
-    "SELECT m.seq, -bm25(message_text) AS score FROM message_text "
-    "JOIN messages AS m ON m.rowid = message_text.rowid "
-    "WHERE message_text MATCH ? AND m.session_id = ? AND m.seq < ? "
-    "ORDER BY bm25(message_text), m.seq DESC LIMIT ?"
+# Full-text search (contextfold.store.search): one FTS5 row a message, its words under
+# its session's prefix, its rowid made of the session's search number and its seq.
+# The number is a column of its own, never the session's rowid: VACUUM may renumber
+# the rowids of a table without an INTEGER PRIMARY KEY.
+SESSION_NUMBER_SQL = (
+    "ALTER TABLE sessions ADD COLUMN search_number INTEGER",
+    "UPDATE sessions SET search_number = rowid",
+    "CREATE UNIQUE INDEX sessions_search_number ON sessions (search_number)",
+)
+# How many of a session's messages hold each word: a search ranks by its rarest words.
+TERMS_TABLE_SQL = (
+    "CREATE TABLE search_terms (session_id TEXT NOT NULL REFERENCES sessions(id), "
+    "term TEXT NOT NULL, messages INTEGER NOT NULL, PRIMARY KEY (session_id, term)) WITHOUT ROWID"
+)
+COUNT_TERMS_SQL = (
+    "INSERT INTO search_terms VALUES (?, ?, ?) ON CONFLICT (session_id, term) "
+    "DO UPDATE SET messages = messages + excluded.messages"
+)
+# What an append reads first: the last seq, and the session's search number.
+APPEND_HEAD_SQL = f"SELECT {_LAST}, s.search_number FROM sessions AS s WHERE s.id = ?"
+# The session's search number and its counts of the query's words; no row: no session.
+TERM_COUNTS_SQL = (
+    "SELECT s.search_number, t.term, t.messages FROM sessions AS s "
+    "LEFT JOIN search_terms AS t ON t.session_id = s.id "
+    "AND t.term IN (SELECT value FROM json_each(:terms)) WHERE s.id = :session"
 )

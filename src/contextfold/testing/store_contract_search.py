@@ -13,6 +13,7 @@ import pytest
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.log import NewMessage
 from contextfold.store.base import Store
+from contextfold.store.search import CANDIDATES
 
 
 def _said(text: str, role: str = "user") -> NewMessage:
@@ -47,6 +48,25 @@ class SearchContract:
         assert hits[0].score > hits[1].score
         assert _seqs(store, "staging database")[0] == 2
         assert _seqs(store, "volcano") == []
+
+    def test_search_ranks_by_the_rarest_words_of_the_session(self, store: Store) -> None:
+        common = CANDIDATES + 1
+        _log(store, ["apple pie"] * common + ["apple banana", "banana split"])
+        assert sorted(_seqs(store, "apple banana")) == [common + 1, common + 2]
+        assert _seqs(store, "apple", limit=3) == [common + 1, common, common - 1]
+        _log(store, ["apple banana", "banana split", "cherry"], "other")
+        assert {h.seq for h in store.search("other", "apple banana")} == {1, 2}
+        assert store.delete_session("s")
+        _log(store, ["apple pie", "banana split"])
+        assert sorted(_seqs(store, "apple banana")) == [1, 2]
+
+    def test_search_of_a_word_in_too_many_messages_ranks_the_newest(self, store: Store) -> None:
+        many = CANDIDATES + 5
+        _log(store, ["apple pie"] * many + ["no fruit"])
+        found = _seqs(store, "apple", limit=many)
+        assert sorted(found) == list(range(6, many + 1))
+        assert sorted(_seqs(store, "apple pie", limit=many, before=many)) == list(range(5, many))
+        assert _seqs(store, "apple", limit=2, before=3) == [2, 1]
 
     def test_search_finds_tool_calls_and_content_parts(self, store: Store) -> None:
         store.create_session("s", encoding="o200k_base")
