@@ -128,30 +128,40 @@ def found_units(
 
     ``limit`` units at most, from up to ``_HITS_PER_UNIT`` times as many hits: the
     search stops below the prompt's recent messages, so few hits are shown already.
+    Hits are read ``limit`` at a time, each batch in one store read: a plain
+    message is a unit of its own, and only a hit in a tool unit is read again
+    with the messages around it.
     """
+    hits = [
+        hit.seq
+        for hit in store.search(session_id, query, limit=limit * _HITS_PER_UNIT, before=before)
+        if hit.seq > system
+    ]
     units: list[Unit] = []
     taken: set[int] = set()
-    for hit in store.search(session_id, query, limit=limit * _HITS_PER_UNIT, before=before):
-        if hit.seq in taken or hit.seq <= system:
-            continue
-        unit = unit_at(store, session_id, hit.seq)
-        if unit is None:
-            continue
-        taken.update(m.seq for m in unit)
-        if any(m.role in ("system", "developer") for m in unit):
-            continue
-        if keep is not None and not all(keep(m.message) for m in unit):
-            continue
-        units.append(unit)
-        if len(units) == limit:
-            break
+    for batch in range(0, len(hits), limit):
+        wanted = hits[batch : batch + limit]
+        read = {m.seq: m for m in store.messages_at(session_id, wanted)}
+        for logged in (read[seq] for seq in wanted if seq in read and seq not in taken):
+            plain = logged.role != "tool" and not logged.message.get("tool_calls")
+            unit = [logged] if plain else unit_at(store, session_id, logged.seq)
+            if unit is None:
+                continue
+            taken.update(m.seq for m in unit)
+            if any(m.role in ("system", "developer") for m in unit):
+                continue
+            if keep is not None and not all(keep(m.message) for m in unit):
+                continue
+            units.append(unit)
+            if len(units) == limit:
+                return units
     return units
 
 
 def unit_at(store: Store, session_id: str, seq: int) -> Unit | None:
-    """The unit holding ``seq``: read with the message after it (enough for a plain
-    message), and further back or on while the unit may reach past what was read;
-    None for a unit reaching past ``_MAX_REACH`` messages either way."""
+    """The unit holding ``seq``: read with the message after it, and further back or
+    on while the unit may reach past what was read; None for a unit reaching past
+    ``_MAX_REACH`` messages either way."""
     back, on = 0, 1
     while back <= _MAX_REACH and on <= _MAX_REACH:
         around = store.messages(session_id, max(1, seq - back), seq + on)

@@ -126,6 +126,14 @@ class Store(Protocol):
         """Up to ``limit`` messages with ``seq < before``, newest first (for render)."""
         ...
 
+    def messages_at(self, session_id: str, seqs: Sequence[int]) -> list[LoggedMessage]:
+        """The messages at these seqs, oldest first; a seq not in the log is left out.
+
+        One read for scattered messages (a search's hits, for recall), where
+        ``messages`` reads a range.
+        """
+        ...
+
     def last_seq(self, session_id: str) -> int:
         """The highest seq, 0 for an empty log."""
         ...

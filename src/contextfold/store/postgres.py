@@ -203,6 +203,14 @@ class PostgresStore:
                 require(cur, session_id)
         return [rows.logged(session_id, row) for row in found]
 
+    def messages_at(self, session_id: str, seqs: Sequence[int]) -> list[LoggedMessage]:
+        wanted = sorted({int(s) for s in seqs})
+        with self._db.read() as cur:
+            found = cur.execute(q.MESSAGES_AT_SQL, (session_id, wanted)).fetchall()
+            if not found:
+                require(cur, session_id)
+        return [rows.logged(session_id, row) for row in found]
+
     def messages_before(self, session_id: str, before: int, limit: int) -> list[LoggedMessage]:
         with self._db.read() as cur:
             found = (

@@ -176,6 +176,16 @@ class RAMStore:
         hi = len(log) if end is None else bisect.bisect_right(log, end, key=_seq)
         return copies(log[lo:hi])
 
+    def messages_at(self, session_id: str, seqs: Sequence[int]) -> list[LoggedMessage]:
+        self.get_session(session_id)
+        log = self._log[session_id]
+        found = []
+        for seq in sorted(set(seqs)):
+            i = bisect.bisect_left(log, seq, key=_seq)
+            if i < len(log) and log[i].seq == seq:
+                found.append(log[i])
+        return copies(found)
+
     def messages_before(self, session_id: str, before: int, limit: int) -> list[LoggedMessage]:
         self.get_session(session_id)
         log = self._log[session_id]

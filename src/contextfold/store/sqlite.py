@@ -258,6 +258,14 @@ class SQLiteStore:
                 self._require(conn, session_id)
         return [rows.logged(session_id, row) for row in found]
 
+    def messages_at(self, session_id: str, seqs: Sequence[int]) -> list[LoggedMessage]:
+        wanted = json.dumps(sorted({int(s) for s in seqs}))
+        with self._read() as conn:
+            found = conn.execute(q.MESSAGES_AT_SQL, (session_id, wanted)).fetchall()
+            if not found:
+                self._require(conn, session_id)
+        return [rows.logged(session_id, row) for row in found]
+
     def messages_before(self, session_id: str, before: int, limit: int) -> list[LoggedMessage]:
         with self._read() as conn:
             # SQLite reads a negative LIMIT as "no limit", so none is asked for then.

@@ -194,6 +194,15 @@ class StoreContract(SessionAdminContract, SearchContract):
         assert store.messages(sid, 5, 4) == []
         assert store.messages(sid, 11) == []
 
+    def test_messages_at_scattered_seqs_oldest_first(self, store: Store) -> None:
+        sid = _session(store, 10)
+        assert _seqs(store.messages_at(sid, [9, 2, 5, 2])) == [2, 5, 9]
+        assert [m.message["content"] for m in store.messages_at(sid, [4])] == ["m4"]
+        assert _seqs(store.messages_at(sid, [0, 3, 11, -1])) == [3]
+        assert store.messages_at(sid, []) == []
+        other = _session(store, 3, "other")
+        assert _seqs(store.messages_at(other, [1, 2, 9])) == [1, 2]
+
     def test_messages_before_newest_first_with_limit(self, store: Store) -> None:
         sid = _session(store, 10)
         assert _seqs(store.messages_before(sid, 8, 3)) == [7, 6, 5]
