@@ -57,7 +57,7 @@ def recall_render(
     """The prompt ``render_at(budget)`` gives, with what ``query`` recalls from the log."""
     first = render_at(budget)
     ranked = [
-        Candidate.of(unit, counter)
+        Candidate.of(unit)
         for unit in found_units(
             store,
             session_id,
