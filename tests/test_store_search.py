@@ -10,11 +10,12 @@ import pg
 import pytest
 from old_files import old_file
 
+from contextfold.core.errors import StoreError
 from contextfold.core.log import NewMessage
 from contextfold.store import SQLiteStore
 from contextfold.store import postgres_schema as pg_schema
 from contextfold.store.migrations import MIGRATIONS
-from contextfold.store.search import stored_text, term_counts
+from contextfold.store.search import SEQ_BITS, index_rowid, stored_text, term_counts
 
 _OLD_LOG = [
     {"role": "user", "content": "where is the lighthouse"},
@@ -140,3 +141,10 @@ def test_sqlite_search_rows_go_with_their_session_and_outlive_vacuum(tmp_path: P
     assert [h.seq for h in store.search("t", "puffin")] == [1]
     assert [h.seq for h in store.search("u", "puffin")] == [1]
     store.close()
+
+
+def test_a_seq_past_the_index_rowid_is_refused_not_wrapped() -> None:
+    assert index_rowid(2, 5) == (2 << SEQ_BITS) + 5
+    for number, seq in ((1, 1 << SEQ_BITS), (1, 0), (1 << (63 - SEQ_BITS), 1)):
+        with pytest.raises(StoreError, match="past what the search index numbers"):
+            index_rowid(number, seq)

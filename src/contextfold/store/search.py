@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from contextfold.core.errors import InvalidInput
+from contextfold.core.errors import InvalidInput, StoreError
 from contextfold.core.messages import text_of
 from contextfold.store.base import SearchHit
 
@@ -152,7 +152,13 @@ SEQ_BITS = 32
 
 
 def index_rowid(number: int, seq: int) -> int:
-    """The FTS5 rowid of message ``seq`` of the session numbered ``number``."""
+    """The FTS5 rowid of message ``seq`` of the session numbered ``number``; an append
+    past what the rowid can number is refused whole."""
+    if not 0 < seq < 1 << SEQ_BITS or not 0 < number < 1 << (63 - SEQ_BITS):
+        raise StoreError(
+            f"message {seq} of session number {number} is past what the search index numbers "
+            f"(seq below 2**{SEQ_BITS}, sessions below 2**{63 - SEQ_BITS})"
+        )
     return (number << SEQ_BITS) + seq
 
 
