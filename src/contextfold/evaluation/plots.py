@@ -65,11 +65,7 @@ def plot_retention(summary: Mapping[str, Any], path: Path) -> bool:
         f"What survives compaction: {summary['questions']} questions, "
         f"{summary['conversations']} conversations"
     )
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, ax, path)
     return True
 
 
@@ -101,9 +97,14 @@ def plot_tokens(summary: Mapping[str, Any], budget: str, path: Path) -> bool:
     )
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
+    _save(plt, fig, ax, path)
+    return True
+
+
+def _save(plt: Any, fig: Any, ax: Any, path: Path) -> None:
+    """Grid, the legend beside the plot, and the PNG written."""
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
-    return True
