@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from _common import POSTGRES, conversations, parse_args, postgres_up, report
+from _common import POSTGRES, conversations, parse_args, postgres_analyze, postgres_up, report
 
 from contextfold import BudgetError, Memory
 from contextfold.core.messages import Message, text_of
@@ -91,9 +91,14 @@ def fresh_render(view: View, query: str | None) -> None:
 
 
 def render_latency(
-    prefix: str, open_store: Callable[[], Store], sizes: dict[str, int], asked: list[str]
+    prefix: str,
+    open_store: Callable[[], Store],
+    sizes: dict[str, int],
+    asked: list[str],
+    after_load: Callable[[], None] = lambda: None,
 ) -> dict[str, float]:
-    """Render p50/p99 with recall off and on at the end of each log size."""
+    """Render p50/p99 with recall off and on at the end of each log size; ``after_load``
+    runs once each log is in."""
     figures: dict[str, float] = {}
     memory = Memory(open_store())
     for label, size in sizes.items():
@@ -101,6 +106,7 @@ def render_latency(
         log = looped_log(size)
         for i in range(0, size, 1000):
             session.extend(log[i : i + 1000])
+        after_load()
         view = session.view("offline", preset="offline", budget=LATENCY_BUDGET)
         view.compact()
         view.update(recall=False)
@@ -133,7 +139,9 @@ def postgres_latency(sizes: dict[str, int], asked: list[str]) -> dict[str, float
     schema = f"cf_bench_recall_{os.getpid()}"
     url = f"{POSTGRES}?schema={schema}&durability=process"
     try:
-        return render_latency("pg_", lambda: PostgresStore(url), sizes, asked)
+        return render_latency(
+            "pg_", lambda: PostgresStore(url), sizes, asked, lambda: postgres_analyze(schema)
+        )
     finally:
         with psycopg.connect(POSTGRES, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from _common import POSTGRES, conversations, parse_args, postgres_up, report
+from _common import POSTGRES, conversations, parse_args, postgres_analyze, postgres_up, report
 from store import per_call_us, pool, take
 
 from contextfold.core.log import NewMessage
@@ -121,12 +121,10 @@ def postgres_figures(messages: list[NewMessage], sizes: dict[str, int]) -> dict[
     schema = f"cf_bench_search_{os.getpid()}"
     url = f"{POSTGRES}?schema={schema}&durability=process"
 
-    def analyze() -> None:
-        with psycopg.connect(POSTGRES, autocommit=True) as conn:
-            conn.execute(f"ANALYZE {schema}.messages")
-
     try:
-        return search_percentiles("pg_", lambda: PostgresStore(url), messages, sizes, analyze)
+        return search_percentiles(
+            "pg_", lambda: PostgresStore(url), messages, sizes, lambda: postgres_analyze(schema)
+        )
     finally:
         with psycopg.connect(POSTGRES, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

@@ -23,6 +23,7 @@ first and shown in log order. The block goes where render left room for it
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -161,7 +162,7 @@ def fit(
     """
     if room is not None and room <= 0:
         return None
-    used = counter.message(block_of([]))
+    used = _header_tokens(counter)
     chosen: list[Sequence[LoggedMessage]] = []
     for candidate in ranked:
         if len(chosen) == limit:
@@ -177,6 +178,12 @@ def fit(
             return Block(message, tokens, seqs)
         chosen.pop()
     return None
+
+
+@functools.lru_cache(maxsize=16)
+def _header_tokens(counter: TokenCounter) -> int:
+    """What an empty block (its header line alone) costs with ``counter``."""
+    return counter.message(block_of([]))
 
 
 def with_block(rendered: Rendered, block: Block) -> Rendered:
