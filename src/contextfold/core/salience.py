@@ -22,7 +22,7 @@ import heapq
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,13 +83,16 @@ class Source:
     """One message (or one line of an earlier fold) that sentences are taken from.
 
     ``session`` is the header the source's lines go under (a date, a session
-    id, or None); ``user`` marks a user's text, whose constraints must be kept.
+    id, or None); ``user`` marks a user's text, whose constraints must be kept;
+    ``counted`` marks a source whose words the ``Frequencies`` given to ``weigh``
+    already count (an earlier fold's line, read before as a message).
     """
 
     session: str | None
     speaker: str
     text: str
     user: bool
+    counted: bool = False
 
 
 @dataclass
@@ -182,30 +185,69 @@ def _pieces(sentence: str, counter: TokenCounter) -> list[str]:
 
 
 @dataclass(frozen=True)
+class Frequencies:
+    """How many sources were read, and how many of them hold each word.
+
+    A fold keeps them (``carried``) so that the next fold, which reads only the
+    kept lines and the rounds since, weighs words as if over every message
+    folded: counted over its own sources, a word the whole conversation keeps
+    using looks as specific as a name said once.
+    """
+
+    sources: int
+    df: dict[str, int]
+
+    def specific(self) -> float:
+        """The most sources a specific word may be in (see ``SPECIFIC_SHARE``)."""
+        return max(SPECIFIC_MIN, SPECIFIC_SHARE * (self.sources + 1))
+
+    def carried(self, kept: Iterable[str]) -> Frequencies:
+        """What a fold keeps: the counts of the ``kept`` words (its lines' and spare
+        lines') and of every word said more than once. A word said once and
+        dropped is specific wherever it is seen again, unless said there often."""
+        keep = set(kept)
+        return Frequencies(
+            self.sources, {w: d for w, d in sorted(self.df.items()) if d > 1 or w in keep}
+        )
+
+
+@dataclass(frozen=True)
 class Weights:
     """Each candidate's content words with their rarity, and the rarest a word can be.
 
     They depend on the candidates alone, so a selection repeated with more room
-    (``ExtractiveSummary``'s refills) weighs them once.
+    (``ExtractiveSummary``'s refills) weighs them once. ``frequencies`` are the
+    counts they were weighed with, the ``prior`` given to ``weigh`` included.
     """
 
     words: list[tuple[tuple[str, float], ...]]
     top: float
+    frequencies: Frequencies
 
 
-def weigh(candidates: Sequence[Candidate], sources: Sequence[Source]) -> Weights:
+def weigh(
+    candidates: Sequence[Candidate], sources: Sequence[Source], prior: Frequencies | None = None
+) -> Weights:
     """A word is worth log(sources / sources holding it), a specific one log(sources),
     the most any can be: rare words carry the news. A model's words count
-    ``MODEL_WEIGHT`` of that."""
-    in_source = dict.fromkeys((c.source, w) for c in candidates for w in c.words)
-    df: Counter[str] = Counter(w for _, w in in_source)
-    n = len(sources) + 1
+    ``MODEL_WEIGHT`` of that. Sources are those read before (``prior``) and the
+    given ones not ``counted`` in it."""
+    in_source = dict.fromkeys(
+        (c.source, w) for c in candidates if not sources[c.source].counted for w in c.words
+    )
+    df: Counter[str] = Counter(prior.df if prior is not None else {})
+    df.update(w for _, w in in_source)
+    read = (prior.sources if prior is not None else 0) + sum(not s.counted for s in sources)
+    frequencies = Frequencies(read, dict(df))
+    n = read + 1
     top = math.log(n)
-    specific = max(SPECIFIC_MIN, SPECIFIC_SHARE * n)
+    specific = frequencies.specific()
     weight = {w: top if d <= specific else math.log(n / d) for w, d in df.items()}
     speaker = [MODEL_WEIGHT if s.speaker == MODEL_SPEAKER else 1.0 for s in sources]
     return Weights(
-        [tuple((w, speaker[c.source] * weight[w]) for w in c.words) for c in candidates], top
+        [tuple((w, speaker[c.source] * weight.get(w, top)) for w in c.words) for c in candidates],
+        top,
+        frequencies,
     )
 
 
@@ -271,15 +313,23 @@ def select(
 
 
 def compose(
-    chosen: Iterable[int], candidates: Sequence[Candidate], sources: Sequence[Source]
+    chosen: Iterable[int],
+    candidates: Sequence[Candidate],
+    sources: Sequence[Source],
+    spare: Collection[int] = (),
 ) -> list[dict[str, Any]]:
-    """Chosen pieces as lines in log order: one a source, adjacent pieces joined."""
+    """Chosen pieces as lines in log order: one a source, adjacent pieces joined.
+
+    Pieces also in ``spare`` make lines of their own, marked ``"spare": True``.
+    """
     lines: list[dict[str, Any]] = []
-    last_source, last_index = -1, -2
+    last: tuple[int, bool] = (-1, False)
+    last_index = -2
     for i in sorted(chosen):
         c = candidates[i]
         source = sources[c.source]
-        if c.source == last_source:
+        here = (c.source, i in spare)
+        if here == last:
             joiner = " " if i == last_index + 1 else " … "
             lines[-1]["text"] += joiner + c.text
         else:
@@ -291,7 +341,9 @@ def compose(
                     "text": c.text,
                 }
             )
-        last_source, last_index = c.source, i
+            if here[1]:
+                lines[-1]["spare"] = True
+        last, last_index = here, i
     return lines
 
 

@@ -27,7 +27,15 @@ from typing import Any
 from contextfold.core.entries import Entry
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message, text_of
-from contextfold.core.salience import Candidate, Source, candidates_of, compose, select, weigh
+from contextfold.core.salience import (
+    Candidate,
+    Frequencies,
+    Source,
+    candidates_of,
+    compose,
+    select,
+    weigh,
+)
 from contextfold.core.tokens import TokenCounter
 from contextfold.llm.base import LLM
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
@@ -53,6 +61,7 @@ class ExtractiveSummary:
     ratio: float = 0.25
     min_tokens: int = 64
     must_share: float = 0.25
+    spare: float = 1.0
     trigger: Trigger = field(default_factory=OverBudget)
     name: str = "extractive"
 
@@ -79,7 +88,7 @@ class ExtractiveSummary:
             while room - after(k) < self.min_tokens and k < foldable:
                 k += 1
             target = max(room - after(k), self.min_tokens)
-            if not state.over_budget:
+            if not state.above_high_water:
                 target = min(target, math.ceil(self.ratio * sums[closed[k - 1].last + 1]))
         last = closed[k - 1].last
         before = sums[last + 1]
@@ -96,9 +105,9 @@ class ExtractiveSummary:
         header = f"[Conversation History Summary (Rounds 1-{rounds})]\n{SUMMARIZED} {PREAMBLE}"
         probe: Message = {"role": "user", "content": header}
         room = target - counter.message(probe)
-        sources = _sources(job.entries, self.name)
+        sources, prior = _sources(job.entries, self.name)
         candidates = candidates_of(sources, counter)
-        weights = weigh(candidates, sources)
+        weights = weigh(candidates, sources, prior)
         chosen = select(candidates, sources, room, self.must_share, counter, weights)
         lines, message, tokens_after = _message(header, chosen, candidates, sources, counter)
         for _ in range(REFILLS):
@@ -114,6 +123,18 @@ class ExtractiveSummary:
             lines, message, tokens_after = _message(header, chosen, candidates, sources, counter)
         kept = [a for i in chosen for a in candidates[i].artifacts]
         every = {a for c in candidates for a in c.artifacts}
+        wider = select(
+            candidates,
+            sources,
+            room + math.ceil(self.spare * room),
+            self.must_share,
+            counter,
+            weights,
+        )
+        spare = [i for i in wider if i not in chosen]
+        carried = weights.frequencies.carried(
+            w for i in [*chosen, *spare] for w in candidates[i].words
+        )
         return [
             one_message_fold(
                 job,
@@ -127,6 +148,10 @@ class ExtractiveSummary:
                     "artifacts": list(dict.fromkeys(kept)),
                     "artifacts_dropped": len(every - set(kept)),
                     "lines": lines,
+                    "spare": _spare_lines(
+                        compose([*chosen, *spare], candidates, sources, set(spare))
+                    ),
+                    "frequencies": {"sources": carried.sources, "df": carried.df},
                 },
             )
         ]
@@ -140,8 +165,11 @@ def _rounds_in(entry: Entry) -> int:
     return 1
 
 
-def _sources(entries: Sequence[Entry], strategy: str) -> list[Source]:
+def _sources(entries: Sequence[Entry], strategy: str) -> tuple[list[Source], Frequencies | None]:
+    """The entries' messages, an earlier fold's lines in their place, and the word
+    counts that fold carried over the messages it read (None when none did)."""
     out: list[Source] = []
+    prior: Frequencies | None = None
     for entry in entries:
         fold = entry.fold
         if (
@@ -149,14 +177,18 @@ def _sources(entries: Sequence[Entry], strategy: str) -> list[Source]:
             and fold.strategy == strategy
             and isinstance(fold.data.get("lines"), list)
         ):
+            carried = _frequencies(fold.data.get("frequencies"))
+            if carried is not None:
+                prior = carried if prior is None else _sum(prior, carried)
             out.extend(
                 Source(
                     line.get("session"),
                     str(line["speaker"]),
                     str(line["text"]),
                     line.get("role") == "user",
+                    counted=carried is not None,
                 )
-                for line in fold.data["lines"]
+                for line in _pool(fold.data["lines"], fold.data.get("spare"))
             )
             continue
         for message in entry.messages:
@@ -170,7 +202,50 @@ def _sources(entries: Sequence[Entry], strategy: str) -> list[Source]:
                         message["role"] == "user",
                     )
                 )
+    return out, prior
+
+
+def _spare_lines(pool: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The spare lines of ``pool``, each with how many kept lines go before it."""
+    out: list[dict[str, Any]] = []
+    before = 0
+    for line in pool:
+        if line.pop("spare", False):
+            out.append({**line, "after": before})
+        else:
+            before += 1
     return out
+
+
+def _pool(lines: Sequence[dict[str, Any]], spare: Any) -> list[dict[str, Any]]:
+    """A fold's kept lines with its spare ones back in their places (log order)."""
+    extra = [s for s in spare if isinstance(s, dict)] if isinstance(spare, list) else []
+    out: list[dict[str, Any]] = []
+    j = 0
+    for k, line in enumerate(lines):
+        while j < len(extra) and int(extra[j].get("after", 0)) <= k:
+            out.append(extra[j])
+            j += 1
+        out.append(line)
+    out.extend(extra[j:])
+    return out
+
+
+def _frequencies(data: Any) -> Frequencies | None:
+    """A fold's ``frequencies`` (absent from folds made before they were kept)."""
+    if not isinstance(data, dict):
+        return None
+    sources, df = data.get("sources"), data.get("df")
+    if not isinstance(sources, int) or not isinstance(df, dict):
+        return None
+    return Frequencies(sources, {str(w): int(d) for w, d in df.items()})
+
+
+def _sum(a: Frequencies, b: Frequencies) -> Frequencies:
+    df = dict(a.df)
+    for w, d in b.df.items():
+        df[w] = df.get(w, 0) + d
+    return Frequencies(a.sources + b.sources, df)
 
 
 def _session_of(message: Message) -> str | None:
