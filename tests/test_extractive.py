@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from conftest import load_rows
 
 from contextfold import Memory, Session, View
+from contextfold.core.artifacts import sentences
 from contextfold.core.folds import Fold
 from contextfold.core.messages import text_of
 from contextfold.core.salience import Source, candidates_of, select, weigh
@@ -230,6 +232,44 @@ def test_incremental_fold_supersedes_the_previous_one() -> None:
     assert view.render_report().tokens <= 1500
 
 
+def fold_sentences(fold: Fold) -> set[str]:
+    """The sentences a summary fold quotes (its lines after the header, speakers dropped)."""
+    return {
+        text
+        for line in fold.text.split("\n")[2:]
+        for piece in line.partition(": ")[2].split(" … ")
+        for _, text in sentences(piece)
+    }
+
+
+def test_replayed_turn_by_turn_the_fold_keeps_what_one_fold_of_everything_keeps() -> None:
+    """Compacted after every append, each fold brings the view down to the low-water mark
+    (not below: the room is the budget's) and the last one quotes most of the sentences one
+    fold of the whole conversation quotes, though it was re-selected dozens of times."""
+    (row,) = load_rows("locomo_dev", limit=1)
+    messages = row["messages"]
+    session = new_session(messages)
+    budget = full_tokens(session) // 10
+    once = session.view("once", preset="offline", budget=budget)
+    once.compact()
+    (whole,) = summaries(once)
+    replay = Memory().session("r")
+    view = replay.view("v", preset="offline", budget=budget)
+    low = view.state().low_mark(budget)
+    folded_to = []
+    for message in messages:
+        replay.append(message)
+        if view.compact().folds:
+            folded_to.append(view.state().tokens)
+    (last,) = summaries(view)
+    assert len(summaries(view, include_superseded=True)) >= 10
+    assert min(folded_to) >= 0.9 * low
+    assert last.tokens_after >= 0.9 * whole.tokens_after
+    kept = fold_sentences(whole)
+    assert len(kept & fold_sentences(last)) >= 0.8 * len(kept)
+    assert view.render_report().tokens <= budget
+
+
 def test_same_input_same_fold_text() -> None:
     rows = load_rows("locomo_dev", limit=1)
     texts = []
@@ -313,6 +353,29 @@ def test_a_model_says_again_what_a_person_cannot() -> None:
     room = candidates[1].cost + 1
     chosen = select(candidates, sources, room, 0.0, COUNTER, weights)
     assert [candidates[i].source for i in chosen] == [1]
+
+
+def test_word_counts_a_fold_carries_weigh_its_lines_as_over_every_message() -> None:
+    """A refold reads an earlier fold's lines and the messages since; with the counts that
+    fold carried, a word the whole conversation uses weighs what it weighs over every
+    message, where counted over the refold's few sources it would look specific."""
+    old = [
+        Source(None, "user", f"The garden needs {NAMES[i % 16]} today.", True) for i in range(30)
+    ]
+    new = [
+        Source(None, "user", "Garden gnomes went missing.", True),
+        Source(None, "Melanie", "Quokkas visited again.", False),
+    ]
+    whole = weigh(candidates_of([*old, *new], COUNTER), [*old, *new])
+    first = weigh(candidates_of(old, COUNTER), old)
+    kept = replace(old[3], counted=True)
+    carried = first.frequencies.carried(candidates_of([kept], COUNTER)[0].words)
+    sources = [kept, *new]
+    refold = weigh(candidates_of(sources, COUNTER), sources, carried)
+    assert refold.words[0] == whole.words[3]
+    assert refold.frequencies.sources == whole.frequencies.sources == len(old) + len(new)
+    alone = weigh(candidates_of(sources, COUNTER), sources)
+    assert dict(alone.words[0])["garden"] == alone.top > dict(refold.words[0])["garden"]
 
 
 STOPWORDS = set(

@@ -14,7 +14,19 @@ read for session dates and ids only.
 
 Sizing follows the budget's low-water mark, which a cycle folds the view
 down to: the newest closed rounds stay verbatim while they fit
-``recent_share`` of it, and the fold text gets what is left.
+``recent_share`` of it, and the fold text gets what is left. Only a fold the
+budget did not ask for (another trigger fired below the high-water mark, or
+there is no budget) is cut to ``ratio`` of what it covers.
+
+A conversation compacted as it arrives is folded again and again, each fold
+choosing from the last one's sentences and the rounds since; to choose as one
+fold of everything would, a fold carries in its data what the next needs and
+no reader sees: the word counts over every message it read (``frequencies``:
+counted over its own few sources, a word the whole conversation keeps using
+would look as specific as a name said once) and ``spare`` sentences, the next
+best up to ``spare`` times its room, so a sentence weighed low early (its
+words looked common among the few messages read then) can come back once
+more of the conversation shows them to be rare.
 """
 
 from __future__ import annotations
