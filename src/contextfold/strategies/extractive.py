@@ -80,8 +80,22 @@ class ExtractiveSummary:
     def plan(self, state: ViewState) -> Job | None:
         if not self.trigger(state):
             return None
+        job = self._plan(state, self.keep_rounds)
+        if job is None and state.over_budget:
+            # The newest rounds alone are over budget: fold them too, into this fold,
+            # rather than leave the view to the rescue (whose fold this one cannot read).
+            # Not the round of the latest user message, which render must show.
+            user = state.latest_user
+            newest = sum(
+                1 for r in state.rounds if r.closed and user is not None and r.last >= user
+            )
+            if newest < self.keep_rounds:
+                job = self._plan(state, newest)
+        return job
+
+    def _plan(self, state: ViewState, keep_rounds: int) -> Job | None:
         closed = [r for r in state.rounds if r.closed]
-        foldable = len(closed) - max(self.keep_rounds, 0)
+        foldable = len(closed) - max(keep_rounds, 0)
         if foldable <= 0:
             return None
         sums = [0]
@@ -93,13 +107,14 @@ class ExtractiveSummary:
 
         k = foldable
         if state.budget is None:
-            target = math.ceil(self.ratio * sums[closed[k - 1].last + 1])
+            target = pool = math.ceil(self.ratio * sums[closed[k - 1].last + 1])
         else:
             room = state.low_mark(state.budget) - (state.tokens - sums[-1])
             k = next((n for n in range(1, foldable + 1) if after(n) <= self.recent_share * room), k)
             while room - after(k) < self.min_tokens and k < foldable:
                 k += 1
             target = max(room - after(k), self.min_tokens)
+            pool = max(room, target)
             if not state.above_high_water:
                 target = min(target, math.ceil(self.ratio * sums[closed[k - 1].last + 1]))
         last = closed[k - 1].last
@@ -109,7 +124,7 @@ class ExtractiveSummary:
         if before <= target or (refold and not state.over_budget):
             return None
         rounds = sum(_rounds_in(state.entries[r.first]) for r in closed[:k])
-        return job_for(self.name, state, 0, last, target=target, rounds=rounds)
+        return job_for(self.name, state, 0, last, target=target, rounds=rounds, pool=pool)
 
     def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
         target: int = job.params["target"]
@@ -135,10 +150,14 @@ class ExtractiveSummary:
             lines, message, tokens_after = _message(header, chosen, candidates, sources, counter)
         kept = [a for i in chosen for a in candidates[i].artifacts]
         every = {a for c in candidates for a in c.artifacts}
+        # Spare sentences are sized by the most room a fold gets (``pool``: the low-water
+        # mark with nothing verbatim beside it), not by this fold's: a fold squeezed by
+        # one long round still keeps what the next, roomier one can bring back.
+        pool: int = job.params.get("pool", target)
         wider = select(
             candidates,
             sources,
-            room + math.ceil(self.spare * room),
+            room + math.ceil(self.spare * max(pool, room)),
             self.must_share,
             counter,
             weights,
