@@ -176,6 +176,25 @@ def test_retention_counts_the_answer_kept_and_not_the_one_dropped() -> None:
     assert row_summary["renders"] == 4
 
 
+def test_a_recalling_view_is_scored_with_each_question_as_its_query() -> None:
+    """More rare facts than a fold of 300 tokens holds: offline recalls the asked one."""
+    foods = [f"{c}{d}berry" for c in "bcdfghjklm" for d in "aeiou"][:40]
+    messages: list[dict[str, Any]] = []
+    for i, food in enumerate(foods):
+        messages.append({"role": "user", "content": f"On trip {i + 1} I tasted {food} pie."})
+        messages.append({"role": "assistant", "content": f"{FILLER[i % 2]} ({i})"})
+    questions = [
+        {"question": f"Which pie did I taste on trip {n}?", "answer": foods[n - 1]}
+        for n in (3, 17, 29)
+    ]
+    conversation = Conversation("pies", messages, questions)
+    result = replay(conversation, ["offline", "keep-recent"], parse_budgets("300"), samples=2)
+    offline, keep = result.arms
+    assert keep.recalls == [0.0, 0.0, 0.0]
+    assert offline.recalls == [1.0, 1.0, 1.0]
+    assert 0 < offline.tokens_after <= 300
+
+
 # -- the command --------------------------------------------------------------
 
 

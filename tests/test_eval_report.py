@@ -437,7 +437,11 @@ def test_judge_grades_each_arm_and_the_full_context(
     assert "Gold answer: Zanzibar" in graded and "Answer to grade: an answer" in graded
     # Each arm's prompt is its own render plus the question: the log was not changed.
     assert len(answers.requests[1].body["messages"]) < len(answers.requests[0].body["messages"])
-    assert answers.requests[1].body["messages"][:-1] == answers.requests[4].body["messages"][:-1]
+    # keep-recent does not recall: both questions are asked of its one final prompt;
+    # offline recalls by each question, so each question gets its own render.
+    assert answers.requests[2].body["messages"][:-1] == answers.requests[5].body["messages"][:-1]
+    recalled = [m["content"] for m in answers.requests[1].body["messages"] if m["role"] == "system"]
+    assert len(recalled) == 1 and "user: Last spring I travelled to Zanzibar" in recalled[0]
 
 
 def test_verdicts_and_graded_questions() -> None:

@@ -288,6 +288,7 @@ def test_render_reports_what_it_did(client: TestClient) -> None:
         "omitted": 0,
         "clipped": [],
         "whole": True,
+        "recalled": [],
     }
     tight = client.get(f"{API}/s1/views/default/render", params={"budget": 800}).json()
     assert tight["report"]["budget"] == 800 and tight["report"]["tokens"] <= 800

@@ -45,6 +45,13 @@ class Rendered:
     names raw messages only): the prompt is the view as it is."""
     budget: int | None = None
     """The budget the prompt was fit to (None: no budget)."""
+    shown: tuple[int, ...] = ()
+    """Seqs of the raw messages in the prompt (whole or clipped): what recall leaves out."""
+    recall_at: int | None = None
+    """Where a recall block goes in ``messages``: after the folds, before the run of
+    recent raw messages that ends the prompt (``contextfold.core.recall``)."""
+    recalled: tuple[int, ...] = ()
+    """Seqs of the logged messages recalled into the prompt, in log order."""
 
 
 def render(
@@ -93,6 +100,8 @@ def render(
         left = room - facts_tokens
 
     taken: list[list[Message]] = []
+    raw_units: list[bool] = []  # per taken unit: it holds no fold
+    shown: set[int] = set()
     taken_tokens = 0
     fold_ids: list[str] = [facts.id] if facts is not None and facts_msgs else []
     clipped: list[int] = []
@@ -118,6 +127,8 @@ def render(
             taken.append(fitted[0])
             taken_tokens += fitted[1]
         fold_ids.extend(e.fold.id for e in unit if e.fold is not None)
+        raw_units.append(all(e.fold is None for e in unit))
+        shown.update(e.start for e in unit if e.fold is None)
         edge = unit[0].start
         user_seen = user_seen or holds_user(unit)
 
@@ -168,6 +179,7 @@ def render(
     pinned: list[Message] = []
     if latest_user is not None and not user_seen:
         pinned = [for_model(latest_user.messages[0])]
+        shown.add(latest_user.start)
         if edge is not None:
             after = max(edge - 1 - latest_user.start, 0)
         before = max(latest_user.start - first_seq, 0) if cut else 0
@@ -183,8 +195,21 @@ def render(
         out = head + facts_msgs + pinned + tail
         total = body_tokens
     whole = not shortened and before + after == 0
+    recent = 0  # messages in the newest units holding no fold
+    for unit_msgs, raw in zip(taken, raw_units, strict=True):
+        if not raw:
+            break
+        recent += len(unit_msgs)
     return Rendered(
-        out, total, before + after, tuple(sorted(clipped)), tuple(fold_ids), whole, budget
+        out,
+        total,
+        before + after,
+        tuple(sorted(clipped)),
+        tuple(fold_ids),
+        whole,
+        budget,
+        tuple(sorted(shown)),
+        len(out) - recent,
     )
 
 

@@ -8,6 +8,13 @@ conversation (tokens after, folds, answer recall, QA accuracy) are read at
 the end. Budgets in percent are of the full conversation's tokens, so early
 turns may fit without folding, as they would in real use.
 
+A question is scored (and judged) on the prompt it would be answered from:
+for a view that recalls (``offline`` and ``chat`` by default), the final view
+rendered again with the question as the query, in its budget less the
+question's tokens, since in use the question is the latest user message and
+comes out of the same budget; for any other view, its final prompt. A budget
+too small for the question too scores the final prompt.
+
 With ``llm`` the views' strategies call it (each arm through its own
 ``MeteredModel``, so every call is counted, a failed job's too); without it
 they run on the offline stand-in, whose calls are counted apart as paid by
@@ -29,10 +36,11 @@ from contextfold.evaluation.budgets import Budget
 from contextfold.evaluation.inputs import Conversation
 from contextfold.evaluation.judge import QAJudge, judged_questions
 from contextfold.evaluation.metered import MeteredModel
-from contextfold.evaluation.retention import answer_keys, prompt_words, recall
+from contextfold.evaluation.retention import keyed_questions, prompt_words, recall
 from contextfold.llm.base import LLM
 from contextfold.llm.offline import OFFLINE
 from contextfold.memory.session import Memory
+from contextfold.memory.view import View
 
 StepCallback = Callable[[], None]
 """Called once per sampled turn and once per graded question (for a progress bar)."""
@@ -113,14 +121,14 @@ def replay(
     whole.extend(conversation.messages)
     full_view = whole.view("full")
     full_tokens = full_view.state().tokens
-    keys = answer_keys(conversation.messages, conversation.questions)
+    keyed = keyed_questions(conversation.messages, conversation.questions)
     full_prompt = full_view.render()
     full_words = prompt_words(full_prompt)
     result = ConversationResult(
         conversation.id,
         len(conversation.messages),
         full_tokens,
-        [recall(k, full_words) for k in keys],
+        [recall(k, full_words) for _, k in keyed],
         [],
         title=conversation.title,
     )
@@ -138,7 +146,7 @@ def replay(
             meters.append(meter)
             name = f"{preset}@{budget.label}"
             views.append(session.view(name, preset=preset, budget=tokens, llm=meter))
-    prompts: list[list[Message]] = []
+    prompts: list[Callable[[Mapping[str, Any]], list[Message]]] = []
     logged = 0
     for cut in sample_turns(len(conversation.messages), samples):
         session.extend(conversation.messages[logged:cut])
@@ -170,9 +178,9 @@ def replay(
             if cut == len(conversation.messages):
                 arm.tokens_after = rendered.tokens
                 arm.folds = len(view.folds())
-                seen = prompt_words(rendered.messages)
-                arm.recalls = [recall(k, seen) for k in keys]
-                prompts.append(rendered.messages)
+                asked = _asker(view, rendered.messages, arm.budget_tokens)
+                arm.recalls = [recall(k, prompt_words(asked(q))) for q, k in keyed]
+                prompts.append(asked)
         if on_step is not None:
             on_step()
     for arm, meter in zip(result.arms, meters, strict=True):
@@ -181,8 +189,27 @@ def replay(
     if qa is not None:
         for question in judged_questions(conversation.questions, questions):
             result.full_correct.append(qa.grade(full_prompt, question))
-            for arm, prompt in zip(result.arms, prompts, strict=True):
-                arm.correct.append(qa.grade(prompt, question))
+            for arm, asked in zip(result.arms, prompts, strict=True):
+                arm.correct.append(qa.grade(asked(question), question))
             if on_step is not None:
                 on_step()
     return result
+
+
+def _asker(
+    view: View, final: list[Message], budget: int
+) -> Callable[[Mapping[str, Any]], list[Message]]:
+    """The prompt each question is answered from (see the module docstring)."""
+    if view.config.recall_settings is None:
+        return lambda question: final
+    counter = view.session.counter
+
+    def asked(question: Mapping[str, Any]) -> list[Message]:
+        text = str(question["question"])
+        room = budget - counter.message({"role": "user", "content": text})
+        try:
+            return view.render_report(room, query=text).messages if room > 0 else final
+        except BudgetError:
+            return final
+
+    return asked

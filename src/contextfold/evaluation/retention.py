@@ -46,14 +46,23 @@ def key_words(question: Mapping[str, Any], df: Counter[str], limit: float) -> se
     }
 
 
-def answer_keys(
+def keyed_questions(
     messages: Sequence[Message], questions: Iterable[Mapping[str, Any]]
-) -> list[set[str]]:
-    """Key words of each question with a gold answer, over the whole conversation;
+) -> list[tuple[Mapping[str, Any], set[str]]]:
+    """Each question with a gold answer and its key words over the whole conversation;
     questions with no key word are left out."""
     df = Counter(w for m in messages for w in words(text_of(m)))
     limit = max(3.0, 0.01 * len(messages))
-    return [keys for q in questions for keys in [key_words(q, df, limit)] if keys]
+    return [
+        (q, keys) for q in questions if "answer" in q for keys in [key_words(q, df, limit)] if keys
+    ]
+
+
+def answer_keys(
+    messages: Sequence[Message], questions: Iterable[Mapping[str, Any]]
+) -> list[set[str]]:
+    """The key words of ``keyed_questions``, alone."""
+    return [keys for _, keys in keyed_questions(messages, questions)]
 
 
 def recall(keys: set[str], vocabulary: set[str]) -> float:

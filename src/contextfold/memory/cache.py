@@ -5,8 +5,8 @@ new messages can change. So when the fold and configuration versions are the
 ones the cached value was built at, the next prompt is the last one plus the
 new messages (if they still fit the budget without a cut), and the next state
 the last one plus their entries. Everything else (a commit, a new budget, a
-cut, a filter that might hide part of an earlier tool unit) falls back to a
-fresh read. A turn then costs what it appends, not what the view holds, and
+cut, a filter that might hide part of an earlier tool unit, a new user message
+in a view that recalls by it) falls back to a fresh read. A turn then costs what it appends, not what the view holds, and
 its prompt extends the previous one byte for byte, which keeps providers'
 prefix caches warm.
 
@@ -86,12 +86,24 @@ class PromptCache:
         self._grown.put(key, head.last_seq, _copy(rendered) if rendered.whole else None)
 
     def extend(
-        self, head: Head, budget: int | None, keep: MessageFilter | None, read_after: ReadAfter
+        self,
+        head: Head,
+        budget: int | None,
+        keep: MessageFilter | None,
+        read_after: ReadAfter,
+        *,
+        new_query: bool = False,
     ) -> Rendered | None:
-        """The prompt at ``head`` from the cached one, or None when it must be rendered afresh."""
+        """The prompt at ``head`` from the cached one, or None when it must be rendered afresh.
+
+        With ``new_query`` (the view recalls by its latest user message), a new user
+        message renders afresh: the recall block it asks for is another one.
+        """
 
         def extend(base: Rendered, new: list[LoggedMessage]) -> Rendered | None:
             if keep is not None and not all(keep(m.message) for m in new):
+                return None
+            if new_query and any(m.role == "user" for m in new):
                 return None
             messages = list(base.messages)
             for logged in new:
@@ -103,7 +115,8 @@ class PromptCache:
             tokens = base.tokens + sum(m.tokens for m in new)
             if budget is not None and tokens > budget:
                 return None
-            return Rendered(messages, tokens, 0, (), base.folds, True, budget)
+            shown = base.shown + tuple(m.seq for m in new)
+            return replace(base, messages=messages, tokens=tokens, shown=shown)
 
         key = (head.fold_version, head.view_version, budget)
         grown = self._grown.grow(key, head.last_seq, read_after, extend)

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from contextfold.core.checks import check_budget
 from contextfold.core.errors import InvalidInput
+from contextfold.core.recall import RecallSettings
 from contextfold.memory.filters import MessageFilter, check_filter, compile_filter
 from contextfold.strategies.base import HIGH_WATER, LOW_WATER
 from contextfold.strategies.pipeline import Pipeline
@@ -42,6 +44,10 @@ class ViewConfig:
     high_water: float = HIGH_WATER
     low_water: float = LOW_WATER
     local: bool = False
+    recall: Mapping[str, Any] | bool | None = None
+    """Recall from the log (``contextfold.memory.recall``): true, false, or
+    ``{"share": 0.4, "limit": 16}``; None takes the preset's default (on for
+    ``chat`` and ``offline``)."""
 
     def __post_init__(self) -> None:
         if self.preset is not None and self.pipeline is not None:
@@ -66,9 +72,10 @@ class ViewConfig:
                 raise InvalidInput(f"{name} is a share of the budget in (0, 1]", field=name)
         if self.low_water >= self.high_water:
             raise InvalidInput("low_water must be below high_water", field="low_water")
-        # A record that cannot be built, or whose prompt templates cannot be
-        # filled, is refused before it is stored.
+        # A record that cannot be built, or whose prompt templates or recall
+        # settings are wrong, is refused before it is stored.
         pipeline = self.build_pipeline()
+        _ = self.recall_settings
         for i, strategy in enumerate(pipeline.strategies if pipeline is not None else ()):
             prompt = getattr(strategy, "prompt", None)
             if isinstance(prompt, str | Path):
@@ -108,6 +115,16 @@ class ViewConfig:
         if self.pipeline is not None:
             return pipeline_from_data(self.pipeline)
         return None
+
+    @cached_property
+    def recall_settings(self) -> RecallSettings | None:
+        """What the view recalls (None: recall is off), the preset's default filled in.
+
+        Only a named preset has a default: a pipeline stored as data recalls only
+        when ``recall`` says so, the same in every process.
+        """
+        pipeline = self.build_pipeline() if self.preset is not None else None
+        return RecallSettings.of(self.recall, pipeline is not None and pipeline.recall)
 
     def message_filter(self) -> MessageFilter | None:
         return None if self.filter is None else compile_filter(self.filter)

@@ -248,6 +248,7 @@ class Session:
         high_water: float | None = None,
         low_water: float | None = None,
         local: bool = False,
+        recall: Mapping[str, Any] | bool | None = None,
         **preset_options: Any,
     ) -> View:
         """Open a view; with settings, store them (only those given change).
@@ -255,7 +256,8 @@ class Session:
         Stored with the session, so any process reopens the same view by name:
         ``preset`` and its options or a ``pipeline`` (registered strategies),
         ``budget``, a declarative ``filter`` (``contextfold.memory.filters``),
-        ``model`` as a ``get_model`` string, and the water marks. What cannot
+        ``model`` as a ``get_model`` string, the water marks, and ``recall``
+        (``contextfold.memory.recall``; None keeps what is stored). What cannot
         be stored stays with this ``Memory``, for this process only: a Python
         callable as ``filter``, a model object as ``llm``, and, with
         ``local=True``, a pipeline holding Python code (a ``Predicate``
@@ -289,6 +291,7 @@ class Session:
                 "model": model,
                 "high_water": high_water,
                 "low_water": low_water,
+                "recall": recall,
             }.items()
             if v is not None
         }

@@ -25,7 +25,7 @@ from contextfold.core.errors import InvalidInput
 from contextfold.core.events import EventCallback
 from contextfold.core.folds import Fold, active_facts, active_in_place
 from contextfold.core.log import LoggedMessage
-from contextfold.core.messages import Message
+from contextfold.core.messages import Message, text_of
 from contextfold.core.render import Rendered, render
 from contextfold.core.units import answer_missing, whole_units
 from contextfold.llm.base import LLM
@@ -37,6 +37,7 @@ from contextfold.memory.cycle import CompactionReport, SessionSide, compact
 from contextfold.memory.filters import MessageFilter
 from contextfold.memory.heal import Checked, sound_folds
 from contextfold.memory.leases import held_lease
+from contextfold.memory.recall import recall_render
 from contextfold.store.base import Head, Store
 from contextfold.store.wake import LocalWake
 from contextfold.strategies.base import ViewState
@@ -268,57 +269,95 @@ class View:
             counter=self.session.counter,
         )
 
-    def render(self, budget: int | None = None) -> list[Message]:
-        """The prompt for the next model call."""
-        return self.render_report(budget).messages
+    def render(self, budget: int | None = None, *, query: str | None = None) -> list[Message]:
+        """The prompt for the next model call (``query``: see ``render_report``)."""
+        return self.render_report(budget, query=query).messages
 
-    def render_report(self, budget: int | None = None) -> Rendered:
-        """Render, with what was omitted and clipped on the way.
+    def render_report(self, budget: int | None = None, *, query: str | None = None) -> Rendered:
+        """Render, with what was omitted, clipped and recalled on the way.
+
+        With recall on (``ViewConfig.recall``), logged messages the prompt lacks
+        are recalled by the latest user message, or by ``query`` when given
+        (``contextfold.memory.recall``).
 
         A prompt whose view only grew by appends since the last render is that
         prompt plus the new messages, when they fit: no fold moved, so nothing
-        before them can differ. Anything else renders afresh.
+        before them can differ. Anything else renders afresh, and so does a
+        prompt whose recall may have changed: a new user message (a new query)
+        or a query given here.
         """
         check_budget(budget)
+        if query is not None and not isinstance(query, str):
+            raise InvalidInput("query is a string", field="query")
         head = self._head()
         config, _, keep = self._built(head.view_version)
+        if query is not None and config.recall_settings is None:
+            raise InvalidInput(
+                f"recall is off for view {self.name!r}: turn it on with recall=", field="query"
+            )
         wanted = budget if budget is not None else config.budget
         prompts = self.binding.prompts
+        if query is not None:
+            return self._render(wanted, keep, config, query)[1]
         fast = prompts.extend(
-            head, wanted, keep, lambda after: self._store.messages(self.session.id, after + 1)
+            head,
+            wanted,
+            keep,
+            lambda after: self._store.messages(self.session.id, after + 1),
+            new_query=config.recall_settings is not None,
         )
         if fast is not None:
             return fast
-        head, rendered = self._render(wanted, keep)
+        head, rendered = self._render(wanted, keep, config, None)
         prompts.put(head, wanted, rendered)
         return rendered
 
-    def _render(self, budget: int | None, keep: MessageFilter | None) -> tuple[Head, Rendered]:
+    def _render(
+        self, budget: int | None, keep: MessageFilter | None, config: ViewConfig, query: str | None
+    ) -> tuple[Head, Rendered]:
         sid = self.session.id
         system = self._system()
         head, folds = self._sound_folds(len(system))
         latest = self._store.last_of_role(sid, "user")
         in_place = active_in_place(folds)
-        latest_user = None
-        if (
-            latest is not None
-            and latest.seq <= head.last_seq
-            and (keep is None or keep(latest.message))
-            and not any(f.start <= latest.seq <= f.end for f in in_place)
+        if latest is not None and (
+            latest.seq > head.last_seq or not (keep is None or keep(latest.message))
         ):
+            latest = None
+        latest_user = None
+        if latest is not None and not any(f.start <= latest.seq <= f.end for f in in_place):
             latest_user = Entry.of_message(latest)
-        entries = self._log_newest_first(in_place, after=len(system), last=head.last_seq)
-        if keep is not None:
-            entries = whole_units(entries, lambda e: e.message, keep)
-        return head, render(
-            system=[m.message for m in system],
-            newest_first=answer_missing(entries, self.session.counter),
-            counter=self.session.counter,
+
+        def render_at(fit_to: int | None) -> Rendered:
+            entries = self._log_newest_first(in_place, after=len(system), last=head.last_seq)
+            if keep is not None:
+                entries = whole_units(entries, lambda e: e.message, keep)
+            return render(
+                system=[m.message for m in system],
+                newest_first=answer_missing(entries, self.session.counter),
+                counter=self.session.counter,
+                budget=fit_to,
+                facts=active_facts(folds),
+                latest_user=latest_user,
+                first_seq=len(system) + 1,
+                system_tokens=sum(m.tokens for m in system),
+            )
+
+        settings = config.recall_settings
+        if query is None and latest is not None:
+            query = text_of(latest.message)
+        if settings is None or not query:
+            return head, render_at(budget)
+        return head, recall_render(
+            render_at,
+            store=self._store,
+            session_id=sid,
+            query=query,
+            settings=settings,
             budget=budget,
-            facts=active_facts(folds),
-            latest_user=latest_user,
-            first_seq=len(system) + 1,
-            system_tokens=sum(m.tokens for m in system),
+            keep=keep,
+            system=len(system),
+            counter=self.session.counter,
         )
 
     def _log_newest_first(self, in_place: list[Fold], *, after: int, last: int) -> Iterator[Entry]:

@@ -119,6 +119,9 @@ class ViewIn(Closed):
     filter: dict[str, Any] | None = None
     high_water: float | None = Field(None, gt=0, le=1)
     low_water: float | None = Field(None, gt=0, le=1)
+    recall: bool | dict[str, Any] | None = Field(
+        None, description='recall from the log: true, false or {"share": 0.4, "limit": 16}'
+    )
     expected_version: int | None = Field(
         None, ge=0, description="refuse the update (409) unless the view is at this version"
     )
@@ -187,6 +190,7 @@ class RenderReport(BaseModel):
     omitted: int = Field(description="messages left out by the last-resort cut")
     clipped: list[int] = Field(description="seq of the messages shortened to fit")
     whole: bool = Field(description="nothing left out or shortened")
+    recalled: list[int] = Field(description="seq of the logged messages recalled into the prompt")
 
 
 class RenderOut(BaseModel):

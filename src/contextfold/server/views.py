@@ -110,12 +110,20 @@ async def get_view(sid: SessionPath, name: ViewPath, svc: ServiceDep, tenant: Te
 
 @router.get("/{name}/render", response_model=RenderOut)
 async def render(
-    sid: SessionPath, name: ViewPath, svc: ServiceDep, tenant: Tenant, budget: Budget = None
+    sid: SessionPath,
+    name: ViewPath,
+    svc: ServiceDep,
+    tenant: Tenant,
+    budget: Budget = None,
+    query: Annotated[
+        str | None,
+        Query(max_length=10_000, description="recall by this text, not the latest user message"),
+    ] = None,
 ) -> FastJSON:
     """The view's prompt for the next model call, with what render did to fit it."""
 
     def rendered() -> dict[str, Any]:
-        prompt = stored_view(svc, tenant, sid, name).render_report(budget)
+        prompt = stored_view(svc, tenant, sid, name).render_report(budget, query=query)
         report = {
             "tokens": prompt.tokens,
             "budget": prompt.budget,
@@ -123,6 +131,7 @@ async def render(
             "omitted": prompt.omitted,
             "clipped": list(prompt.clipped),
             "whole": prompt.whole,
+            "recalled": list(prompt.recalled),
         }
         return {"messages": prompt.messages, "report": report}
 

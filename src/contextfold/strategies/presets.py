@@ -62,7 +62,8 @@ def preset_names() -> list[str]:
 def offline(
     *, keep_last: int = 5, exclude_tools: tuple[str, ...] = (), **extractive: Any
 ) -> Pipeline:
-    """The default: mask old tool output, then fold old rounds extractively. No model."""
+    """The default: mask old tool output, then fold old rounds extractively, and recall
+    what was folded away (``contextfold.memory.recall``). No model."""
     return Pipeline(
         [
             ObservationMasking(
@@ -71,7 +72,13 @@ def offline(
             ExtractiveSummary(**extractive),
         ],
         name="offline",
+        recall=True,
     )
+
+
+def chat(**options: Any) -> Pipeline:
+    """The seed-003 token budget, recalling from the log: a chat asks about its past."""
+    return Pipeline(token_budget(**options).strategies, name="token-budget", recall=True)
 
 
 def keep_recent() -> Pipeline:
@@ -160,4 +167,4 @@ register_preset("whole-history", single(WholeHistory, "whole-history"))
 register_preset("retrieve-facts", retrieve_facts)
 register_preset("code-agent", code_agent)
 register_preset("taskweaver", single(RollingCompactor, "taskweaver"))
-register_preset("chat", token_budget)
+register_preset("chat", chat)
