@@ -8,7 +8,10 @@ of the whole conversation, and ``replayed``, the messages appended one at a
 time with a compaction after every append (as a runner without settle would:
 the most folds a view can go through, so the worst case for a fold that
 re-selects from the one before it). ``prompt_share`` is the final prompt's
-tokens over the budget, averaged over the conversations. Figures are given for each half of the data
+tokens over the budget, averaged over the conversations. Recall from the log is
+off: it searches by the latest message, not by the questions asked later
+(``contextfold eval`` scores a recalling view by each question), and this
+measures what the strategies keep. Figures are given for each half of the data
 (``contextfold.evaluation.split``): the tuning half, the only one looked at
 while changing a strategy, and the checking half, the figure that counts.
 
@@ -19,8 +22,8 @@ that it was never said, and preferences, whose "answer" is a grading rubric).
 
 The measure (key words of the gold answers, recall, retention pooled over
 the conversations) is ``contextfold.evaluation.retention``, the one
-``contextfold eval`` reports; here it is taken per preset and budget after one
-compaction of the whole conversation. Only the public API is used, and every
+``contextfold eval`` reports; here it is taken per preset, budget and arm.
+Only the public API is used, and every
 prompt is checked against its budget. ``--half`` limits the run to one half.
 """
 
@@ -147,14 +150,14 @@ def _recalls(
     for preset_key, preset in PRESETS.items():
         for budget_key, budget in budgets.items():
             name = f"{preset_key}_once_{budget_key}"
-            views[name] = view = session.view(name, preset=preset, budget=budget)
+            views[name] = view = session.view(name, preset=preset, budget=budget, recall=False)
             start = time.perf_counter()
             view.compact()
             if preset == "offline":
                 seconds.append(time.perf_counter() - start)
     replay = memory.session(f"{row['id']}-replayed")
     replayed = {
-        f"{p}_replayed_{b}": replay.view(f"{p}-{b}", preset=preset, budget=budget)
+        f"{p}_replayed_{b}": replay.view(f"{p}-{b}", preset=preset, budget=budget, recall=False)
         for p, preset in PRESETS.items()
         for b, budget in budgets.items()
     }
