@@ -24,6 +24,7 @@ import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from contextfold.core.artifacts import (
@@ -36,6 +37,8 @@ from contextfold.core.artifacts import (
 from contextfold.core.tokens import TokenCounter
 
 MAX_SENTENCE_TOKENS = 60
+# Texts whose candidates are kept between calls (a refold re-reads the lines kept before).
+READ_CACHE = 4096
 PIECE_CHARS = 4 * MAX_SENTENCE_TOKENS
 # Extra worth, in units of one word's rarity: a name or number mid-sentence, a
 # relative time ("last week") that the session date resolves, an artifact
@@ -95,7 +98,7 @@ class Source:
     counted: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class Candidate:
     """A sentence (or clause) of ``Source`` number ``source``, scored for selection.
 
@@ -117,26 +120,30 @@ def candidates_of(sources: Sequence[Source], counter: TokenCounter) -> list[Cand
     """Every sentence of ``sources`` (overlong ones as clauses) that has a content word.
 
     A text read once is not read again: tool outputs and greetings repeat, and
-    its pieces are the same whatever source they come from.
+    its pieces are the same whatever source they come from. Nor is it read
+    again by the next call (up to ``READ_CACHE`` texts): a fold re-reads the
+    lines the one before it kept.
     """
     out: list[Candidate] = []
-    read: dict[tuple[str, bool, bool], list[Candidate]] = {}
+    read: dict[tuple[str, bool, bool], tuple[Candidate, ...]] = {}
     for index, source in enumerate(sources):
         prefix = counter.text(f"{source.speaker}: ") + 1
         key = (source.text, source.user, bool(source.session))
         pieces = read.get(key)
         if pieces is None:
-            pieces = read[key] = _read(source, counter)
+            pieces = read[key] = _read(*key, counter)
         out.extend(
             Candidate(index, c.text, c.words, c.artifacts, prefix + c.cost, c.bonus) for c in pieces
         )
     return out
 
 
-def _read(source: Source, counter: TokenCounter) -> list[Candidate]:
-    """The candidates of one source, with ``source`` unset and ``cost`` without the prefix."""
+@lru_cache(maxsize=READ_CACHE)
+def _read(text: str, user: bool, dated: bool, counter: TokenCounter) -> tuple[Candidate, ...]:
+    """The candidates of a source's ``text`` (``user``'s, under a session date when
+    ``dated``), with ``source`` unset and ``cost`` without the prefix."""
     out: list[Candidate] = []
-    for _, sentence in sentences(source.text):
+    for _, sentence in sentences(text):
         for piece in _pieces(sentence, counter):
             found = _WORD.findall(piece.lower())
             words = tuple(dict.fromkeys(w for w in found if w not in _STOPWORDS))
@@ -145,7 +152,7 @@ def _read(source: Source, counter: TokenCounter) -> list[Candidate]:
             names = {w.lower() for w in _CAPITALIZED.findall(piece)}
             named = sum(w in names or w.isdigit() for w in words)
             artifacts = [a.text for a in find_artifacts(piece, TOKEN_KINDS)]
-            if is_error_line(piece) or (source.user and is_constraint(piece)):
+            if is_error_line(piece) or (user and is_constraint(piece)):
                 artifacts.append(piece)
             out.append(
                 Candidate(
@@ -155,10 +162,10 @@ def _read(source: Source, counter: TokenCounter) -> list[Candidate]:
                     artifacts=tuple(artifacts),
                     cost=counter.text(piece),
                     bonus=NAME_BONUS * named
-                    + (TIME_BONUS if source.session and _RELATIVE_TIME.search(piece) else 0),
+                    + (TIME_BONUS if dated and _RELATIVE_TIME.search(piece) else 0),
                 )
             )
-    return out
+    return tuple(out)
 
 
 def _pieces(sentence: str, counter: TokenCounter) -> list[str]:
