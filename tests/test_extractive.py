@@ -356,6 +356,29 @@ def test_a_model_says_again_what_a_person_cannot() -> None:
     assert [candidates[i].source for i in chosen] == [1]
 
 
+def test_rounds_over_budget_alone_fold_into_the_summary_and_what_it_dropped_comes_back() -> None:
+    """Each answer nearly fills the budget, so the newest round alone holds the view over
+    it: the summary takes that round in (no rescue fold, which it could not read as
+    lines), and what a squeezed fold dropped comes back once a fold has room."""
+    messages: list[dict[str, Any]] = []
+    for i in range(12):
+        messages.append({"role": "user", "content": f"{NAMES[i]} lent me the book Zorb{i}."})
+        answer = " ".join(FILLER[(i + j) % len(FILLER)] for j in range(44))
+        messages.append({"role": "assistant", "content": answer})
+    session = Memory().session("s")
+    view = session.view("v", preset="offline", budget=600, recall=False)
+    for message in messages:
+        session.append(message)
+        view.compact()
+        assert view.render_report().tokens <= 600
+    folds = view.folds(include_superseded=True)
+    assert {f.strategy for f in folds} == {"extractive"}
+    (last,) = summaries(view)
+    assert last.data["rounds"] == [1, 11]
+    named = [sum(f"Zorb{i}" in f.text for i in range(12)) for f in folds]
+    assert max(named) == 11
+
+
 def test_word_counts_a_fold_carries_weigh_its_lines_as_over_every_message() -> None:
     """A refold reads an earlier fold's lines and the messages since; with the counts that
     fold carried, a word the whole conversation uses weighs what it weighs over every
