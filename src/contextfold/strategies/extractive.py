@@ -66,6 +66,8 @@ class ExtractiveSummary:
     users, assistants and tools said, so they keep the trust of conversation
     text instead of gaining a system prompt's authority, and providers that
     take system text only at the top (Anthropic, Gemini) accept it in place.
+    ``spare`` sizes the sentences kept, unshown, for the next fold to choose
+    from again, as a share of the most room a fold gets.
     """
 
     recent_share: float = 0.1
@@ -115,6 +117,8 @@ class ExtractiveSummary:
                 k += 1
             target = max(room - after(k), self.min_tokens)
             pool = max(room, target)
+            # Below the high mark the budget did not ask for this fold (another trigger
+            # did): it takes ``ratio`` of what it covers. Above, the low mark sizes it.
             if not state.above_high_water:
                 target = min(target, math.ceil(self.ratio * sums[closed[k - 1].last + 1]))
         last = closed[k - 1].last
