@@ -3,7 +3,15 @@
 For each conversation and each budget (5%, 10% and 20% of the conversation's
 full prompt tokens), a view with the ``offline`` preset and one with
 ``keep-recent`` are compacted and rendered, and the prompt is scored against
-the conversation's questions. Figures are given for each half of the data
+the conversation's questions. Each is measured twice: ``once``, one compaction
+of the whole conversation, and ``replayed``, the messages appended one at a
+time with a compaction after every append (as a runner without settle would:
+the most folds a view can go through, so the worst case for a fold that
+re-selects from the one before it). ``prompt_share`` is the final prompt's
+tokens over the budget, averaged over the conversations. Recall from the log is
+off: it searches by the latest message, not by the questions asked later
+(``contextfold eval`` scores a recalling view by each question), and this
+measures what the strategies keep. Figures are given for each half of the data
 (``contextfold.evaluation.split``): the tuning half, the only one looked at
 while changing a strategy, and the checking half, the figure that counts.
 
@@ -14,8 +22,8 @@ that it was never said, and preferences, whose "answer" is a grading rubric).
 
 The measure (key words of the gold answers, recall, retention pooled over
 the conversations) is ``contextfold.evaluation.retention``, the one
-``contextfold eval`` reports; here it is taken per preset and budget after one
-compaction of the whole conversation. Only the public API is used, and every
+``contextfold eval`` reports; here it is taken per preset, budget and arm.
+Only the public API is used, and every
 prompt is checked against its budget. ``--half`` limits the run to one half.
 """
 
@@ -26,11 +34,12 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from _common import conversations, parse_args, report
 
-from contextfold import Memory
+from contextfold import Memory, View
 from contextfold.core.errors import BudgetError
 from contextfold.core.messages import text_of
 from contextfold.evaluation.retention import key_words, prompt_words, recall, words
@@ -38,6 +47,8 @@ from contextfold.evaluation.split import HALVES, rows_of
 
 BUDGETS = {"5pct": 0.05, "10pct": 0.10, "20pct": 0.20}
 PRESETS = {"offline": "offline", "keep_recent": "keep-recent"}
+MODES = ("once", "replayed")
+ARMS = [f"{p}_{m}_{b}" for p in PRESETS for m in MODES for b in BUDGETS]
 LOCOMO_TEMPORAL = 2
 # name in the figures, file, rows of --quick, which questions count, which are temporal
 Dataset = tuple[str, str, int, Callable[[dict[str, Any]], bool], Callable[[dict[str, Any]], bool]]
@@ -60,6 +71,17 @@ DATASETS: tuple[Dataset, ...] = (
 Recalls = dict[str, list[tuple[bool, float]]]
 
 
+@dataclass
+class Measured:
+    """Recalls per arm (and of the full conversation), each arm's prompt share per
+    conversation, the conversations measured and those too short for 5%."""
+
+    recalls: Recalls = field(default_factory=lambda: {k: [] for k in ["full", *ARMS]})
+    shares: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in ARMS})
+    conversations: int = 0
+    skipped: int = 0
+
+
 def retention(recalls: Recalls, name: str, skip_temporal: bool = False) -> float:
     """Mean recall of ``name`` over mean recall of the full conversation, pooled."""
 
@@ -76,24 +98,24 @@ def measure(
     counts: Callable[[dict[str, Any]], bool],
     temporal: Callable[[dict[str, Any]], bool],
     seconds: list[float],
-) -> tuple[Recalls, int, int]:
-    """Recall of every counted question's key words in each preset's prompt, the
-    conversations measured, and those left out because 5% cannot hold their last
-    user message (a budget no strategy can meet)."""
-    recalls: Recalls = {"full": []}
-    recalls.update({f"{p}_{b}": [] for p in PRESETS for b in BUDGETS})
-    n = skipped = 0
+) -> Measured:
+    """Recall of every counted question's key words in each arm's prompt; conversations
+    whose last user message 5% cannot hold (a budget no strategy can meet) are left out."""
+    out = Measured()
     for row in rows:
         try:
             found = _recalls(row, counts, temporal, seconds)
         except BudgetError:
-            skipped += 1
+            out.skipped += 1
             continue
         if found is not None:
-            n += 1
-            for key, values in found.items():
-                recalls[key].extend(values)
-    return recalls, n, skipped
+            out.conversations += 1
+            recalls, shares = found
+            for key, values in recalls.items():
+                out.recalls[key].extend(values)
+            for key, share in shares.items():
+                out.shares[key].append(share)
+    return out
 
 
 def _recalls(
@@ -101,9 +123,7 @@ def _recalls(
     counts: Callable[[dict[str, Any]], bool],
     temporal: Callable[[dict[str, Any]], bool],
     seconds: list[float],
-) -> Recalls | None:
-    recalls: Recalls = {"full": []}
-    recalls.update({f"{p}_{b}": [] for p in PRESETS for b in BUDGETS})
+) -> tuple[Recalls, dict[str, float]] | None:
     messages = row["messages"]
     df = Counter(w for m in messages for w in words(text_of(m)))
     limit = max(3.0, 0.01 * len(messages))
@@ -116,43 +136,70 @@ def _recalls(
     ]
     if not keyed:
         return None
-    session = Memory().session(str(row["id"]))
+    memory = Memory()
+    session = memory.session(str(row["id"]))
     session.extend(messages)
     full_view = session.view("full")
     full_tokens = full_view.state().tokens
-    full = prompt_words(full_view.render())
-    recalls["full"].extend((t, recall(k, full)) for t, k in keyed)
+    budgets = {key: int(full_tokens * share) for key, share in BUDGETS.items()}
+    recalls: Recalls = {
+        "full": [(t, recall(k, prompt_words(full_view.render()))) for t, k in keyed]
+    }
+    shares: dict[str, float] = {}
+    views: dict[str, View] = {}
     for preset_key, preset in PRESETS.items():
-        for budget_key, share in BUDGETS.items():
-            budget = int(full_tokens * share)
-            view = session.view(f"{preset}-{budget_key}", preset=preset, budget=budget)
+        for budget_key, budget in budgets.items():
+            name = f"{preset_key}_once_{budget_key}"
+            views[name] = view = session.view(name, preset=preset, budget=budget, recall=False)
             start = time.perf_counter()
             view.compact()
             if preset == "offline":
                 seconds.append(time.perf_counter() - start)
-            rendered = view.render_report()
-            assert rendered.tokens <= budget, (row["id"], preset, budget, rendered.tokens)
-            seen = prompt_words(rendered.messages)
-            recalls[f"{preset_key}_{budget_key}"].extend((t, recall(k, seen)) for t, k in keyed)
-    return recalls
-
-
-def figures_of(recalls: Recalls, prefix: str) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        f"{prefix}_retention_{name}": retention(recalls, name) for name in recalls if name != "full"
+    replay = memory.session(f"{row['id']}-replayed")
+    replayed = {
+        f"{p}_replayed_{b}": replay.view(f"{p}-{b}", preset=preset, budget=budget, recall=False)
+        for p, preset in PRESETS.items()
+        for b, budget in budgets.items()
     }
+    for message in messages:
+        replay.append(message)
+        for view in replayed.values():
+            try:
+                view.compact()
+            except BudgetError:
+                continue  # a user message this budget cannot hold: render cuts, as in real use
+    views.update(replayed)
+    for name, view in views.items():
+        budget = budgets[name.rsplit("_", 1)[1]]
+        view.compact()
+        rendered = view.render_report()
+        assert rendered.tokens <= budget, (row["id"], name, budget, rendered.tokens)
+        seen = prompt_words(rendered.messages)
+        recalls[name] = [(t, recall(k, seen)) for t, k in keyed]
+        shares[name] = rendered.tokens / budget
+    return recalls, shares
+
+
+def figures_of(measured: Measured, prefix: str) -> dict[str, Any]:
+    recalls = measured.recalls
+    out: dict[str, Any] = {f"{prefix}_retention_{name}": retention(recalls, name) for name in ARMS}
+    out.update(
+        {f"{prefix}_prompt_share_{name}": statistics.fmean(measured.shares[name]) for name in ARMS}
+    )
     # None when keep-recent keeps no key word at all (no ratio to give).
-    kept = out[f"{prefix}_retention_keep_recent_10pct"]
+    kept = out[f"{prefix}_retention_keep_recent_once_10pct"]
     out[f"{prefix}_offline_over_keep_recent_10pct"] = (
-        out[f"{prefix}_retention_offline_10pct"] / kept if kept else None
+        out[f"{prefix}_retention_offline_once_10pct"] / kept if kept else None
     )
     # Session dates are message meta, absent from the full conversation's text:
     # a fold that prints them can beat the full conversation on temporal answers.
-    out[f"{prefix}_retention_offline_10pct_non_temporal"] = retention(
-        recalls, "offline_10pct", skip_temporal=True
+    out[f"{prefix}_retention_offline_once_10pct_non_temporal"] = retention(
+        recalls, "offline_once_10pct", skip_temporal=True
     )
     out[f"{prefix}_full_conversation_recall"] = statistics.fmean(r for _, r in recalls["full"])
     out[f"{prefix}_questions"] = len(recalls["full"])
+    out[f"{prefix}_conversations"] = measured.conversations
+    out[f"{prefix}_too_short_for_5pct"] = measured.skipped
     return out
 
 
@@ -170,10 +217,8 @@ def main() -> None:
     for name, file, quick_rows, counts, temporal in DATASETS:
         for half in halves:
             rows = rows_of(conversations(file, limit=quick_rows if args.quick else None), half)
-            recalls, n, skipped = measure(rows, counts, temporal, seconds)
-            figures.update(figures_of(recalls, f"{name}_{half}"))
-            figures[f"{name}_{half}_conversations"] = n
-            figures[f"{name}_{half}_too_short_for_5pct"] = skipped
+            measured = measure(rows, counts, temporal, seconds)
+            figures.update(figures_of(measured, f"{name}_{half}"))
     figures["mean_compact_seconds"] = statistics.fmean(seconds)
     report(figures, args.json)
 

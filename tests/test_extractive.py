@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from conftest import load_rows
 
 from contextfold import Memory, Session, View
+from contextfold.core.artifacts import sentences
 from contextfold.core.folds import Fold
 from contextfold.core.messages import text_of
 from contextfold.core.salience import Source, candidates_of, select, weigh
@@ -231,6 +233,44 @@ def test_incremental_fold_supersedes_the_previous_one() -> None:
     assert view.render_report().tokens <= 1500
 
 
+def fold_sentences(fold: Fold) -> set[str]:
+    """The sentences a summary fold quotes (its lines after the header, speakers dropped)."""
+    return {
+        text
+        for line in fold.text.split("\n")[2:]
+        for piece in line.partition(": ")[2].split(" … ")
+        for _, text in sentences(piece)
+    }
+
+
+def test_replayed_turn_by_turn_the_fold_keeps_what_one_fold_of_everything_keeps() -> None:
+    """Compacted after every append, each fold brings the view down to the low-water mark
+    (not below: the room is the budget's) and the last one quotes most of the sentences one
+    fold of the whole conversation quotes, though it was re-selected dozens of times."""
+    (row,) = load_rows("locomo_dev", limit=1)
+    messages = row["messages"]
+    session = new_session(messages)
+    budget = full_tokens(session) // 10
+    once = session.view("once", preset="offline", budget=budget)
+    once.compact()
+    (whole,) = summaries(once)
+    replay = Memory().session("r")
+    view = replay.view("v", preset="offline", budget=budget)
+    low = view.state().low_mark(budget)
+    folded_to = []
+    for message in messages:
+        replay.append(message)
+        if view.compact().folds:
+            folded_to.append(view.state().tokens)
+    (last,) = summaries(view)
+    assert len(summaries(view, include_superseded=True)) >= 10
+    assert min(folded_to) >= 0.9 * low
+    assert last.tokens_after >= 0.9 * whole.tokens_after
+    kept = fold_sentences(whole)
+    assert len(kept & fold_sentences(last)) >= 0.8 * len(kept)
+    assert view.render_report().tokens <= budget
+
+
 def test_same_input_same_fold_text() -> None:
     rows = load_rows("locomo_dev", limit=1)
     texts = []
@@ -314,6 +354,52 @@ def test_a_model_says_again_what_a_person_cannot() -> None:
     room = candidates[1].cost + 1
     chosen = select(candidates, sources, room, 0.0, COUNTER, weights)
     assert [candidates[i].source for i in chosen] == [1]
+
+
+def test_rounds_over_budget_alone_fold_into_the_summary_and_what_it_dropped_comes_back() -> None:
+    """Each answer nearly fills the budget, so the newest round alone holds the view over
+    it: the summary takes that round in (no rescue fold, which it could not read as
+    lines), and what a squeezed fold dropped comes back once a fold has room."""
+    messages: list[dict[str, Any]] = []
+    for i in range(12):
+        messages.append({"role": "user", "content": f"{NAMES[i]} lent me the book Zorb{i}."})
+        answer = " ".join(FILLER[(i + j) % len(FILLER)] for j in range(44))
+        messages.append({"role": "assistant", "content": answer})
+    session = Memory().session("s")
+    view = session.view("v", preset="offline", budget=600, recall=False)
+    for message in messages:
+        session.append(message)
+        view.compact()
+        assert view.render_report().tokens <= 600
+    folds = view.folds(include_superseded=True)
+    assert {f.strategy for f in folds} == {"extractive"}
+    (last,) = summaries(view)
+    assert last.data["rounds"] == [1, 11]
+    named = [sum(f"Zorb{i}" in f.text for i in range(12)) for f in folds]
+    assert max(named) == 11
+
+
+def test_word_counts_a_fold_carries_weigh_its_lines_as_over_every_message() -> None:
+    """A refold reads an earlier fold's lines and the messages since; with the counts that
+    fold carried, a word the whole conversation uses weighs what it weighs over every
+    message, where counted over the refold's few sources it would look specific."""
+    old = [
+        Source(None, "user", f"The garden needs {NAMES[i % 16]} today.", True) for i in range(30)
+    ]
+    new = [
+        Source(None, "user", "Garden gnomes went missing.", True),
+        Source(None, "Melanie", "Quokkas visited again.", False),
+    ]
+    whole = weigh(candidates_of([*old, *new], COUNTER), [*old, *new])
+    first = weigh(candidates_of(old, COUNTER), old)
+    kept = replace(old[3], counted=True)
+    carried = first.frequencies.carried(candidates_of([kept], COUNTER)[0].words)
+    sources = [kept, *new]
+    refold = weigh(candidates_of(sources, COUNTER), sources, carried)
+    assert refold.words[0] == whole.words[3]
+    assert refold.frequencies.sources == whole.frequencies.sources == len(old) + len(new)
+    alone = weigh(candidates_of(sources, COUNTER), sources)
+    assert dict(alone.words[0])["garden"] == alone.top > dict(refold.words[0])["garden"]
 
 
 STOPWORDS = set(

@@ -22,8 +22,9 @@ import heapq
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from contextfold.core.artifacts import (
@@ -36,6 +37,8 @@ from contextfold.core.artifacts import (
 from contextfold.core.tokens import TokenCounter
 
 MAX_SENTENCE_TOKENS = 60
+# Texts whose candidates are kept between calls (a refold re-reads the lines kept before).
+READ_CACHE = 4096
 PIECE_CHARS = 4 * MAX_SENTENCE_TOKENS
 # Extra worth, in units of one word's rarity: a name or number mid-sentence, a
 # relative time ("last week") that the session date resolves, an artifact
@@ -83,16 +86,19 @@ class Source:
     """One message (or one line of an earlier fold) that sentences are taken from.
 
     ``session`` is the header the source's lines go under (a date, a session
-    id, or None); ``user`` marks a user's text, whose constraints must be kept.
+    id, or None); ``user`` marks a user's text, whose constraints must be kept;
+    ``counted`` marks a source whose words the ``Frequencies`` given to ``weigh``
+    already count (an earlier fold's line, read before as a message).
     """
 
     session: str | None
     speaker: str
     text: str
     user: bool
+    counted: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class Candidate:
     """A sentence (or clause) of ``Source`` number ``source``, scored for selection.
 
@@ -114,26 +120,30 @@ def candidates_of(sources: Sequence[Source], counter: TokenCounter) -> list[Cand
     """Every sentence of ``sources`` (overlong ones as clauses) that has a content word.
 
     A text read once is not read again: tool outputs and greetings repeat, and
-    its pieces are the same whatever source they come from.
+    its pieces are the same whatever source they come from. Nor is it read
+    again by the next call (up to ``READ_CACHE`` texts): a fold re-reads the
+    lines the one before it kept.
     """
     out: list[Candidate] = []
-    read: dict[tuple[str, bool, bool], list[Candidate]] = {}
+    read: dict[tuple[str, bool, bool], tuple[Candidate, ...]] = {}
     for index, source in enumerate(sources):
         prefix = counter.text(f"{source.speaker}: ") + 1
         key = (source.text, source.user, bool(source.session))
         pieces = read.get(key)
         if pieces is None:
-            pieces = read[key] = _read(source, counter)
+            pieces = read[key] = _read(*key, counter)
         out.extend(
             Candidate(index, c.text, c.words, c.artifacts, prefix + c.cost, c.bonus) for c in pieces
         )
     return out
 
 
-def _read(source: Source, counter: TokenCounter) -> list[Candidate]:
-    """The candidates of one source, with ``source`` unset and ``cost`` without the prefix."""
+@lru_cache(maxsize=READ_CACHE)
+def _read(text: str, user: bool, dated: bool, counter: TokenCounter) -> tuple[Candidate, ...]:
+    """The candidates of a source's ``text`` (``user``'s, under a session date when
+    ``dated``), with ``source`` unset and ``cost`` without the prefix."""
     out: list[Candidate] = []
-    for _, sentence in sentences(source.text):
+    for _, sentence in sentences(text):
         for piece in _pieces(sentence, counter):
             found = _WORD.findall(piece.lower())
             words = tuple(dict.fromkeys(w for w in found if w not in _STOPWORDS))
@@ -142,7 +152,7 @@ def _read(source: Source, counter: TokenCounter) -> list[Candidate]:
             names = {w.lower() for w in _CAPITALIZED.findall(piece)}
             named = sum(w in names or w.isdigit() for w in words)
             artifacts = [a.text for a in find_artifacts(piece, TOKEN_KINDS)]
-            if is_error_line(piece) or (source.user and is_constraint(piece)):
+            if is_error_line(piece) or (user and is_constraint(piece)):
                 artifacts.append(piece)
             out.append(
                 Candidate(
@@ -152,10 +162,10 @@ def _read(source: Source, counter: TokenCounter) -> list[Candidate]:
                     artifacts=tuple(artifacts),
                     cost=counter.text(piece),
                     bonus=NAME_BONUS * named
-                    + (TIME_BONUS if source.session and _RELATIVE_TIME.search(piece) else 0),
+                    + (TIME_BONUS if dated and _RELATIVE_TIME.search(piece) else 0),
                 )
             )
-    return out
+    return tuple(out)
 
 
 def _pieces(sentence: str, counter: TokenCounter) -> list[str]:
@@ -182,30 +192,69 @@ def _pieces(sentence: str, counter: TokenCounter) -> list[str]:
 
 
 @dataclass(frozen=True)
+class Frequencies:
+    """How many sources were read, and how many of them hold each word.
+
+    A fold keeps them (``carried``) so that the next fold, which reads only the
+    kept lines and the rounds since, weighs words as if over every message
+    folded: counted over its own sources, a word the whole conversation keeps
+    using looks as specific as a name said once.
+    """
+
+    sources: int
+    df: dict[str, int]
+
+    def specific(self) -> float:
+        """The most sources a specific word may be in (see ``SPECIFIC_SHARE``)."""
+        return max(SPECIFIC_MIN, SPECIFIC_SHARE * (self.sources + 1))
+
+    def carried(self, kept: Iterable[str]) -> Frequencies:
+        """What a fold keeps: the counts of the ``kept`` words (its lines' and spare
+        lines') and of every word said more than once. A word said once and
+        dropped is specific wherever it is seen again, unless said there often."""
+        keep = set(kept)
+        return Frequencies(
+            self.sources, {w: d for w, d in sorted(self.df.items()) if d > 1 or w in keep}
+        )
+
+
+@dataclass(frozen=True)
 class Weights:
     """Each candidate's content words with their rarity, and the rarest a word can be.
 
     They depend on the candidates alone, so a selection repeated with more room
-    (``ExtractiveSummary``'s refills) weighs them once.
+    (``ExtractiveSummary``'s refills) weighs them once. ``frequencies`` are the
+    counts they were weighed with, the ``prior`` given to ``weigh`` included.
     """
 
     words: list[tuple[tuple[str, float], ...]]
     top: float
+    frequencies: Frequencies
 
 
-def weigh(candidates: Sequence[Candidate], sources: Sequence[Source]) -> Weights:
+def weigh(
+    candidates: Sequence[Candidate], sources: Sequence[Source], prior: Frequencies | None = None
+) -> Weights:
     """A word is worth log(sources / sources holding it), a specific one log(sources),
     the most any can be: rare words carry the news. A model's words count
-    ``MODEL_WEIGHT`` of that."""
-    in_source = dict.fromkeys((c.source, w) for c in candidates for w in c.words)
-    df: Counter[str] = Counter(w for _, w in in_source)
-    n = len(sources) + 1
+    ``MODEL_WEIGHT`` of that. Sources are those read before (``prior``) and the
+    given ones not ``counted`` in it."""
+    in_source = dict.fromkeys(
+        (c.source, w) for c in candidates if not sources[c.source].counted for w in c.words
+    )
+    df: Counter[str] = Counter(prior.df if prior is not None else {})
+    df.update(w for _, w in in_source)
+    read = (prior.sources if prior is not None else 0) + sum(not s.counted for s in sources)
+    frequencies = Frequencies(read, dict(df))
+    n = read + 1
     top = math.log(n)
-    specific = max(SPECIFIC_MIN, SPECIFIC_SHARE * n)
+    specific = frequencies.specific()
     weight = {w: top if d <= specific else math.log(n / d) for w, d in df.items()}
     speaker = [MODEL_WEIGHT if s.speaker == MODEL_SPEAKER else 1.0 for s in sources]
     return Weights(
-        [tuple((w, speaker[c.source] * weight[w]) for w in c.words) for c in candidates], top
+        [tuple((w, speaker[c.source] * weight.get(w, top)) for w in c.words) for c in candidates],
+        top,
+        frequencies,
     )
 
 
@@ -271,15 +320,23 @@ def select(
 
 
 def compose(
-    chosen: Iterable[int], candidates: Sequence[Candidate], sources: Sequence[Source]
+    chosen: Iterable[int],
+    candidates: Sequence[Candidate],
+    sources: Sequence[Source],
+    spare: Collection[int] = (),
 ) -> list[dict[str, Any]]:
-    """Chosen pieces as lines in log order: one a source, adjacent pieces joined."""
+    """Chosen pieces as lines in log order: one a source, adjacent pieces joined.
+
+    Pieces also in ``spare`` make lines of their own, marked ``"spare": True``.
+    """
     lines: list[dict[str, Any]] = []
-    last_source, last_index = -1, -2
+    last: tuple[int, bool] = (-1, False)
+    last_index = -2
     for i in sorted(chosen):
         c = candidates[i]
         source = sources[c.source]
-        if c.source == last_source:
+        here = (c.source, i in spare)
+        if here == last:
             joiner = " " if i == last_index + 1 else " … "
             lines[-1]["text"] += joiner + c.text
         else:
@@ -291,7 +348,9 @@ def compose(
                     "text": c.text,
                 }
             )
-        last_source, last_index = c.source, i
+            if here[1]:
+                lines[-1]["spare"] = True
+        last, last_index = here, i
     return lines
 
 

@@ -14,7 +14,19 @@ read for session dates and ids only.
 
 Sizing follows the budget's low-water mark, which a cycle folds the view
 down to: the newest closed rounds stay verbatim while they fit
-``recent_share`` of it, and the fold text gets what is left.
+``recent_share`` of it, and the fold text gets what is left. Only a fold the
+budget did not ask for (another trigger fired below the high-water mark, or
+there is no budget) is cut to ``ratio`` of what it covers.
+
+A conversation compacted as it arrives is folded again and again, each fold
+choosing from the last one's sentences and the rounds since; to choose as one
+fold of everything would, a fold carries in its data what the next needs and
+no reader sees: the word counts over every message it read (``frequencies``:
+counted over its own few sources, a word the whole conversation keeps using
+would look as specific as a name said once) and ``spare`` sentences, the next
+best up to ``spare`` times its room, so a sentence weighed low early (its
+words looked common among the few messages read then) can come back once
+more of the conversation shows them to be rare.
 """
 
 from __future__ import annotations
@@ -27,7 +39,15 @@ from typing import Any
 from contextfold.core.entries import Entry
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message, text_of
-from contextfold.core.salience import Candidate, Source, candidates_of, compose, select, weigh
+from contextfold.core.salience import (
+    Candidate,
+    Frequencies,
+    Source,
+    candidates_of,
+    compose,
+    select,
+    weigh,
+)
 from contextfold.core.tokens import TokenCounter
 from contextfold.llm.base import LLM
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
@@ -46,6 +66,8 @@ class ExtractiveSummary:
     users, assistants and tools said, so they keep the trust of conversation
     text instead of gaining a system prompt's authority, and providers that
     take system text only at the top (Anthropic, Gemini) accept it in place.
+    ``spare`` sizes the sentences kept, unshown, for the next fold to choose
+    from again, as a share of the most room a fold gets.
     """
 
     recent_share: float = 0.1
@@ -53,14 +75,29 @@ class ExtractiveSummary:
     ratio: float = 0.25
     min_tokens: int = 64
     must_share: float = 0.25
+    spare: float = 1.0
     trigger: Trigger = field(default_factory=OverBudget)
     name: str = "extractive"
 
     def plan(self, state: ViewState) -> Job | None:
         if not self.trigger(state):
             return None
+        job = self._plan(state, self.keep_rounds)
+        if job is None and state.over_budget:
+            # The newest rounds alone are over budget: fold them too, into this fold,
+            # rather than leave the view to the rescue (whose fold this one cannot read).
+            # Not the round of the latest user message, which render must show.
+            user = state.latest_user
+            newest = sum(
+                1 for r in state.rounds if r.closed and user is not None and r.last >= user
+            )
+            if newest < self.keep_rounds:
+                job = self._plan(state, newest)
+        return job
+
+    def _plan(self, state: ViewState, keep_rounds: int) -> Job | None:
         closed = [r for r in state.rounds if r.closed]
-        foldable = len(closed) - max(self.keep_rounds, 0)
+        foldable = len(closed) - max(keep_rounds, 0)
         if foldable <= 0:
             return None
         sums = [0]
@@ -72,14 +109,17 @@ class ExtractiveSummary:
 
         k = foldable
         if state.budget is None:
-            target = math.ceil(self.ratio * sums[closed[k - 1].last + 1])
+            target = pool = math.ceil(self.ratio * sums[closed[k - 1].last + 1])
         else:
             room = state.low_mark(state.budget) - (state.tokens - sums[-1])
             k = next((n for n in range(1, foldable + 1) if after(n) <= self.recent_share * room), k)
             while room - after(k) < self.min_tokens and k < foldable:
                 k += 1
             target = max(room - after(k), self.min_tokens)
-            if not state.over_budget:
+            pool = max(room, target)
+            # Below the high mark the budget did not ask for this fold (another trigger
+            # did): it takes ``ratio`` of what it covers. Above, the low mark sizes it.
+            if not state.above_high_water:
                 target = min(target, math.ceil(self.ratio * sums[closed[k - 1].last + 1]))
         last = closed[k - 1].last
         before = sums[last + 1]
@@ -88,7 +128,7 @@ class ExtractiveSummary:
         if before <= target or (refold and not state.over_budget):
             return None
         rounds = sum(_rounds_in(state.entries[r.first]) for r in closed[:k])
-        return job_for(self.name, state, 0, last, target=target, rounds=rounds)
+        return job_for(self.name, state, 0, last, target=target, rounds=rounds, pool=pool)
 
     def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
         target: int = job.params["target"]
@@ -96,9 +136,9 @@ class ExtractiveSummary:
         header = f"[Conversation History Summary (Rounds 1-{rounds})]\n{SUMMARIZED} {PREAMBLE}"
         probe: Message = {"role": "user", "content": header}
         room = target - counter.message(probe)
-        sources = _sources(job.entries, self.name)
+        sources, prior = _sources(job.entries, self.name)
         candidates = candidates_of(sources, counter)
-        weights = weigh(candidates, sources)
+        weights = weigh(candidates, sources, prior)
         chosen = select(candidates, sources, room, self.must_share, counter, weights)
         lines, message, tokens_after = _message(header, chosen, candidates, sources, counter)
         for _ in range(REFILLS):
@@ -114,6 +154,22 @@ class ExtractiveSummary:
             lines, message, tokens_after = _message(header, chosen, candidates, sources, counter)
         kept = [a for i in chosen for a in candidates[i].artifacts]
         every = {a for c in candidates for a in c.artifacts}
+        # Spare sentences are sized by the most room a fold gets (``pool``: the low-water
+        # mark with nothing verbatim beside it), not by this fold's: a fold squeezed by
+        # one long round still keeps what the next, roomier one can bring back.
+        pool: int = job.params.get("pool", target)
+        wider = select(
+            candidates,
+            sources,
+            room + math.ceil(self.spare * max(pool, room)),
+            self.must_share,
+            counter,
+            weights,
+        )
+        spare = [i for i in wider if i not in chosen]
+        carried = weights.frequencies.carried(
+            w for i in [*chosen, *spare] for w in candidates[i].words
+        )
         return [
             one_message_fold(
                 job,
@@ -127,6 +183,10 @@ class ExtractiveSummary:
                     "artifacts": list(dict.fromkeys(kept)),
                     "artifacts_dropped": len(every - set(kept)),
                     "lines": lines,
+                    "spare": _spare_lines(
+                        compose([*chosen, *spare], candidates, sources, set(spare))
+                    ),
+                    "frequencies": {"sources": carried.sources, "df": carried.df},
                 },
             )
         ]
@@ -140,8 +200,11 @@ def _rounds_in(entry: Entry) -> int:
     return 1
 
 
-def _sources(entries: Sequence[Entry], strategy: str) -> list[Source]:
+def _sources(entries: Sequence[Entry], strategy: str) -> tuple[list[Source], Frequencies | None]:
+    """The entries' messages, an earlier fold's lines in their place, and the word
+    counts that fold carried over the messages it read (None when none did)."""
     out: list[Source] = []
+    prior: Frequencies | None = None
     for entry in entries:
         fold = entry.fold
         if (
@@ -149,14 +212,18 @@ def _sources(entries: Sequence[Entry], strategy: str) -> list[Source]:
             and fold.strategy == strategy
             and isinstance(fold.data.get("lines"), list)
         ):
+            carried = _frequencies(fold.data.get("frequencies"))
+            if carried is not None:
+                prior = carried if prior is None else _sum(prior, carried)
             out.extend(
                 Source(
                     line.get("session"),
                     str(line["speaker"]),
                     str(line["text"]),
                     line.get("role") == "user",
+                    counted=carried is not None,
                 )
-                for line in fold.data["lines"]
+                for line in _pool(fold.data["lines"], fold.data.get("spare"))
             )
             continue
         for message in entry.messages:
@@ -170,7 +237,50 @@ def _sources(entries: Sequence[Entry], strategy: str) -> list[Source]:
                         message["role"] == "user",
                     )
                 )
+    return out, prior
+
+
+def _spare_lines(pool: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The spare lines of ``pool``, each with how many kept lines go before it."""
+    out: list[dict[str, Any]] = []
+    before = 0
+    for line in pool:
+        if line.pop("spare", False):
+            out.append({**line, "after": before})
+        else:
+            before += 1
     return out
+
+
+def _pool(lines: Sequence[dict[str, Any]], spare: Any) -> list[dict[str, Any]]:
+    """A fold's kept lines with its spare ones back in their places (log order)."""
+    extra = [s for s in spare if isinstance(s, dict)] if isinstance(spare, list) else []
+    out: list[dict[str, Any]] = []
+    j = 0
+    for k, line in enumerate(lines):
+        while j < len(extra) and int(extra[j].get("after", 0)) <= k:
+            out.append(extra[j])
+            j += 1
+        out.append(line)
+    out.extend(extra[j:])
+    return out
+
+
+def _frequencies(data: Any) -> Frequencies | None:
+    """A fold's ``frequencies`` (absent from folds made before they were kept)."""
+    if not isinstance(data, dict):
+        return None
+    sources, df = data.get("sources"), data.get("df")
+    if not isinstance(sources, int) or not isinstance(df, dict):
+        return None
+    return Frequencies(sources, {str(w): int(d) for w, d in df.items()})
+
+
+def _sum(a: Frequencies, b: Frequencies) -> Frequencies:
+    df = dict(a.df)
+    for w, d in b.df.items():
+        df[w] = df.get(w, 0) + d
+    return Frequencies(a.sources + b.sources, df)
 
 
 def _session_of(message: Message) -> str | None:
