@@ -8,10 +8,14 @@ of the whole conversation, and ``replayed``, the messages appended one at a
 time with a compaction after every append (as a runner without settle would:
 the most folds a view can go through, so the worst case for a fold that
 re-selects from the one before it). ``prompt_share`` is the final prompt's
-tokens over the budget, averaged over the conversations. Recall from the log is
-off: it searches by the latest message, not by the questions asked later
-(``contextfold eval`` scores a recalling view by each question), and this
-measures what the strategies keep. Figures are given for each half of the data
+tokens over the budget, averaged over the conversations. These arms have
+recall from the log off: they measure what the strategies keep. The
+``offline_recall`` arms are the same offline views with recall on, rendered
+once per question with the question as the query, in the budget less the
+question's tokens (in use the question is the latest user message, so its
+tokens come out of the same budget; a budget that cannot hold it scores the
+prompt without recall), the recall block's header line left out of the score
+(its words are the library's). Figures are given for each half of the data
 (``contextfold.evaluation.split``): the tuning half, the only one looked at
 while changing a strategy, and the checking half, the figure that counts.
 
@@ -32,7 +36,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,14 +44,15 @@ from _common import conversations, parse_args, report
 
 from contextfold import Memory, View
 from contextfold.core.errors import BudgetError
-from contextfold.core.messages import text_of
-from contextfold.evaluation.retention import key_words, prompt_words, recall, words
+from contextfold.core.recall import HEADER
+from contextfold.evaluation.retention import keyed_questions, prompt_words, recall
 from contextfold.evaluation.split import HALVES, rows_of
 
 BUDGETS = {"5pct": 0.05, "10pct": 0.10, "20pct": 0.20}
 PRESETS = {"offline": "offline", "keep_recent": "keep-recent"}
 MODES = ("once", "replayed")
 ARMS = [f"{p}_{m}_{b}" for p in PRESETS for m in MODES for b in BUDGETS]
+RECALL_ARMS = [f"offline_recall_{m}_{b}" for m in MODES for b in BUDGETS]
 LOCOMO_TEMPORAL = 2
 # name in the figures, file, rows of --quick, which questions count, which are temporal
 Dataset = tuple[str, str, int, Callable[[dict[str, Any]], bool], Callable[[dict[str, Any]], bool]]
@@ -76,7 +80,7 @@ class Measured:
     """Recalls per arm (and of the full conversation), each arm's prompt share per
     conversation, the conversations measured and those too short for 5%."""
 
-    recalls: Recalls = field(default_factory=lambda: {k: [] for k in ["full", *ARMS]})
+    recalls: Recalls = field(default_factory=lambda: {k: [] for k in ["full", *ARMS, *RECALL_ARMS]})
     shares: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in ARMS})
     conversations: int = 0
     skipped: int = 0
@@ -125,14 +129,10 @@ def _recalls(
     seconds: list[float],
 ) -> tuple[Recalls, dict[str, float]] | None:
     messages = row["messages"]
-    df = Counter(w for m in messages for w in words(text_of(m)))
-    limit = max(3.0, 0.01 * len(messages))
     keyed = [
-        (temporal(q), keys)
-        for q in row["questions"]
-        if counts(q) and "answer" in q
-        for keys in [key_words(q, df, limit)]
-        if keys
+        (q, temporal(q), keys)
+        for q, keys in keyed_questions(messages, row["questions"])
+        if counts(q)
     ]
     if not keyed:
         return None
@@ -143,7 +143,7 @@ def _recalls(
     full_tokens = full_view.state().tokens
     budgets = {key: int(full_tokens * share) for key, share in BUDGETS.items()}
     recalls: Recalls = {
-        "full": [(t, recall(k, prompt_words(full_view.render()))) for t, k in keyed]
+        "full": [(t, recall(k, prompt_words(full_view.render()))) for _, t, k in keyed]
     }
     shares: dict[str, float] = {}
     views: dict[str, View] = {}
@@ -175,14 +175,39 @@ def _recalls(
         rendered = view.render_report()
         assert rendered.tokens <= budget, (row["id"], name, budget, rendered.tokens)
         seen = prompt_words(rendered.messages)
-        recalls[name] = [(t, recall(k, seen)) for t, k in keyed]
+        recalls[name] = [(t, recall(k, seen)) for _, t, k in keyed]
         shares[name] = rendered.tokens / budget
+        if name.startswith("offline_"):
+            view.update(recall=True)
+            recalls[name.replace("offline_", "offline_recall_")] = [
+                (t, recall(k, asked_words(view, str(q["question"]), budget, seen)))
+                for q, t, k in keyed
+            ]
     return recalls, shares
+
+
+def asked_words(view: View, question: str, budget: int, plain: set[str]) -> set[str]:
+    """The words of the prompt ``question`` gets as the latest user message (``plain``,
+    the prompt's words without recall, when the budget cannot hold the question too)."""
+    room = budget - view.session.counter.message({"role": "user", "content": question})
+    try:
+        rendered = view.render_report(room, query=question)
+    except BudgetError:
+        return plain
+    assert rendered.tokens <= room, (view.name, room, rendered.tokens)
+    return prompt_words(
+        [
+            {**m, "content": str(m.get("content") or "").replace(HEADER, "")}
+            for m in rendered.messages
+        ]
+    )
 
 
 def figures_of(measured: Measured, prefix: str) -> dict[str, Any]:
     recalls = measured.recalls
-    out: dict[str, Any] = {f"{prefix}_retention_{name}": retention(recalls, name) for name in ARMS}
+    out: dict[str, Any] = {
+        f"{prefix}_retention_{name}": retention(recalls, name) for name in [*ARMS, *RECALL_ARMS]
+    }
     out.update(
         {f"{prefix}_prompt_share_{name}": statistics.fmean(measured.shares[name]) for name in ARMS}
     )
@@ -193,9 +218,8 @@ def figures_of(measured: Measured, prefix: str) -> dict[str, Any]:
     )
     # Session dates are message meta, absent from the full conversation's text:
     # a fold that prints them can beat the full conversation on temporal answers.
-    out[f"{prefix}_retention_offline_once_10pct_non_temporal"] = retention(
-        recalls, "offline_once_10pct", skip_temporal=True
-    )
+    for arm in ("offline_once_10pct", "offline_recall_once_10pct"):
+        out[f"{prefix}_retention_{arm}_non_temporal"] = retention(recalls, arm, skip_temporal=True)
     out[f"{prefix}_full_conversation_recall"] = statistics.fmean(r for _, r in recalls["full"])
     out[f"{prefix}_questions"] = len(recalls["full"])
     out[f"{prefix}_conversations"] = measured.conversations

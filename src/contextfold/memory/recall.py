@@ -1,30 +1,28 @@
-"""Recall in a view: search the log for what the prompt lacks, and make room for it.
+"""Recall in a view: search the log for what the prompt lacks, in the room it leaves.
 
-``recall_render`` wraps one render of a view. It renders as usual, searches
-the store (``Store.search``, indexed at append) with the query, reads each hit's
-whole unit (a tool call and all its results, or one message), and keeps the
-units none of whose raw messages the prompt shows, that the view's filter
-keeps, and that hold no system message. A fold may quote part of a unit (the
-masking fold keeps a call and masks its output): such a unit comes back whole,
-for what the fold left out. ``contextfold.core.recall`` fits them into one block.
+``recall_render`` adds to one rendered prompt of a view. It searches the store
+(``Store.search``, indexed at append) with the query, reads each hit's whole
+unit (a tool call and all its results, or one message), and keeps the units
+none of whose raw messages the prompt shows, that the view's filter keeps, and
+that hold no system message. A fold may quote part of a unit (the masking fold
+keeps a call and masks its output): such a unit comes back whole, for what the
+fold left out. ``contextfold.core.recall`` fits them into one block.
 
-The room: recall may take up to ``share`` of the budget, and only what it uses.
-The best block that fits the share is made first; when the room the render
-left holds it, it goes there and the render stands. Otherwise the view is
-rendered again with the block's tokens held back (the window gives up its
-oldest units) and the block goes in the room so made (fit again, should that
-window show part of it), so the prompt never exceeds the budget and no room is
-held back for nothing. Cost: at most two renders, one search, one short read
-per hit: O(window + hits), never the whole log.
+The room: what the prompt leaves free under the budget, and at most ``share``
+of the budget. Recall never makes room by cutting: room taken from the folds
+would lose what they keep, and room taken from the recent messages would leave
+unfolded messages out of the prompt. A view's cycle folds it down to the
+low-water mark, so a recalling view has between ``1 - high_water`` and
+``1 - low_water`` of its budget free (lower the marks to give recall more).
+Cost: one search and one read of the hits, beside the render: O(window + hits),
+never the whole log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 
 from contextfold.core.entries import Entry
-from contextfold.core.errors import BudgetError
 from contextfold.core.log import LoggedMessage
 from contextfold.core.recall import Candidate, RecallSettings, fit, with_block
 from contextfold.core.render import Rendered
@@ -43,19 +41,21 @@ Unit = Sequence[LoggedMessage]
 
 
 def recall_render(
-    render_at: Callable[[int | None], Rendered],
+    rendered: Rendered,
     *,
     store: Store,
     session_id: str,
     query: str,
     settings: RecallSettings,
-    budget: int | None,
     keep: MessageFilter | None,
     system: int,
     counter: TokenCounter,
 ) -> Rendered:
-    """The prompt ``render_at(budget)`` gives, with what ``query`` recalls from the log."""
-    first = render_at(budget)
+    """``rendered`` with what ``query`` recalls from the log, in the room it leaves."""
+    budget = rendered.budget
+    room = None if budget is None else min(int(settings.share * budget), budget - rendered.tokens)
+    if room is not None and room <= 0:
+        return rendered
     ranked = [
         Candidate.of(unit)
         for unit in found_units(
@@ -63,35 +63,13 @@ def recall_render(
             session_id,
             query,
             limit=settings.limit,
-            before=recent_start(first.shown),
+            before=recent_start(rendered.shown),
             keep=keep,
             system=system,
         )
     ]
-    if not ranked:
-        return first
-    if budget is None:
-        unbounded = fit(outside(ranked, first), None, settings.limit, counter)
-        return first if unbounded is None else with_block(first, unbounded)
-    share = int(settings.share * budget)
-    wanted = fit(outside(ranked, first), share, settings.limit, counter)
-    if wanted is None:
-        return first
-    if wanted.tokens <= budget - first.tokens:
-        return with_block(first, wanted)
-    try:
-        second = replace(render_at(budget - wanted.tokens), budget=budget)
-    except BudgetError:  # the system prompt and the latest user message need that room
-        room = min(share, budget - first.tokens)
-        here = fit(outside(ranked, first), room, settings.limit, counter)
-        return first if here is None else with_block(first, here)
-    shown = set(second.shown)
-    if wanted.tokens <= budget - second.tokens and not shown.intersection(wanted.seqs):
-        return with_block(second, wanted)
-    block = fit(
-        outside(ranked, second), min(share, budget - second.tokens), settings.limit, counter
-    )
-    return second if block is None else with_block(second, block)
+    block = fit(outside(ranked, rendered), room, settings.limit, counter)
+    return rendered if block is None else with_block(rendered, block)
 
 
 def outside(ranked: Sequence[Candidate], rendered: Rendered) -> list[Candidate]:

@@ -328,33 +328,30 @@ class View:
         if latest is not None and not any(f.start <= latest.seq <= f.end for f in in_place):
             latest_user = Entry.of_message(latest)
 
-        def render_at(fit_to: int | None) -> Rendered:
-            entries = self._log_newest_first(in_place, after=len(system), last=head.last_seq)
-            if keep is not None:
-                entries = whole_units(entries, lambda e: e.message, keep)
-            return render(
-                system=[m.message for m in system],
-                newest_first=answer_missing(entries, self.session.counter),
-                counter=self.session.counter,
-                budget=fit_to,
-                facts=active_facts(folds),
-                latest_user=latest_user,
-                first_seq=len(system) + 1,
-                system_tokens=sum(m.tokens for m in system),
-            )
-
+        entries = self._log_newest_first(in_place, after=len(system), last=head.last_seq)
+        if keep is not None:
+            entries = whole_units(entries, lambda e: e.message, keep)
+        rendered = render(
+            system=[m.message for m in system],
+            newest_first=answer_missing(entries, self.session.counter),
+            counter=self.session.counter,
+            budget=budget,
+            facts=active_facts(folds),
+            latest_user=latest_user,
+            first_seq=len(system) + 1,
+            system_tokens=sum(m.tokens for m in system),
+        )
         settings = config.recall_settings
         if query is None and latest is not None:
             query = text_of(latest.message)
         if settings is None or not query:
-            return head, render_at(budget)
+            return head, rendered
         return head, recall_render(
-            render_at,
+            rendered,
             store=self._store,
             session_id=sid,
             query=query,
             settings=settings,
-            budget=budget,
             keep=keep,
             system=len(system),
             counter=self.session.counter,
