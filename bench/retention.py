@@ -45,6 +45,7 @@ from _common import conversations, parse_args, report
 from contextfold import Memory, View
 from contextfold.core.errors import BudgetError
 from contextfold.core.recall import HEADER
+from contextfold.evaluation.replay import asked_prompt
 from contextfold.evaluation.retention import keyed_questions, prompt_words, recall
 from contextfold.evaluation.split import HALVES, rows_of
 
@@ -188,18 +189,13 @@ def _recalls(
 
 def asked_words(view: View, question: str, budget: int, plain: set[str]) -> set[str]:
     """The words of the prompt ``question`` gets as the latest user message (``plain``,
-    the prompt's words without recall, when the budget cannot hold the question too)."""
-    room = budget - view.session.counter.message({"role": "user", "content": question})
-    try:
-        rendered = view.render_report(room, query=question)
-    except BudgetError:
+    the prompt's words without recall, when the budget cannot hold the question too),
+    the recall block's header left out."""
+    asked = asked_prompt(view, question, budget)
+    if asked is None:
         return plain
-    assert rendered.tokens <= room, (view.name, room, rendered.tokens)
     return prompt_words(
-        [
-            {**m, "content": str(m.get("content") or "").replace(HEADER, "")}
-            for m in rendered.messages
-        ]
+        [{**m, "content": str(m.get("content") or "").replace(HEADER, "")} for m in asked]
     )
 
 

@@ -196,20 +196,21 @@ def replay(
     return result
 
 
+def asked_prompt(view: View, question: str, budget: int) -> list[Message] | None:
+    """The prompt a recalling ``view`` gives ``question`` as the latest user message: the
+    question as the query, its tokens out of ``budget``; None when the budget cannot
+    hold the question too."""
+    room = budget - view.session.counter.message({"role": "user", "content": question})
+    try:
+        return view.render_report(room, query=question).messages if room > 0 else None
+    except BudgetError:
+        return None
+
+
 def _asker(
     view: View, final: list[Message], budget: int
 ) -> Callable[[Mapping[str, Any]], list[Message]]:
     """The prompt each question is answered from (see the module docstring)."""
     if view.config.recall_settings is None:
         return lambda question: final
-    counter = view.session.counter
-
-    def asked(question: Mapping[str, Any]) -> list[Message]:
-        text = str(question["question"])
-        room = budget - counter.message({"role": "user", "content": text})
-        try:
-            return view.render_report(room, query=text).messages if room > 0 else final
-        except BudgetError:
-            return final
-
-    return asked
+    return lambda question: asked_prompt(view, str(question["question"]), budget) or final
