@@ -18,8 +18,10 @@ from contextfold.core.messages import Message, for_model
 from contextfold.core.recall import HEADER, RecallSettings
 from contextfold.core.render import Rendered
 from contextfold.core.units import tool_unit_faults
+from contextfold.memory.cache import PromptCache
 from contextfold.memory.config import ViewConfig
 from contextfold.store import RAMStore, SQLiteStore, Store
+from contextfold.store.base import SearchHit
 
 LINE = re.compile(r"^#(\d+) (\S.*?) (user|assistant|tool)\b[^:]*: ", re.M)
 DATE = {"date": "3 March, 2024"}
@@ -368,3 +370,46 @@ def test_the_service_stores_recall_and_renders_by_a_query() -> None:
         client.put(f"{api}/s/views/v", json={"recall": False})
         refused = client.get(f"{api}/s/views/v/render", params={"query": "Quillon"})
         assert refused.status_code == 422 and refused.json()["error"]["field"] == "query"
+
+
+class CountingSearches(RAMStore):
+    """A RAM store that counts its searches and its reads of a view's folds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.searches = 0
+        self.fold_reads = 0
+
+    def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:
+        self.fold_reads += 1
+        return super().folds(session_id, view, include_superseded=include_superseded)
+
+    def search(
+        self, session_id: str, query: str, *, limit: int = 20, before: int | None = None
+    ) -> list[SearchHit]:
+        self.searches += 1
+        return super().search(session_id, query, limit=limit, before=before)
+
+
+def test_a_turn_searches_once_for_its_user_message_and_keeps_the_block() -> None:
+    store = CountingSearches()
+    chat = Memory(store).session("s")
+    chat.extend(log())
+    folded(chat, "v", 2, 30)
+    view = chat.view("v", preset="disabled", recall=True)
+    chat.append(said("user", "When does the zanzibar ferry leave?"))
+    first = view.render_report()
+    assert {4, 5, 6} <= set(first.recalled) and store.searches == 1
+    chat.append(said("assistant", "Let me check the timetable."))
+    grown = view.render_report()
+    assert grown.recalled == first.recalled and store.searches == 1
+    assert grown.messages[:-1] == first.messages
+    view.binding.prompts = PromptCache()  # emptied (a fold landed, say): the same question
+    again = view.render_report()
+    assert again.recalled == first.recalled and store.searches == 2
+    reads = store.fold_reads
+    chat.append(said("user", "And what did Caroline adopt?"))
+    asked = view.render_report()
+    assert store.searches == 3
+    # A new question searches on top of the prompt grown by appends: no fold is read again.
+    assert store.fold_reads == reads and asked.messages[-1]["content"].startswith("And what")

@@ -25,6 +25,7 @@ from typing import Generic, TypeVar
 from contextfold.core.entries import Entry
 from contextfold.core.log import LoggedMessage, json_copy
 from contextfold.core.messages import for_model
+from contextfold.core.recall import Block
 from contextfold.core.render import Rendered
 from contextfold.core.units import answers_tail, waits_for_results
 from contextfold.memory.filters import MessageFilter
@@ -76,34 +77,25 @@ class _Grown(Generic[T]):
 
 
 class PromptCache:
-    """The last whole prompt of one view, keyed by fold version, config version and budget."""
+    """The last whole prompt of one view, keyed by fold version, config version and budget,
+    without its recall block; and the block last recalled for it, with the user message
+    it answered."""
 
     def __init__(self) -> None:
         self._grown: _Grown[Rendered] = _Grown()
+        self._block: tuple[tuple[int | None, ...], Block | None] | None = None
 
     def put(self, head: Head, budget: int | None, rendered: Rendered) -> None:
         key = (head.fold_version, head.view_version, budget)
         self._grown.put(key, head.last_seq, _copy(rendered) if rendered.whole else None)
 
     def extend(
-        self,
-        head: Head,
-        budget: int | None,
-        keep: MessageFilter | None,
-        read_after: ReadAfter,
-        *,
-        new_query: bool = False,
+        self, head: Head, budget: int | None, keep: MessageFilter | None, read_after: ReadAfter
     ) -> Rendered | None:
-        """The prompt at ``head`` from the cached one, or None when it must be rendered afresh.
-
-        With ``new_query`` (the view recalls by its latest user message), a new user
-        message renders afresh: the recall block it asks for is another one.
-        """
+        """The prompt at ``head`` from the cached one, or None when it must be rendered afresh."""
 
         def extend(base: Rendered, new: list[LoggedMessage]) -> Rendered | None:
             if keep is not None and not all(keep(m.message) for m in new):
-                return None
-            if new_query and any(m.role == "user" for m in new):
                 return None
             messages = list(base.messages)
             for logged in new:
@@ -121,6 +113,17 @@ class PromptCache:
         key = (head.fold_version, head.view_version, budget)
         grown = self._grown.grow(key, head.last_seq, read_after, extend)
         return None if grown is None else _copy(grown)
+
+    def recalled(self, head: Head, budget: int | None, asked: int) -> tuple[bool, Block | None]:
+        """The block last recalled at these versions and budget for the user message at seq
+        ``asked``: (found, block); a block is kept while the turn goes on."""
+        kept = self._block
+        if kept is None or kept[0] != (head.fold_version, head.view_version, budget, asked):
+            return False, None
+        return True, kept[1]
+
+    def keep_block(self, head: Head, budget: int | None, asked: int, block: Block | None) -> None:
+        self._block = ((head.fold_version, head.view_version, budget, asked), block)
 
 
 class StateCache:

@@ -1,6 +1,6 @@
 """Recall in a view: search the log for what the prompt lacks, in the room it leaves.
 
-``recall_render`` adds to one rendered prompt of a view. It searches the store
+``recall_block`` makes the block for one rendered prompt of a view. It searches the store
 (``Store.search``, indexed at append) with the query, reads each hit's whole
 unit (a tool call and all its results, or one message), and keeps the units
 none of whose raw messages the prompt shows, that the view's filter keeps, and
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from contextfold.core.entries import Entry
 from contextfold.core.log import LoggedMessage
-from contextfold.core.recall import Candidate, RecallSettings, fit, with_block
+from contextfold.core.recall import Block, Candidate, RecallSettings, fit
 from contextfold.core.render import Rendered
 from contextfold.core.tokens import TokenCounter
 from contextfold.core.units import unit_spans
@@ -40,7 +40,7 @@ _HITS_PER_UNIT = 2
 Unit = Sequence[LoggedMessage]
 
 
-def recall_render(
+def recall_block(
     rendered: Rendered,
     *,
     store: Store,
@@ -48,14 +48,14 @@ def recall_render(
     query: str,
     settings: RecallSettings,
     keep: MessageFilter | None,
-    system: int,
     counter: TokenCounter,
-) -> Rendered:
-    """``rendered`` with what ``query`` recalls from the log, in the room it leaves."""
+) -> Block | None:
+    """What ``query`` recalls from the log for ``rendered``, in the room it leaves (None:
+    nothing found, or no room)."""
     budget = rendered.budget
     room = None if budget is None else min(int(settings.share * budget), budget - rendered.tokens)
     if room is not None and room <= 0:
-        return rendered
+        return None
     ranked = [
         Candidate.of(unit)
         for unit in found_units(
@@ -65,11 +65,17 @@ def recall_render(
             limit=settings.limit,
             before=recent_start(rendered.shown),
             keep=keep,
-            system=system,
         )
     ]
-    block = fit(outside(ranked, rendered), room, settings.limit, counter)
-    return rendered if block is None else with_block(rendered, block)
+    return fit(outside(ranked, rendered), room, settings.limit, counter)
+
+
+def still_fits(rendered: Rendered, block: Block) -> bool:
+    """Whether ``block``, chosen for an earlier prompt, fits ``rendered`` as it is: within
+    its budget, and recalling nothing it now shows."""
+    budget = rendered.budget
+    room = None if budget is None else budget - rendered.tokens
+    return (room is None or block.tokens <= room) and not set(block.seqs) & set(rendered.shown)
 
 
 def outside(ranked: Sequence[Candidate], rendered: Rendered) -> list[Candidate]:
@@ -99,10 +105,9 @@ def found_units(
     limit: int,
     before: int | None,
     keep: MessageFilter | None,
-    system: int,
 ) -> list[Unit]:
-    """The units of the best hits for ``query``, best first, each once; none of the
-    system prompt, of system messages, or with a message the view's filter hides.
+    """The units of the best hits for ``query``, best first, each once; none with a
+    system message (the system prompt's included) or a message the view's filter hides.
 
     ``limit`` units at most, from up to ``_HITS_PER_UNIT`` times as many hits: the
     search stops below the prompt's recent messages, so few hits are shown already.
@@ -113,7 +118,6 @@ def found_units(
     hits = [
         hit.seq
         for hit in store.search(session_id, query, limit=limit * _HITS_PER_UNIT, before=before)
-        if hit.seq > system
     ]
     units: list[Unit] = []
     taken: set[int] = set()

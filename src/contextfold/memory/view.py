@@ -26,6 +26,7 @@ from contextfold.core.events import EventCallback
 from contextfold.core.folds import Fold, active_facts, active_in_place
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, text_of
+from contextfold.core.recall import with_block
 from contextfold.core.render import Rendered, render
 from contextfold.core.units import answer_missing, whole_units
 from contextfold.llm.base import LLM
@@ -37,7 +38,7 @@ from contextfold.memory.cycle import CompactionReport, SessionSide, compact
 from contextfold.memory.filters import MessageFilter
 from contextfold.memory.heal import Checked, sound_folds
 from contextfold.memory.leases import held_lease
-from contextfold.memory.recall import recall_render
+from contextfold.memory.recall import recall_block, still_fits
 from contextfold.store.base import Head, Store
 from contextfold.store.wake import LocalWake
 from contextfold.strategies.base import ViewState
@@ -282,9 +283,10 @@ class View:
 
         A prompt whose view only grew by appends since the last render is that
         prompt plus the new messages, when they fit: no fold moved, so nothing
-        before them can differ. Anything else renders afresh, and so does a
-        prompt whose recall may have changed: a new user message (a new query)
-        or a query given here.
+        before them can differ. Anything else renders afresh. The recall block
+        is made on top of that prompt: once per user message (a new query), and
+        kept while the turn goes on and it still fits; a query given here always
+        searches, and its prompt is not cached.
         """
         check_budget(budget)
         if query is not None and not isinstance(query, str):
@@ -296,42 +298,62 @@ class View:
                 f"recall is off for view {self.name!r}: turn it on with recall=", field="query"
             )
         wanted = budget if budget is not None else config.budget
-        prompts = self.binding.prompts
+        settings = config.recall_settings
         if query is not None:
-            return self._render(wanted, keep, config, query)[1]
-        fast = prompts.extend(
-            head,
-            wanted,
-            keep,
-            lambda after: self._store.messages(self.session.id, after + 1),
-            new_query=config.recall_settings is not None,
+            head, base = self._render(wanted, keep)
+            asked: LoggedMessage | None = None
+        else:
+            prompts = self.binding.prompts
+            read_after = lambda after: self._store.messages(self.session.id, after + 1)  # noqa: E731
+            fast = prompts.extend(head, wanted, keep, read_after)
+            if fast is None:
+                head, base = self._render(wanted, keep)
+                prompts.put(head, wanted, base)
+            else:
+                base = fast
+            if settings is None:
+                return base
+            asked = self._latest_user(head, keep)
+            if asked is None or not text_of(asked.message):
+                return base
+            found, block = prompts.recalled(head, wanted, asked.seq)
+            if found and (block is None or still_fits(base, block)):
+                return base if block is None else with_block(base, block)
+            query = text_of(asked.message)
+        assert settings is not None
+        block = recall_block(
+            base,
+            store=self._store,
+            session_id=self.session.id,
+            query=query,
+            settings=settings,
+            keep=keep,
+            counter=self.session.counter,
         )
-        if fast is not None:
-            return fast
-        head, rendered = self._render(wanted, keep, config, None)
-        prompts.put(head, wanted, rendered)
-        return rendered
+        if asked is not None:
+            self.binding.prompts.keep_block(head, wanted, asked.seq, block)
+        return base if block is None else with_block(base, block)
 
-    def _render(
-        self, budget: int | None, keep: MessageFilter | None, config: ViewConfig, query: str | None
-    ) -> tuple[Head, Rendered]:
-        sid = self.session.id
+    def _latest_user(self, head: Head, keep: MessageFilter | None) -> LoggedMessage | None:
+        """The latest user message at ``head`` that the view's filter keeps."""
+        latest = self._store.last_of_role(self.session.id, "user")
+        if latest is None or latest.seq > head.last_seq:
+            return None
+        return latest if keep is None or keep(latest.message) else None
+
+    def _render(self, budget: int | None, keep: MessageFilter | None) -> tuple[Head, Rendered]:
+        """The prompt read afresh from the store, without recall."""
         system = self._system()
         head, folds = self._sound_folds(len(system))
-        latest = self._store.last_of_role(sid, "user")
+        latest = self._latest_user(head, keep)
         in_place = active_in_place(folds)
-        if latest is not None and (
-            latest.seq > head.last_seq or not (keep is None or keep(latest.message))
-        ):
-            latest = None
         latest_user = None
         if latest is not None and not any(f.start <= latest.seq <= f.end for f in in_place):
             latest_user = Entry.of_message(latest)
-
         entries = self._log_newest_first(in_place, after=len(system), last=head.last_seq)
         if keep is not None:
             entries = whole_units(entries, lambda e: e.message, keep)
-        rendered = render(
+        return head, render(
             system=[m.message for m in system],
             newest_first=answer_missing(entries, self.session.counter),
             counter=self.session.counter,
@@ -340,21 +362,6 @@ class View:
             latest_user=latest_user,
             first_seq=len(system) + 1,
             system_tokens=sum(m.tokens for m in system),
-        )
-        settings = config.recall_settings
-        if query is None and latest is not None:
-            query = text_of(latest.message)
-        if settings is None or not query:
-            return head, rendered
-        return head, recall_render(
-            rendered,
-            store=self._store,
-            session_id=sid,
-            query=query,
-            settings=settings,
-            keep=keep,
-            system=len(system),
-            counter=self.session.counter,
         )
 
     def _log_newest_first(self, in_place: list[Fold], *, after: int, last: int) -> Iterator[Entry]:
