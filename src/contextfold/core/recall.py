@@ -187,9 +187,10 @@ def _header_tokens(counter: TokenCounter) -> int:
 
 
 def with_block(rendered: Rendered, block: Block) -> Rendered:
-    """``rendered`` with ``block`` at its ``recall_at`` place, counted in its tokens."""
+    """``rendered`` with ``block`` at its ``recall_at`` place, counted in its tokens; the
+    block's message is a copy, so editing a prompt never edits a block kept for the turn."""
     at = len(rendered.messages) if rendered.recall_at is None else rendered.recall_at
-    messages = [*rendered.messages[:at], block.message, *rendered.messages[at:]]
+    messages = [*rendered.messages[:at], dict(block.message), *rendered.messages[at:]]
     return replace(
         rendered, messages=messages, tokens=rendered.tokens + block.tokens, recalled=block.seqs
     )
