@@ -7,6 +7,7 @@ Each benchmark runs as ``python bench/<name>.py [--quick] [--json]``; with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -93,3 +94,16 @@ def postgres_analyze(schema: str) -> None:
 
     with psycopg.connect(POSTGRES, autocommit=True) as conn:
         conn.execute(f"ANALYZE {schema}.messages")
+
+
+@contextlib.contextmanager
+def postgres_schema(name: str) -> Iterator[tuple[str, str]]:
+    """A schema of its own for one benchmark run, and the store URL into it; dropped after."""
+    import psycopg
+
+    schema = f"cf_bench_{name}_{os.getpid()}"
+    try:
+        yield schema, f"{POSTGRES}?schema={schema}&durability=process"
+    finally:
+        with psycopg.connect(POSTGRES, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

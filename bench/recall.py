@@ -17,7 +17,6 @@ is measured by ``bench/retention.py`` (the ``offline_recall`` arms).
 
 from __future__ import annotations
 
-import os
 import statistics
 import tempfile
 import time
@@ -25,7 +24,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from _common import POSTGRES, conversations, parse_args, postgres_analyze, postgres_up, report
+from _common import (
+    conversations,
+    parse_args,
+    postgres_analyze,
+    postgres_schema,
+    postgres_up,
+    report,
+)
 
 from contextfold import Memory
 from contextfold.core.messages import Message
@@ -107,19 +113,12 @@ def render_latency(
 def postgres_latency(sizes: dict[str, int], asked: list[str]) -> dict[str, float]:
     if not postgres_up():
         return {}
-    import psycopg
-
     from contextfold.store.postgres import PostgresStore
 
-    schema = f"cf_bench_recall_{os.getpid()}"
-    url = f"{POSTGRES}?schema={schema}&durability=process"
-    try:
+    with postgres_schema("recall") as (schema, url):
         return render_latency(
             "pg_", lambda: PostgresStore(url), sizes, asked, lambda: postgres_analyze(schema)
         )
-    finally:
-        with psycopg.connect(POSTGRES, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 def main() -> None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import random
 import tempfile
 import time
@@ -38,7 +37,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from _common import POSTGRES, conversations, parse_args, postgres_analyze, postgres_up, report
+from _common import (
+    conversations,
+    parse_args,
+    postgres_analyze,
+    postgres_schema,
+    postgres_up,
+    report,
+)
 from store import per_call_us, pool, take
 
 from contextfold.core.log import NewMessage
@@ -114,20 +120,12 @@ def postgres_figures(messages: list[NewMessage], sizes: dict[str, int]) -> dict[
     """The PostgreSQL run in a schema of its own; none when the server does not answer."""
     if not postgres_up():
         return {}
-    import psycopg
-
     from contextfold.store.postgres import PostgresStore
 
-    schema = f"cf_bench_search_{os.getpid()}"
-    url = f"{POSTGRES}?schema={schema}&durability=process"
-
-    try:
+    with postgres_schema("search") as (schema, url):
         return search_percentiles(
             "pg_", lambda: PostgresStore(url), messages, sizes, lambda: postgres_analyze(schema)
         )
-    finally:
-        with psycopg.connect(POSTGRES, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 def options(parser: argparse.ArgumentParser) -> None:
