@@ -300,20 +300,20 @@ class View:
         wanted = budget if budget is not None else config.budget
         settings = config.recall_settings
         if query is not None:
-            head, base = self._render(wanted, keep)
+            head, base, _ = self._render(wanted, keep)
             asked: LoggedMessage | None = None
         else:
             prompts = self.binding.prompts
             read_after = lambda after: self._store.messages(self.session.id, after + 1)  # noqa: E731
             fast = prompts.extend(head, wanted, keep, read_after)
             if fast is None:
-                head, base = self._render(wanted, keep)
+                head, base, asked = self._render(wanted, keep)
                 prompts.put(head, wanted, base)
             else:
                 base = fast
+                asked = None if settings is None else self._latest_user(head, keep)
             if settings is None:
                 return base
-            asked = self._latest_user(head, keep)
             if asked is None or not text_of(asked.message):
                 return base
             found, block = prompts.recalled(head, wanted, asked.seq)
@@ -341,8 +341,11 @@ class View:
             return None
         return latest if keep is None or keep(latest.message) else None
 
-    def _render(self, budget: int | None, keep: MessageFilter | None) -> tuple[Head, Rendered]:
-        """The prompt read afresh from the store, without recall."""
+    def _render(
+        self, budget: int | None, keep: MessageFilter | None
+    ) -> tuple[Head, Rendered, LoggedMessage | None]:
+        """The prompt read afresh from the store, without recall, and the latest user
+        message it was rendered for (``_latest_user``)."""
         system = self._system()
         head, folds = self._sound_folds(len(system))
         latest = self._latest_user(head, keep)
@@ -353,7 +356,7 @@ class View:
         entries = self._log_newest_first(in_place, after=len(system), last=head.last_seq)
         if keep is not None:
             entries = whole_units(entries, lambda e: e.message, keep)
-        return head, render(
+        rendered = render(
             system=[m.message for m in system],
             newest_first=answer_missing(entries, self.session.counter),
             counter=self.session.counter,
@@ -363,6 +366,7 @@ class View:
             first_seq=len(system) + 1,
             system_tokens=sum(m.tokens for m in system),
         )
+        return head, rendered, latest
 
     def _log_newest_first(self, in_place: list[Fold], *, after: int, last: int) -> Iterator[Entry]:
         """Folds and raw messages newest first, reading the log backwards a page at a time."""
