@@ -1,18 +1,25 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+CORE_STAMP := $(VENV)/.core-installed
 CHROMIUM ?= /usr/bin/chromium
 REDIS_SERVER ?= /usr/bin/redis-server
 
-.PHONY: demo serve test lint typecheck bench clean chromium redis-server
+.PHONY: demo serve test lint typecheck docs bench clean chromium redis-server
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,docs]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The demo needs the core install only: no extra, no service, no key.
+$(CORE_STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q -e .
+	touch $(CORE_STAMP)
+
+demo: $(CORE_STAMP)
 	$(VENV)/bin/contextfold demo
 
 serve: $(STAMP)
@@ -25,7 +32,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy src/
 
-test: lint typecheck chromium redis-server
+test: lint typecheck docs chromium redis-server
 	CONTEXTFOLD_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q
 
 # The page tests drive Debian's Chromium through Playwright (never a browser Playwright downloads).
@@ -44,9 +51,13 @@ redis-server:
 	  || { echo "apt-get could not install redis-server: the worker tests need $(REDIS_SERVER) (run as root, or install it)" >&2; exit 1; }; \
 	  test -x $(REDIS_SERVER) || { echo "redis-server installed but $(REDIS_SERVER) is missing: set REDIS_SERVER=" >&2; exit 1; }; }
 
+# The docs site into site/; --strict fails on a broken link, an orphan page or a bad reference.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --quiet
+
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[peers]'
 	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache site
