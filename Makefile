@@ -53,7 +53,7 @@ redis-server:
 
 # The docs site into site/; --strict fails on a broken link, an orphan page or a bad reference.
 docs: $(STAMP)
-	$(VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[peers]'

@@ -65,9 +65,8 @@ def _argument_rows(parser: argparse.ArgumentParser) -> list[str]:
         if action.help == argparse.SUPPRESS:
             continue
         if action.option_strings:
-            name = ", ".join(f"`{flag}`" for flag in action.option_strings)
-            if action.nargs != 0:
-                name += f" `{action.metavar or action.dest.upper()}`"
+            value = "" if action.nargs == 0 else f" {action.metavar or action.dest.upper()}"
+            name = ", ".join(f"`{flag}{value}`" for flag in action.option_strings)
         else:
             name = f"`{action.metavar or action.dest}`"
         default = action.default
