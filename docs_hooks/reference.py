@@ -176,9 +176,7 @@ def http_markdown() -> str:
             tag = (op.get("tags") or ["other"])[0]
             groups.setdefault(tag, []).extend(_operation(path, method, op, spec))
     info = spec.get("info", {})
-    parts = [
-        f"Generated from the app's OpenAPI schema ({info.get('title')} {info.get('version')}).\n"
-    ]
+    parts = [f"API version: {info.get('title')} {info.get('version')}.\n"]
     for tag, lines in groups.items():
         parts.append(f"## {tag}\n")
         parts.append("\n".join(lines))
