@@ -97,7 +97,7 @@ def cli_markdown() -> str:
 def _openapi() -> dict[str, Any]:
     app_module = importlib.import_module("contextfold.server.app")
     settings_module = importlib.import_module("contextfold.server.settings")
-    settings = settings_module.Settings(database="memory://", runner=False)
+    settings = settings_module.Settings(database="memory://")  # nothing starts: no lifespan runs
     schema: dict[str, Any] = app_module.create_app(settings).openapi()
     return schema
 
