@@ -10,12 +10,14 @@ docs edit, and a parser or app that no longer builds fails the build.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 from collections.abc import Iterator
 from typing import Any
 
 CLI_MARK = "<!-- cli-reference -->"
 HTTP_MARK = "<!-- http-reference -->"
+PRESETS_MARK = "<!-- presets-reference -->"
 _PARSER_FACTORIES = ("build_parser", "parser", "_parser")
 _METHODS = ("get", "post", "put", "patch", "delete")
 
@@ -26,6 +28,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         markdown = markdown.replace(CLI_MARK, cli_markdown())
     if HTTP_MARK in markdown:
         markdown = markdown.replace(HTTP_MARK, http_markdown())
+    if PRESETS_MARK in markdown:
+        markdown = markdown.replace(PRESETS_MARK, presets_markdown())
     return markdown
 
 
@@ -184,3 +188,31 @@ def http_markdown() -> str:
     for name in sorted(spec.get("components", {}).get("schemas", {})):
         parts.append("\n".join(_fields(name, spec)) + "\n")
     return "\n".join(parts)
+
+
+def _options(strategy: object) -> str:
+    """A strategy's short scalar options, as it is built by default."""
+    if not dataclasses.is_dataclass(strategy):
+        return ""
+    shown = []
+    for field in dataclasses.fields(strategy):
+        value = getattr(strategy, field.name)
+        if field.name != "name" and isinstance(value, bool | int | float | str):
+            text = repr(value)
+            if len(text) <= 30:
+                shown.append(f"{field.name}={text}")
+    return ", ".join(shown)
+
+
+def presets_markdown() -> str:
+    """Every registered preset: its strategies in order and their default options."""
+    package = importlib.import_module("contextfold")
+    rows = ["| preset | recall | strategies, in order, with their defaults |", "|---|---|---|"]
+    for name in package.preset_names():
+        pipeline = package.get_preset(name)
+        strategies = "<br>".join(
+            f"`{type(s).__name__}({_options(s)})`" for s in pipeline.strategies
+        )
+        recall = "on" if getattr(pipeline, "recall", False) else "off"
+        rows.append(f"| `{name}` | {recall} | {_cell(strategies) or 'none: never folds'} |")
+    return "\n".join(rows) + "\n"
