@@ -114,11 +114,22 @@ def test_the_http_reference_names_every_route_and_schema() -> None:
         assert f"### {name}\n" in markdown
 
 
+def test_the_presets_reference_names_every_preset_and_strategy() -> None:
+    from contextfold import get_preset, preset_names
+
+    markdown = _hooks().presets_markdown()
+    for name in preset_names():
+        row = next(line for line in markdown.splitlines() if line.startswith(f"| `{name}` |"))
+        for strategy in get_preset(name).strategies:
+            assert f"`{type(strategy).__name__}(" in row, (name, strategy)
+
+
 def test_the_references_replace_their_marks() -> None:
     hooks = _hooks()
     for page, mark in [
         ("reference/cli.md", hooks.CLI_MARK),
         ("reference/http.md", hooks.HTTP_MARK),
+        ("reference/presets.md", hooks.PRESETS_MARK),
     ]:
         text = (DOCS / page).read_text(encoding="utf-8")
         assert mark in text
