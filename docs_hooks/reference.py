@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -209,7 +210,9 @@ def presets_markdown() -> str:
     package = importlib.import_module("contextfold")
     rows = ["| preset | recall | strategies, in order, with their defaults |", "|---|---|---|"]
     for name in package.preset_names():
-        pipeline = package.get_preset(name)
+        with warnings.catch_warnings():  # round-compressor's deprecation has a page of its own
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pipeline = package.get_preset(name)
         strategies = "<br>".join(
             f"`{type(s).__name__}({_options(s)})`" for s in pipeline.strategies
         )
