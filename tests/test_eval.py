@@ -240,8 +240,11 @@ def test_eval_table_on_the_demo(tmp_path: Path, capsys: pytest.CaptureFixture[st
     path.write_text(json.dumps(demo_messages()), encoding="utf-8")
     code, out, err = run(capsys, str(path), "--budgets", "10%", "--samples", "3")
     assert code == 0, err
-    for word in ("offline", "keep-recent", "10%", "retention", "1 conversations", "215 messages"):
-        assert word in out
+    text = " ".join(out.split())
+    for words in ("offline", "keep-recent", "10%", "1 conversations", "215 messages"):
+        assert words in text
+    assert "Retention was not measured: no question with a gold answer" in text
+    assert "retention " not in text.split("Retention was not")[0]  # no column of dashes
 
 
 def test_eval_errors_exit_2_naming_the_fault(
@@ -260,12 +263,54 @@ def test_eval_errors_exit_2_naming_the_fault(
     assert run(capsys, str(path), "--limit", "0")[0] == 2
 
 
-def test_a_budget_below_the_system_prompt_names_the_conversation_and_budget(
+def test_a_budget_below_the_system_prompt_skips_the_conversation_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_jsonl(
+        tmp_path / "two.jsonl", [trip(), {"id": "demo", "messages": demo_messages()}]
+    )
+    code, out, err = run(capsys, str(path), "--budgets", "10%,10,100", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    by_arm = {(r["preset"], r["budget"]): r for r in data["results"]}
+    # 10 tokens hold neither the demo's system prompt nor trip's latest user message.
+    assert by_arm["offline", "10"]["skipped"] == {"too short for the budget": 2}
+    assert by_arm["offline", "10"]["conversations"] == 0
+    assert by_arm["offline", "10"]["retention"] is None
+    assert by_arm["offline", "10"]["render_p50_ms"] is None
+    # 100 tokens hold trip's messages but not the demo's system prompt (230 tokens).
+    assert by_arm["offline", "100"]["skipped"] == {"too short for the budget": 1}
+    assert by_arm["offline", "100"]["conversations"] == 1
+    trip_tokens = data["per_conversation"][0]["tokens"]
+    assert by_arm["offline", "100"]["tokens_before"] == trip_tokens
+    assert (by_arm["offline", "10%"]["skipped"], by_arm["offline", "10%"]["conversations"]) == (
+        {},
+        2,
+    )
+    demo = data["per_conversation"][1]["results"]
+    assert [r["skipped"] for r in demo if r["preset"] == "offline"] == [
+        None,
+        "too short for the budget",
+        "too short for the budget",
+    ]
+
+    code, out, err = run(capsys, str(path), "--budgets", "10%,10,100")
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "skipped" in text.split("prompt")[0]  # a column of the table
+    assert "Skipped at 10 by every preset: 2 of 2 conversations (2 too short for the budget)" in (
+        text
+    )
+    assert "at 100 by every preset: 1 of 2 conversations (1 too short for the budget)" in text
+
+
+def test_when_nothing_can_be_measured_the_run_fails_saying_why(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "demo.json"
     path.write_text(json.dumps(demo_messages()), encoding="utf-8")
-    code, _, err = run(capsys, str(path), "--presets", "offline", "--budgets", "10%,10")
-    assert code == 2
-    assert "conversation 'demo', preset 'offline', budget 10:" in err
-    assert "smaller than the system prompt" in err
+    code, out, err = run(capsys, str(path), "--presets", "offline", "--budgets", "10,20")
+    assert (code, out) == (2, "")
+    assert "nothing could be measured" in err
+    assert "skipped all 1 conversations (too short for the budget)" in err
+    assert "--budgets" in err

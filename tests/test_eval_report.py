@@ -248,6 +248,8 @@ def row(preset: str, budget: str, tokens: int, **figures: Any) -> dict[str, Any]
         "preset": preset,
         "budget": budget,
         "budget_tokens": tokens,
+        "conversations": 1,
+        "skipped": {},
         "compression": 10.0,
         "render_p50_ms": 1.0,
         "failed_jobs": 0,
@@ -300,34 +302,54 @@ def test_suggest_below_the_floor_says_so() -> None:
 
 def test_suggest_prefers_qa_accuracy_relative_to_full_context_when_judged() -> None:
     rows = [
-        row("offline", "10%", 1000, retention=0.9, qa_accuracy=0.3),
-        row("chat", "10%", 1000, retention=0.5, qa_accuracy=0.45),
+        row("offline", "10%", 1000, retention=0.9, qa_accuracy=0.3, full_qa_accuracy=0.5),
+        row("chat", "10%", 1000, retention=0.5, qa_accuracy=0.45, full_qa_accuracy=0.5),
     ]
-    picked = suggest({"results": rows, "full_qa_accuracy": 0.5})
+    picked = suggest({"results": rows})
     assert (picked["preset"], picked["measure"]) == ("chat", "QA accuracy")
     assert "(0.90; offline 0.60)" in picked["reason"]
 
 
-def test_suggest_without_questions_takes_compression_without_overshoot_or_failure() -> None:
+def test_suggest_without_a_measure_picks_nothing_and_never_a_skipped_or_failed_arm() -> None:
     rows = [
         row("offline", "5%", 500, compression=20.0, overshoot_tokens=40),
-        row("chat", "5%", 500, compression=25.0, failed_jobs=2),
-        row("keep-recent", "5%", 500, compression=18.0),
-        row("keep-recent", "10%", 1000, compression=9.0),
+        row("keep-recent", "5%", 500, compression=25.0),
     ]
     picked = suggest({"results": rows})
-    assert (picked["preset"], picked["budget"], picked["measure"]) == (
-        "keep-recent",
-        "5%",
-        "compression",
-    )
-    assert "18.0x" in picked["reason"] and "retention was not measured" in picked["reason"]
-    overshooting = [rows[0], row("x", "5%", 500, overshoot_tokens=10, compression=2.0)]
-    assert suggest({"results": overshooting})["preset"] == "x"
-    assert suggest({"results": [rows[1]]})["preset"] is None
-    roomy = [rows[0], row("keep-recent", "1000", 1000, compression=1.0)]
-    picked = suggest({"results": roomy})
-    assert picked["preset"] == "keep-recent" and "fit this budget whole" in picked["reason"]
+    assert (picked["preset"], picked["budget"], picked["measure"]) == (None, None, None)
+    assert "no question with a gold answer" in picked["reason"]
+    unrun = row("chat", "5%", 500, retention=1.0, conversations=0, skipped={"x": 1})
+    failed = row("rolling", "5%", 500, retention=1.0, failed_jobs=1)
+    kept = row("offline", "5%", 500, retention=0.5, skipped={"too short for the budget": 2})
+    picked = suggest({"results": [unrun, failed, kept]})
+    assert (picked["preset"], picked["measure"]) == ("offline", "answer-recall retention")
+    assert "(over 1 of 3 conversations; skipped 2 too short for the budget)" in picked["reason"]
+    assert suggest({"results": [unrun, failed]})["preset"] is None
+
+
+def test_suggest_refuses_data_without_questions_before_replaying(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", [{"id": "demo", "messages": demo_messages()}])
+    code, out, err = run(capsys, str(path), "--suggest", "--progress")
+    assert (code, out) == (2, "")
+    text = " ".join(err.split())
+    assert "field 'suggest'" in text and "--suggest needs questions with gold answers" in text
+    assert '"questions": [{"question": ..., "answer": ...}]' in text
+    assert "0/10" in err and "1/10" not in err  # refused before replaying a turn
+    unkeyed = {"messages": trip()["messages"], "questions": [{"question": "Hi?", "answer": "a"}]}
+    path = write_jsonl(tmp_path / "u.jsonl", [unkeyed])  # "a" is no key word: nothing to score
+    assert run(capsys, str(path), "--suggest", "--budgets", "200")[0] == 2
+
+
+def test_a_report_without_questions_says_why_it_suggests_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, str(EXPORT), "--budgets", "50%", "--report", str(tmp_path))
+    assert code == 0, err
+    assert "suggestion: none: no question with a gold answer" in " ".join(out.split())
+    page = (tmp_path / "report.html").read_text("utf-8")
+    assert "<b>Suggestion:</b> none: no question with a gold answer" in page
 
 
 def test_suggest_is_printed_with_its_figures(

@@ -63,7 +63,7 @@ def _page(summary: Mapping[str, Any], images: list[tuple[str, Path]]) -> str:
     ]
     suggestion = summary.get("suggestion")
     if suggestion:
-        parts.append(f"<p class=s><b>Suggestion.</b> {e(suggestion['reason'])}</p>")
+        parts.append(f"<p class=s><b>Suggestion:</b> {e(suggestion['reason'])}</p>")
     parts.append("<h2>Inputs and settings</h2><dl>")
     for label, value in _settings(summary):
         parts.append(f"<dt>{e(label)}</dt><dd>{e(value)}</dd>")
@@ -94,7 +94,11 @@ def _settings(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
             f"{summary['conversations']} conversations, {summary['messages']:,} messages, "
             f"{summary['tokens']:,} tokens, {summary['questions']} questions with answer key words",
         ),
-        ("skipped", ", ".join(f"{n} {why}" for why, n in skipped.items()) or "nothing"),
+        (
+            "left out of the input",
+            ", ".join(f"{n} {why}" for why, n in skipped.items()) or "nothing",
+        ),
+        ("skipped per budget", "; ".join(skipped_lines(summary)) or "nothing"),
         ("presets", ", ".join(summary["presets"])),
         ("budgets", ", ".join(summary["budgets"])),
         ("sampled turns", f"{summary['samples']} a conversation"),
@@ -115,11 +119,16 @@ def _settings(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def table_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     """The results table as text cells, for the terminal and the page alike; the columns
-    for overshoot, failed jobs, model calls and QA accuracy only when they say something."""
+    for skips, overshoot, failed jobs, model calls, retention and QA accuracy only when they
+    say something."""
     results = summary["results"]
     columns: list[tuple[str, Any]] = [
         ("preset", lambda r: r["preset"]),
         ("budget", lambda r: r["budget"]),
+    ]
+    if any(r["skipped"] for r in results):
+        columns.append(("skipped", lambda r: str(sum(r["skipped"].values()))))
+    columns += [
         ("prompt", lambda r: f"{r['tokens_after']:,}"),
         ("ratio", lambda r: _number(r["compression"], "{:.1f}x")),
         ("folds", lambda r: str(r["folds"])),
@@ -130,10 +139,9 @@ def table_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
         columns.append(("failed", lambda r: str(r["failed_jobs"])))
     if summary.get("model"):
         columns.append(("model calls/tok", lambda r: f"{r['model_calls']}/{r['model_tokens']:,}"))
-    columns.append(
-        ("render ms p50/p99", lambda r: f"{r['render_p50_ms']:.2f}/{r['render_p99_ms']:.2f}")
-    )
-    columns.append(("retention", lambda r: _number(r["retention"], "{:.2f}")))
+    columns.append(("render ms p50/p99", _render_ms))
+    if any(r["retention"] is not None for r in results):
+        columns.append(("retention", lambda r: _number(r["retention"], "{:.2f}")))
     if summary.get("full_qa_accuracy") is not None:
         columns.append(("QA acc", lambda r: _number(r["qa_accuracy"], "{:.2f}")))
     return [name for name, _ in columns], [[cell(r) for _, cell in columns] for r in results]
@@ -143,7 +151,38 @@ def _number(value: float | None, form: str) -> str:
     return "-" if value is None else form.format(value)
 
 
+def _render_ms(row: Mapping[str, Any]) -> str:
+    if row["render_p50_ms"] is None:
+        return "-"
+    return f"{row['render_p50_ms']:.2f}/{row['render_p99_ms']:.2f}"
+
+
+def skipped_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Per budget, how many conversations each preset skipped and why (empty: none)."""
+    total = summary["conversations"]
+    lines = []
+    for budget in summary["budgets"]:
+        rows = [r for r in summary["results"] if r["budget"] == budget]
+        if not any(r["skipped"] for r in rows):
+            continue
+        if all(r["skipped"] == rows[0]["skipped"] for r in rows):
+            lines.append(f"at {budget} by every preset: {_skips(rows[0], total)}")
+            continue
+        each = "; ".join(f"{r['preset']} {_skips(r, total)}" for r in rows if r["skipped"])
+        lines.append(f"at {budget}: {each}")
+    return lines
+
+
+def _skips(row: Mapping[str, Any], total: int) -> str:
+    skipped: Mapping[str, int] = row["skipped"]
+    reasons = ", ".join(f"{n} {why}" for why, n in skipped.items())
+    return f"{sum(skipped.values())} of {total} conversations ({reasons})"
+
+
 _NOTES = {
+    "skipped": "conversations the preset could not run on at this budget (too short for the "
+    "budget: it cannot hold their system prompt and latest user message), left out of the "
+    "row's figures",
     "prompt": "tokens rendered at the end, summed over the conversations",
     "ratio": "tokens before over after",
     "over": "the most tokens the folded view was over its budget at a sampled turn (render's "
@@ -162,4 +201,9 @@ def column_notes(summary: Mapping[str, Any]) -> str:
     notes = "; ".join(f"{name}: {_NOTES[name]}" for name in header if name in _NOTES) + "."
     if summary.get("full_qa_accuracy") is not None:
         notes += f" Full-context QA accuracy {summary['full_qa_accuracy']:.2f}."
+    if "retention" not in header:
+        notes += " Retention was not measured: no question with a gold answer to score."
+    skips = skipped_lines(summary)
+    if skips:
+        notes += " Skipped " + "; ".join(skips) + "."
     return notes
