@@ -274,12 +274,16 @@ def test_a_budget_below_the_system_prompt_skips_the_conversation_and_says_why(
     data = json.loads(out)
     by_arm = {(r["preset"], r["budget"]): r for r in data["results"]}
     # 10 tokens hold neither the demo's system prompt nor trip's latest user message.
-    assert by_arm["offline", "10"]["skipped"] == {"too short for the budget": 2}
+    assert by_arm["offline", "10"]["skipped"] == {
+        "budget under system prompt + last user message": 2
+    }
     assert by_arm["offline", "10"]["conversations"] == 0
     assert by_arm["offline", "10"]["retention"] is None
     assert by_arm["offline", "10"]["render_p50_ms"] is None
     # 100 tokens hold trip's messages but not the demo's system prompt (230 tokens).
-    assert by_arm["offline", "100"]["skipped"] == {"too short for the budget": 1}
+    assert by_arm["offline", "100"]["skipped"] == {
+        "budget under system prompt + last user message": 1
+    }
     assert by_arm["offline", "100"]["conversations"] == 1
     trip_tokens = data["per_conversation"][0]["tokens"]
     assert by_arm["offline", "100"]["tokens_before"] == trip_tokens
@@ -290,18 +294,22 @@ def test_a_budget_below_the_system_prompt_skips_the_conversation_and_says_why(
     demo = data["per_conversation"][1]["results"]
     assert [r["skipped"] for r in demo if r["preset"] == "offline"] == [
         None,
-        "too short for the budget",
-        "too short for the budget",
+        "budget under system prompt + last user message",
+        "budget under system prompt + last user message",
     ]
 
     code, out, err = run(capsys, str(path), "--budgets", "10%,10,100")
     assert code == 0, err
     text = " ".join(out.split())
     assert "skipped" in text.split("prompt")[0]  # a column of the table
-    assert "Skipped at 10 by every preset: 2 of 2 conversations (2 too short for the budget)" in (
-        text
+    assert (
+        "Skipped at 10 by every preset: 2 of 2 conversations (budget under system prompt + last user message: 2)"
+        in (text)
     )
-    assert "at 100 by every preset: 1 of 2 conversations (1 too short for the budget)" in text
+    assert (
+        "at 100 by every preset: 1 of 2 conversations (budget under system prompt + last user message: 1)"
+        in text
+    )
 
 
 def test_when_nothing_can_be_measured_the_run_fails_saying_why(
@@ -312,5 +320,5 @@ def test_when_nothing_can_be_measured_the_run_fails_saying_why(
     code, out, err = run(capsys, str(path), "--presets", "offline", "--budgets", "10,20")
     assert (code, out) == (2, "")
     assert "nothing could be measured" in err
-    assert "skipped all 1 conversations (too short for the budget)" in err
+    assert "skipped all 1 conversations (budget under system prompt + last user message)" in err
     assert "--budgets" in err

@@ -320,10 +320,19 @@ def test_suggest_without_a_measure_picks_nothing_and_never_a_skipped_or_failed_a
     assert "no question with a gold answer" in picked["reason"]
     unrun = row("chat", "5%", 500, retention=1.0, conversations=0, skipped={"x": 1})
     failed = row("rolling", "5%", 500, retention=1.0, failed_jobs=1)
-    kept = row("offline", "5%", 500, retention=0.5, skipped={"too short for the budget": 2})
+    kept = row(
+        "offline",
+        "5%",
+        500,
+        retention=0.5,
+        skipped={"budget under system prompt + last user message": 2},
+    )
     picked = suggest({"results": [unrun, failed, kept]})
     assert (picked["preset"], picked["measure"]) == ("offline", "answer-recall retention")
-    assert "(over 1 of 3 conversations; skipped 2 too short for the budget)" in picked["reason"]
+    assert (
+        "(over 1 of 3 conversations; skipped budget under system prompt + last user message: 2)"
+        in picked["reason"]
+    )
     assert suggest({"results": [unrun, failed]})["preset"] is None
 
 
@@ -479,3 +488,68 @@ def test_verdicts_and_graded_questions() -> None:
     assert [q["question"] for q in judged_questions(questions, 2)] == ["1", "2"]
     plain = [{"question": "q", "answer": "a"}]
     assert judged_questions(copy.deepcopy(plain), 5) == plain
+
+
+# -- an export whose first chat is too short for the budgets -------------------
+
+
+def export_chat(title: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """``messages`` (user and assistant text) as one conversation of a ChatGPT export."""
+    mapping: dict[str, Any] = {"root": {"id": "root", "message": None, "parent": None}}
+    parent = "root"
+    for i, m in enumerate(messages):
+        node = f"{title}-{i}"
+        mapping[node] = {
+            "id": node,
+            "parent": parent,
+            "message": {
+                "author": {"role": m["role"]},
+                "create_time": 1716000000 + i,
+                "content": {"content_type": "text", "parts": [m["content"]]},
+                "recipient": "all",
+            },
+        }
+        parent = node
+    return {"title": title, "conversation_id": title, "mapping": mapping, "current_node": parent}
+
+
+def short_first_export(tmp_path: Path) -> Path:
+    """A tiny chat, then the fixture's two, then a longer one: as an export's zip."""
+    tiny = export_chat(
+        "hi", [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"}]
+    )
+    data = [tiny, *export(), export_chat("trip", trip()["messages"])]
+    archive = tmp_path / "export.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("conversations.json", json.dumps(data))
+    return archive
+
+
+def test_an_export_whose_first_chat_is_tiny_is_measured_on_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    archive = short_first_export(tmp_path)
+    code, out, err = run(capsys, str(archive), "--json")  # the default budgets, 5% first
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["conversations"] == 4
+    for result in data["results"]:
+        assert result["conversations"] >= 1
+        assert result["conversations"] + sum(result["skipped"].values()) == 4
+        assert result["tokens_before"] < data["tokens"]
+    five = [r for r in data["results"] if r["budget"] == "5%"]
+    assert all(r["skipped"]["budget under system prompt + last user message"] >= 1 for r in five)
+    hi = data["per_conversation"][0]
+    assert hi["title"] == "hi"
+    assert {r["skipped"] for r in hi["results"]} == {
+        "budget under system prompt + last user message"
+    }
+    trip_chat = data["per_conversation"][3]
+    assert {r["skipped"] for r in trip_chat["results"]} == {None}
+
+    code, out, err = run(capsys, str(archive), "--report", str(tmp_path / "r"))
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "Skipped at 5% by every preset: " in text
+    page = (tmp_path / "r" / "report.html").read_text("utf-8")
+    assert "skipped per budget" in page and "at 5% by every preset: " in page

@@ -50,7 +50,7 @@ from contextfold.memory.view import View
 StepCallback = Callable[[], None]
 """Called once per sampled turn and once per graded question (for a progress bar)."""
 
-TOO_SHORT = "too short for the budget"
+BUDGET_TOO_SMALL = "budget under system prompt + last user message"
 """Why an arm skips a conversation when its budget is below what every render must hold."""
 
 
@@ -201,7 +201,7 @@ def _sample(
         rendered = view.render_report()
         seconds = time.perf_counter() - start
     except BudgetError:
-        arm.skipped = TOO_SHORT
+        arm.skipped = BUDGET_TOO_SMALL
         return None
     arm.folds_made += len(report.folds)
     arm.failed_jobs += len(report.failed)

@@ -175,14 +175,14 @@ def skipped_lines(summary: Mapping[str, Any]) -> list[str]:
 
 def _skips(row: Mapping[str, Any], total: int) -> str:
     skipped: Mapping[str, int] = row["skipped"]
-    reasons = ", ".join(f"{n} {why}" for why, n in skipped.items())
+    reasons = ", ".join(f"{why}: {n}" for why, n in skipped.items())
     return f"{sum(skipped.values())} of {total} conversations ({reasons})"
 
 
 _NOTES = {
-    "skipped": "conversations the preset could not run on at this budget (too short for the "
-    "budget: it cannot hold their system prompt and latest user message), left out of the "
-    "row's figures",
+    "skipped": "conversations the preset could not run on at this budget (a chat too short "
+    "for a share budget: the budget is under its system prompt plus the last user message), "
+    "left out of the row's figures",
     "prompt": "tokens rendered at the end, summed over the conversations",
     "ratio": "tokens before over after",
     "over": "the most tokens the folded view was over its budget at a sampled turn (render's "

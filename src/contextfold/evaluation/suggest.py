@@ -101,7 +101,7 @@ def _figures(row: Mapping[str, Any]) -> str:
     skipped: Mapping[str, int] = row.get("skipped") or {}
     if skipped:
         total = row["conversations"] + sum(skipped.values())
-        why = ", ".join(f"{n} {reason}" for reason, n in skipped.items())
+        why = ", ".join(f"{reason}: {n}" for reason, n in skipped.items())
         figures += f" (over {row['conversations']} of {total} conversations; skipped {why})"
     return figures
 
