@@ -301,7 +301,7 @@ def test_a_budget_below_the_system_prompt_skips_the_conversation_and_says_why(
     code, out, err = run(capsys, str(path), "--budgets", "10%,10,100")
     assert code == 0, err
     text = " ".join(out.split())
-    assert "skipped" in text.split("prompt")[0]  # a column of the table
+    assert " skip " in text.split("prompt")[0]  # a column of the table
     assert (
         "Skipped at 10 by every preset: 2 of 2 conversations (budget under system prompt + last user message: 2)"
         in (text)

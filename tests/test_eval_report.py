@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import copy
+import html
 import json
 import zipfile
 from pathlib import Path
@@ -17,6 +18,7 @@ from test_eval import demo_messages, run, trip, write_jsonl
 from contextfold.core.errors import InvalidInput
 from contextfold.evaluation.inputs import load_conversations
 from contextfold.evaluation.judge import judged_questions, parse_verdict
+from contextfold.evaluation.plots import caption_of, retention_figure, save_png, tokens_figure
 from contextfold.evaluation.suggest import suggest
 
 EXPORT = Path(__file__).parent / "fixtures" / "chatgpt_conversations.json"
@@ -219,6 +221,59 @@ def test_report_without_questions_has_no_retention_plot(
     assert not (tmp_path / "retention.png").exists()
     assert (tmp_path / "tokens.png").exists()
     assert "report.html" in err
+
+
+def test_the_plots_label_what_a_reader_compares(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Budgets in both units smallest first, retention relative to the full context, the
+    presets, full context and keep-recent named, n in the title, skips in the caption."""
+    path = write_jsonl(tmp_path / "t.jsonl", [trip(), {"id": "demo", "messages": demo_messages()}])
+    report = tmp_path / "r"
+    code, _, err = run(capsys, str(path), "--budgets", "20%,100", "--report", str(report))
+    assert code == 0, err
+    summary = json.loads((report / "results.json").read_text("utf-8"))
+
+    figure = retention_figure(summary)
+    ax = figure.axes[0]
+    assert ax.get_title() == "Answer-recall retention by budget: 2 questions over 2 conversations"
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    mean_20 = summary["results"][0]["budget_tokens"] / 2
+    assert ticks[0].startswith("100 tok\n≈") and ticks[0].endswith("%")  # 100 < 20% here
+    assert ticks[1] == f"20%\n≈{mean_20:,.0f} tok"
+    assert "% of each conversation's tokens, or tokens" in ax.get_xlabel()
+    assert "relative to the full context = 1.0" in ax.get_ylabel()
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[:3] == ["offline", "keep-recent (plain trimming)", "full context (1.0)"]
+    caption = caption_of(figure)
+    assert "left out of the points: at 100: 1 of 2." in caption
+    save_png(figure, tmp_path / "again.png")
+
+    figure = tokens_figure(summary, "20%")
+    ax = figure.axes[0]
+    budget = summary["session"]["arms"][0]["budget_tokens"]
+    assert ax.get_title() == (
+        f"Prompt tokens per turn at budget 20% = {budget:,} tokens:\n"
+        "demo (215 messages), the longest of 2 conversations"
+    )
+    assert (ax.get_xlabel(), ax.get_ylabel()) == (
+        "messages logged (sampled turns)",
+        "prompt tokens (o200k_base)",
+    )
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == [
+        "full context",
+        "offline",
+        "keep-recent (plain trimming)",
+        f"budget 20% = {budget:,} tokens",
+    ]
+    save_png(figure, tmp_path / "again.png")
+    skipped = tokens_figure(summary, "100")
+    assert caption_of(skipped).startswith("Skipped on this conversation, so not drawn: offline")
+    save_png(skipped, tmp_path / "again.png")
+
+    page = (report / "report.html").read_text("utf-8")
+    assert f"<figcaption>{html.escape(caption)}</figcaption>" in page
 
 
 def test_report_without_matplotlib_names_the_extra_before_any_work(

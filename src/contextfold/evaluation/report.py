@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
-from contextfold.evaluation.plots import plot_retention, plot_tokens
+from contextfold.evaluation.plots import caption_of, retention_figure, save_png, tokens_figure
+from contextfold.evaluation.results import skipped_lines
 
 RETENTION_PNG = "retention.png"
 TOKENS_PNG = "tokens.png"
@@ -40,20 +41,23 @@ def write_report(directory: Path, summary: Mapping[str, Any]) -> list[Path]:
         raise InvalidInput(f"cannot create {directory}: {exc}", field="report") from exc
     written = [directory / "results.json"]
     written[0].write_text(json.dumps(summary, ensure_ascii=False, indent=1) + "\n", "utf-8")
-    images: list[tuple[str, Path]] = []
-    retention = directory / RETENTION_PNG
-    if plot_retention(summary, retention):
-        images.append(("Retention vs budget", retention))
-    tokens = directory / TOKENS_PNG
+    images: list[tuple[str, str, Path]] = []
+    figure = retention_figure(summary)
+    if figure is not None:
+        caption = caption_of(figure)
+        images.append(("Retention vs budget", caption, save_png(figure, directory / RETENTION_PNG)))
     budget = plot_budget(summary)
-    if plot_tokens(summary, budget, tokens):
-        images.append((f"Prompt tokens per turn at {budget}", tokens))
+    figure = tokens_figure(summary, budget)
+    if figure is not None:
+        caption = caption_of(figure)
+        path = save_png(figure, directory / TOKENS_PNG)
+        images.append((f"Prompt tokens per turn at {budget}", caption, path))
     page = directory / "report.html"
     page.write_text(_page(summary, images), "utf-8")
-    return [*written, *(p for _, p in images), page]
+    return [*written, *(p for _, _, p in images), page]
 
 
-def _page(summary: Mapping[str, Any], images: list[tuple[str, Path]]) -> str:
+def _page(summary: Mapping[str, Any], images: list[tuple[str, str, Path]]) -> str:
     e = html.escape
     parts = [
         "<!doctype html><html lang=en><meta charset=utf-8>",
@@ -76,10 +80,11 @@ def _page(summary: Mapping[str, Any], images: list[tuple[str, Path]]) -> str:
         cells.extend(f"<td class=n>{e(c)}</td>" for c in row[2:])
         parts.append(f"<tr>{''.join(cells)}</tr>")
     parts.append(f"</table><p>{e(column_notes(summary))}</p>")
-    for title, path in images:
+    for title, caption, path in images:
         data = base64.b64encode(path.read_bytes()).decode("ascii")
         parts.append(
-            f"<h2>{e(title)}</h2><img alt='{e(title)}' src='data:image/png;base64,{data}'>"
+            f"<h2>{e(title)}</h2><figure><img alt='{e(title)}' "
+            f"src='data:image/png;base64,{data}'><figcaption>{e(caption)}</figcaption></figure>"
         )
     parts.append("</html>\n")
     return "\n".join(parts)
@@ -127,7 +132,7 @@ def table_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
         ("budget", lambda r: r["budget"]),
     ]
     if any(r["skipped"] for r in results):
-        columns.append(("skipped", lambda r: str(sum(r["skipped"].values()))))
+        columns.append(("skip", lambda r: str(sum(r["skipped"].values()))))
     columns += [
         ("prompt", lambda r: f"{r['tokens_after']:,}"),
         ("ratio", lambda r: _number(r["compression"], "{:.1f}x")),
@@ -139,7 +144,7 @@ def table_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
         columns.append(("failed", lambda r: str(r["failed_jobs"])))
     if summary.get("model"):
         columns.append(("model calls/tok", lambda r: f"{r['model_calls']}/{r['model_tokens']:,}"))
-    columns.append(("render ms p50/p99", _render_ms))
+    columns.append(("ms p50/p99", _render_ms))
     if any(r["retention"] is not None for r in results):
         columns.append(("retention", lambda r: _number(r["retention"], "{:.2f}")))
     if summary.get("full_qa_accuracy") is not None:
@@ -157,30 +162,8 @@ def _render_ms(row: Mapping[str, Any]) -> str:
     return f"{row['render_p50_ms']:.2f}/{row['render_p99_ms']:.2f}"
 
 
-def skipped_lines(summary: Mapping[str, Any]) -> list[str]:
-    """Per budget, how many conversations each preset skipped and why (empty: none)."""
-    total = summary["conversations"]
-    lines = []
-    for budget in summary["budgets"]:
-        rows = [r for r in summary["results"] if r["budget"] == budget]
-        if not any(r["skipped"] for r in rows):
-            continue
-        if all(r["skipped"] == rows[0]["skipped"] for r in rows):
-            lines.append(f"at {budget} by every preset: {_skips(rows[0], total)}")
-            continue
-        each = "; ".join(f"{r['preset']} {_skips(r, total)}" for r in rows if r["skipped"])
-        lines.append(f"at {budget}: {each}")
-    return lines
-
-
-def _skips(row: Mapping[str, Any], total: int) -> str:
-    skipped: Mapping[str, int] = row["skipped"]
-    reasons = ", ".join(f"{why}: {n}" for why, n in skipped.items())
-    return f"{sum(skipped.values())} of {total} conversations ({reasons})"
-
-
 _NOTES = {
-    "skipped": "conversations the preset could not run on at this budget (a chat too short "
+    "skip": "conversations the preset could not run on at this budget (a chat too short "
     "for a share budget: the budget is under its system prompt plus the last user message), "
     "left out of the row's figures",
     "prompt": "tokens rendered at the end, summed over the conversations",
@@ -189,7 +172,7 @@ _NOTES = {
     "last-resort cut left them out)",
     "failed": "jobs whose model call failed",
     "model calls/tok": "calls and tokens the strategies spent on --model",
-    "render ms p50/p99": "at the sampled turns",
+    "ms p50/p99": "render times at the sampled turns",
     "retention": "answer recall in the prompt over the full conversation's",
     "QA acc": "answers the judge graded correct",
 }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from contextfold.evaluation.replay import ArmResult, ConversationResult
@@ -112,6 +112,28 @@ def summarize(conversations: Sequence[ConversationResult]) -> dict[str, Any]:
             for c in conversations
         ],
     }
+
+
+def skipped_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Per budget, how many conversations each preset skipped and why (empty: none)."""
+    total = summary["conversations"]
+    lines = []
+    for budget in summary["budgets"]:
+        rows = [r for r in summary["results"] if r["budget"] == budget]
+        if not any(r["skipped"] for r in rows):
+            continue
+        if all(r["skipped"] == rows[0]["skipped"] for r in rows):
+            lines.append(f"at {budget} by every preset: {_skips(rows[0], total)}")
+            continue
+        each = "; ".join(f"{r['preset']} {_skips(r, total)}" for r in rows if r["skipped"])
+        lines.append(f"at {budget}: {each}")
+    return lines
+
+
+def _skips(row: Mapping[str, Any], total: int) -> str:
+    skipped: Mapping[str, int] = row["skipped"]
+    reasons = ", ".join(f"{why}: {n}" for why, n in skipped.items())
+    return f"{sum(skipped.values())} of {total} conversations ({reasons})"
 
 
 def _session(conversations: Sequence[ConversationResult]) -> dict[str, Any] | None:
