@@ -14,7 +14,7 @@ from contextfold.core.errors import InvalidInput
 from contextfold.evaluation.budgets import parse_budget, parse_budgets
 from contextfold.evaluation.inputs import Conversation, load_conversations
 from contextfold.evaluation.replay import replay, sample_turns
-from contextfold.evaluation.results import summarize
+from contextfold.evaluation.results import skipped_lines, summarize
 from contextfold.evaluation.retention import answer_keys
 
 FILLER = [
@@ -303,11 +303,11 @@ def test_a_budget_below_the_system_prompt_skips_the_conversation_and_says_why(
     text = " ".join(out.split())
     assert " skip " in text.split("prompt")[0]  # a column of the table
     assert (
-        "Skipped at 10 by every preset: 2 of 2 conversations (budget under system prompt + last user message: 2)"
+        "Skipped at 10 by every preset: 2 of 2 conversations (budget under system prompt + last user message)"
         in (text)
     )
     assert (
-        "at 100 by every preset: 1 of 2 conversations (budget under system prompt + last user message: 1)"
+        "at 100 by every preset: 1 of 2 conversations (budget under system prompt + last user message)"
         in text
     )
 
@@ -322,3 +322,25 @@ def test_when_nothing_can_be_measured_the_run_fails_saying_why(
     assert "nothing could be measured" in err
     assert "skipped all 1 conversations (budget under system prompt + last user message)" in err
     assert "--budgets" in err
+
+
+def test_skips_are_told_per_budget_and_per_preset_when_they_differ() -> None:
+    def row(preset: str, budget: str, skipped: dict[str, int]) -> dict[str, Any]:
+        return {"preset": preset, "budget": budget, "skipped": skipped}
+
+    summary = {
+        "conversations": 5,
+        "budgets": ["5%", "10%", "20%"],
+        "results": [
+            row("offline", "5%", {"a": 1, "b": 2}),
+            row("keep-recent", "5%", {"a": 1, "b": 2}),
+            row("offline", "10%", {"a": 1}),
+            row("keep-recent", "10%", {}),
+            row("offline", "20%", {}),
+            row("keep-recent", "20%", {}),
+        ],
+    }
+    assert skipped_lines(summary) == [
+        "at 5% by every preset: 3 of 5 conversations (a: 1, b: 2)",
+        "at 10%: offline 1 of 5 conversations (a)",
+    ]

@@ -273,7 +273,7 @@ def test_the_plots_label_what_a_reader_compares(
     save_png(skipped, tmp_path / "again.png")
 
     page = (report / "report.html").read_text("utf-8")
-    assert f"<figcaption>{html.escape(caption)}</figcaption>" in page
+    assert f"<img alt='Retention vs budget. {html.escape(caption)}'" in page
 
 
 def test_report_without_matplotlib_names_the_extra_before_any_work(
@@ -385,7 +385,7 @@ def test_suggest_without_a_measure_picks_nothing_and_never_a_skipped_or_failed_a
     picked = suggest({"results": [unrun, failed, kept]})
     assert (picked["preset"], picked["measure"]) == ("offline", "answer-recall retention")
     assert (
-        "(over 1 of 3 conversations; skipped budget under system prompt + last user message: 2)"
+        "(over 1 of 3 conversations; 2 skipped: budget under system prompt + last user message)"
         in picked["reason"]
     )
     assert suggest({"results": [unrun, failed]})["preset"] is None

@@ -24,7 +24,7 @@ _STYLE = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem au
 table{border-collapse:collapse}td,th{padding:.25rem .6rem;border-bottom:1px solid #ddd}
 td.n{text-align:right;font-variant-numeric:tabular-nums}th{text-align:left}
 img{max-width:100%}.s{background:#eef6ee;padding:.6rem 1rem;border-radius:.3rem}
-dt{font-weight:600;float:left;clear:left;width:11rem}dd{margin-left:12rem}"""
+dt{font-weight:600;float:left;clear:left;width:13rem}dd{margin-left:14rem}"""
 
 
 def plot_budget(summary: Mapping[str, Any]) -> str:
@@ -83,8 +83,8 @@ def _page(summary: Mapping[str, Any], images: list[tuple[str, str, Path]]) -> st
     for title, caption, path in images:
         data = base64.b64encode(path.read_bytes()).decode("ascii")
         parts.append(
-            f"<h2>{e(title)}</h2><figure><img alt='{e(title)}' "
-            f"src='data:image/png;base64,{data}'><figcaption>{e(caption)}</figcaption></figure>"
+            f"<h2>{e(title)}</h2><img alt='{e(title)}. {e(caption)}' "
+            f"src='data:image/png;base64,{data}'>"
         )
     parts.append("</html>\n")
     return "\n".join(parts)

@@ -132,8 +132,14 @@ def skipped_lines(summary: Mapping[str, Any]) -> list[str]:
 
 def _skips(row: Mapping[str, Any], total: int) -> str:
     skipped: Mapping[str, int] = row["skipped"]
-    reasons = ", ".join(f"{why}: {n}" for why, n in skipped.items())
-    return f"{sum(skipped.values())} of {total} conversations ({reasons})"
+    return f"{sum(skipped.values())} of {total} conversations ({skip_reasons(skipped)})"
+
+
+def skip_reasons(skipped: Mapping[str, int]) -> str:
+    """The reasons alone when there is one, else each with its count."""
+    if len(skipped) == 1:
+        return next(iter(skipped))
+    return ", ".join(f"{why}: {n}" for why, n in skipped.items())
 
 
 def _session(conversations: Sequence[ConversationResult]) -> dict[str, Any] | None:

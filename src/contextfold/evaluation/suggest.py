@@ -25,6 +25,7 @@ from typing import Any
 from contextfold.core.errors import InvalidInput
 from contextfold.evaluation.inputs import Inputs
 from contextfold.evaluation.judge import judged_questions
+from contextfold.evaluation.results import skip_reasons
 from contextfold.evaluation.retention import keyed_questions
 
 FLOOR = 0.8
@@ -101,8 +102,10 @@ def _figures(row: Mapping[str, Any]) -> str:
     skipped: Mapping[str, int] = row.get("skipped") or {}
     if skipped:
         total = row["conversations"] + sum(skipped.values())
-        why = ", ".join(f"{reason}: {n}" for reason, n in skipped.items())
-        figures += f" (over {row['conversations']} of {total} conversations; skipped {why})"
+        figures += (
+            f" (over {row['conversations']} of {total} conversations; "
+            f"{sum(skipped.values())} skipped: {skip_reasons(skipped)})"
+        )
     return figures
 
 
