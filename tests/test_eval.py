@@ -302,6 +302,7 @@ def test_a_budget_below_the_system_prompt_skips_the_conversation_and_says_why(
     assert code == 0, err
     text = " ".join(out.split())
     assert " skip " in text.split("prompt")[0]  # a column of the table
+    assert "offline 10 2 - - - -" in text  # nothing measured: no figures, not zeros
     assert (
         "Skipped at 10 by every preset: 2 of 2 conversations (budget under system prompt + last user message)"
         in (text)

@@ -125,7 +125,7 @@ def _settings(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
 def table_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     """The results table as text cells, for the terminal and the page alike; the columns
     for skips, overshoot, failed jobs, model calls, retention and QA accuracy only when they
-    say something."""
+    say something, and "-" for the figures of a row that ran on no conversation."""
     results = summary["results"]
     columns: list[tuple[str, Any]] = [
         ("preset", lambda r: r["preset"]),
@@ -149,7 +149,14 @@ def table_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
         columns.append(("retention", lambda r: _number(r["retention"], "{:.2f}")))
     if summary.get("full_qa_accuracy") is not None:
         columns.append(("QA acc", lambda r: _number(r["qa_accuracy"], "{:.2f}")))
-    return [name for name, _ in columns], [[cell(r) for _, cell in columns] for r in results]
+    return [name for name, _ in columns], [
+        [cell(r) if r["conversations"] or name in _UNMEASURED else "-" for name, cell in columns]
+        for r in results
+    ]
+
+
+_UNMEASURED = frozenset({"preset", "budget", "skip", "model calls/tok"})
+"""The columns a row that ran on no conversation still fills (its calls were paid for)."""
 
 
 def _number(value: float | None, form: str) -> str:
@@ -163,9 +170,9 @@ def _render_ms(row: Mapping[str, Any]) -> str:
 
 
 _NOTES = {
-    "skip": "conversations the preset could not run on at this budget (a chat too short "
-    "for a share budget: the budget is under its system prompt plus the last user message), "
-    "left out of the row's figures",
+    "skip": "conversations left out of the row's figures because the budget is under their "
+    "system prompt plus last user message, which every prompt must hold (a short chat at a "
+    "share budget, or a long first message)",
     "prompt": "tokens rendered at the end, summed over the conversations",
     "ratio": "tokens before over after",
     "over": "the most tokens the folded view was over its budget at a sampled turn (render's "
