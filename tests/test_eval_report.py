@@ -608,3 +608,17 @@ def test_an_export_whose_first_chat_is_tiny_is_measured_on_the_rest(
     assert "Skipped at 5% by every preset: " in text
     page = (tmp_path / "r" / "report.html").read_text("utf-8")
     assert "skipped per budget" in page and "at 5% by every preset: " in page
+
+
+def test_suggest_refuses_when_the_conversations_with_questions_were_all_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    short = {"id": "short", "messages": trip()["messages"][:3], "questions": trip()["questions"]}
+    path = write_jsonl(tmp_path / "s.jsonl", [short, {"id": "demo", "messages": demo_messages()}])
+    code, out, err = run(capsys, str(path), "--budgets", "5%", "--json")
+    assert code == 0, err
+    offline = json.loads(out)["results"][0]
+    assert (offline["conversations"], offline["retention"]) == (1, None)  # the demo alone
+    code, out, err = run(capsys, str(path), "--budgets", "5%", "--suggest")
+    assert (code, out) == (2, "")
+    assert "--suggest needs questions with gold answers" in " ".join(err.split())
