@@ -19,6 +19,7 @@ from contextfold.core.errors import InvalidInput
 from contextfold.evaluation.inputs import load_conversations
 from contextfold.evaluation.judge import judged_questions, parse_verdict
 from contextfold.evaluation.plots import caption_of, retention_figure, save_png, tokens_figure
+from contextfold.evaluation.replay import BUDGET_TOO_SMALL
 from contextfold.evaluation.suggest import suggest
 
 EXPORT = Path(__file__).parent / "fixtures" / "chatgpt_conversations.json"
@@ -622,3 +623,36 @@ def test_suggest_refuses_when_the_conversations_with_questions_were_all_skipped(
     code, out, err = run(capsys, str(path), "--budgets", "5%", "--suggest")
     assert (code, out) == (2, "")
     assert "--suggest needs questions with gold answers" in " ".join(err.split())
+
+
+def test_a_skipped_conversation_is_neither_graded_nor_counted_in_the_arms_full_context(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], answers: FakeProvider, grades: FakeProvider
+) -> None:
+    short = {"id": "short", "messages": trip()["messages"][:3], "questions": trip()["questions"]}
+    path = write_jsonl(tmp_path / "s.jsonl", [short, trip()])
+    answers.add(*[openai_reply("an answer", prompt_tokens=50, completion_tokens=2)] * 6)
+    # short: the full context twice (its arm is skipped); trip: full, arm, full, arm.
+    verdicts = ["WRONG", "WRONG", "CORRECT", "CORRECT", "CORRECT", "WRONG"]
+    grades.add(*[openai_reply(v, prompt_tokens=40, completion_tokens=1) for v in verdicts])
+    code, out, err = run(
+        capsys,
+        str(path),
+        "--presets",
+        "keep-recent",
+        "--budgets",
+        "5%",
+        "--model",
+        spec(answers, "local"),
+        "--judge",
+        spec(grades, "judge"),
+        "--suggest",
+        "--json",
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    (keep,) = data["results"]
+    assert (keep["conversations"], keep["skipped"]) == (1, {BUDGET_TOO_SMALL: 1})
+    assert (len(answers.requests), len(grades.requests)) == (6, 6)
+    assert data["full_qa_accuracy"] == 0.5  # over both conversations
+    assert (keep["qa_accuracy"], keep["full_qa_accuracy"]) == (0.5, 1.0)  # over trip alone
+    assert "keeps the most (0.50)" in data["suggestion"]["reason"]  # 0.5 of 1.0, not of 0.5
