@@ -22,10 +22,12 @@ no one. ``overshoot_tokens`` is how far over its budget the folded view was at
 a sampled turn, before render's last-resort cut: what the strategies alone
 failed to fold.
 
-An arm that cannot be run on a conversation (a chat too short for a share
-budget: the budget cannot hold the system prompt and the latest user message)
-is skipped from that turn on, with the reason in ``ArmResult.skipped``; the
-pooled figures leave it out, and one short chat no longer stops a whole run.
+An arm that cannot be run on a conversation at some sampled turn (its budget
+is under the system prompt plus the latest user message, which every prompt
+must hold: a short chat at a share budget, or a long first message) skips the
+whole conversation, with the reason in ``ArmResult.skipped``: the pooled
+figures leave it out (its earlier turns too), and one short chat no longer
+stops a whole run.
 """
 
 from __future__ import annotations

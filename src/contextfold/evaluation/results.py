@@ -47,6 +47,8 @@ def _row(conversations: Sequence[ConversationResult], i: int, first: ArmResult) 
         "budget": first.budget,
         "conversations": len(measured),
         "skipped": dict(sorted(skipped.items())),
+        # Over every conversation, so that every preset at one budget has the same figure:
+        # what the suggestion and the plots order budgets by.
         "budget_tokens": sum(c.arms[i].budget_tokens for c in conversations),
         "tokens_before": before,
         "tokens_after": after,
