@@ -14,7 +14,7 @@ from contextfold.core.errors import InvalidInput
 from contextfold.evaluation.budgets import parse_budget, parse_budgets
 from contextfold.evaluation.inputs import Conversation, load_conversations
 from contextfold.evaluation.replay import replay, sample_turns
-from contextfold.evaluation.results import skipped_lines, summarize
+from contextfold.evaluation.results import skip_summary, summarize
 from contextfold.evaluation.retention import answer_keys
 
 FILLER = [
@@ -304,12 +304,8 @@ def test_a_budget_below_the_system_prompt_skips_the_conversation_and_says_why(
     assert " skip " in text.split("prompt")[0]  # a column of the table
     assert "offline 10 2 - - - -" in text  # nothing measured: no figures, not zeros
     assert (
-        "Skipped at 10 by every preset: 2 of 2 conversations (budget under system prompt + last user message)"
-        in (text)
-    )
-    assert (
-        "at 100 by every preset: 1 of 2 conversations (budget under system prompt + last user message)"
-        in text
+        "Skipped (budget under system prompt + last user message): at 10 2 of 2 conversations "
+        "by every preset; at 100 1 of 2 conversations by every preset." in text
     )
 
 
@@ -341,7 +337,15 @@ def test_skips_are_told_per_budget_and_per_preset_when_they_differ() -> None:
             row("keep-recent", "20%", {}),
         ],
     }
-    assert skipped_lines(summary) == [
-        "at 5% by every preset: 3 of 5 conversations (a: 1, b: 2)",
-        "at 10%: offline 1 of 5 conversations (a)",
-    ]
+    assert skip_summary(summary) == (
+        "Skipped: at 5% 3 of 5 conversations by every preset (a: 1, b: 2); "
+        "at 10% offline 1 (a) of 5 conversations."
+    )
+    summary["results"][0]["skipped"] = {"a": 3}
+    summary["results"][1]["skipped"] = {"a": 2}
+    assert skip_summary(summary) == (
+        "Skipped (a): at 5% offline 3, keep-recent 2 of 5 conversations; "
+        "at 10% offline 1 of 5 conversations."
+    )
+    summary["results"] = [row("offline", "5%", {})]
+    assert skip_summary(summary) == ""

@@ -247,7 +247,10 @@ def test_the_plots_label_what_a_reader_compares(
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend[:3] == ["offline", "keep-recent (plain trimming)", "full context (1.0)"]
     caption = caption_of(figure)
-    assert "left out of the points: at 100: 1 of 2." in caption
+    assert caption.startswith(
+        "Skipped (budget under system prompt + last user message): at 100 1 of 2 conversations "
+        "by every preset. Those are left out of the points; n: the conversations a point rests on."
+    )
     save_png(figure, tmp_path / "again.png")
 
     figure = tokens_figure(summary, "20%")
@@ -606,9 +609,9 @@ def test_an_export_whose_first_chat_is_tiny_is_measured_on_the_rest(
     code, out, err = run(capsys, str(archive), "--report", str(tmp_path / "r"))
     assert code == 0, err
     text = " ".join(out.split())
-    assert "Skipped at 5% by every preset: " in text
+    assert "at 5% 3 of 4 conversations by every preset" in text
     page = (tmp_path / "r" / "report.html").read_text("utf-8")
-    assert "skipped per budget" in page and "at 5% by every preset: " in page
+    assert "skipped per budget" in page and "at 5% 3 of 4 conversations by every preset" in page
 
 
 def test_suggest_refuses_when_the_conversations_with_questions_were_all_skipped(

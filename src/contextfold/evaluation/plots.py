@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
+from contextfold.evaluation.results import skip_summary
 from contextfold.evaluation.suggest import FLOOR
 
 EXTRA_HINT = "pip install 'contextfold[eval]'"
@@ -92,27 +93,11 @@ def _budget_axis(summary: Mapping[str, Any]) -> str:
 
 
 def skip_caption(summary: Mapping[str, Any]) -> str:
-    """How many conversations each budget's points leave out, and why, in one sentence."""
-    total = summary["conversations"]
-    rows = summary["results"]
-    reasons = sorted({why for r in rows for why in r["skipped"]})
-    if not reasons:
-        return f"Every preset ran on all {total} conversations at every budget."
-    parts = []
-    for budget, _ in _budgets(summary):
-        counts = {r["preset"]: sum(r["skipped"].values()) for r in rows if r["budget"] == budget}
-        if not any(counts.values()):
-            continue
-        if len(set(counts.values())) == 1:
-            parts.append(f"at {budget}: {next(iter(counts.values()))} of {total}")
-        else:
-            each = ", ".join(f"{p} {n}" for p, n in counts.items())
-            parts.append(f"at {budget}: {each} of {total}")
-    return (
-        f"Conversations skipped ({'; '.join(reasons)}), left out of the points: "
-        + "; ".join(parts)
-        + ". n: the conversations a point rests on."
-    )
+    """Which conversations each budget's points leave out, and why."""
+    skipped = skip_summary(summary)
+    if not skipped:
+        return f"Every preset ran on all {summary['conversations']} conversations at every budget."
+    return f"{skipped} Those are left out of the points; n: the conversations a point rests on."
 
 
 def retention_figure(summary: Mapping[str, Any]) -> Any | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from contextfold.core.errors import InvalidInput
 from contextfold.evaluation.plots import caption_of, retention_figure, save_png, tokens_figure
-from contextfold.evaluation.results import skipped_lines
+from contextfold.evaluation.results import skip_summary
 
 RETENTION_PNG = "retention.png"
 TOKENS_PNG = "tokens.png"
@@ -103,7 +103,7 @@ def _settings(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
             "left out of the input",
             ", ".join(f"{n} {why}" for why, n in skipped.items()) or "nothing",
         ),
-        ("skipped per budget", "; ".join(skipped_lines(summary)) or "nothing"),
+        ("skipped per budget", skip_summary(summary) or "nothing"),
         ("presets", ", ".join(summary["presets"])),
         ("budgets", ", ".join(summary["budgets"])),
         ("sampled turns", f"{summary['samples']} a conversation"),
@@ -193,7 +193,6 @@ def column_notes(summary: Mapping[str, Any]) -> str:
         notes += f" Full-context QA accuracy {summary['full_qa_accuracy']:.2f}."
     if "retention" not in header:
         notes += " Retention was not measured: no question with a gold answer to score."
-    skips = skipped_lines(summary)
-    if skips:
-        notes += " Skipped " + "; ".join(skips) + "."
+    if skip_summary(summary):
+        notes += " " + skip_summary(summary)
     return notes

@@ -116,25 +116,35 @@ def summarize(conversations: Sequence[ConversationResult]) -> dict[str, Any]:
     }
 
 
-def skipped_lines(summary: Mapping[str, Any]) -> list[str]:
-    """Per budget, how many conversations each preset skipped and why (empty: none)."""
+def skip_summary(summary: Mapping[str, Any]) -> str:
+    """One sentence: per budget, how many conversations each preset skipped and why (empty
+    when none was skipped). A single reason is named once, at the head."""
+    rows = summary["results"]
     total = summary["conversations"]
-    lines = []
+    reasons = sorted({why for r in rows for why in r["skipped"]})
+    if not reasons:
+        return ""
+
+    def why(row: Mapping[str, Any]) -> str:
+        return "" if len(reasons) == 1 else f" ({skip_reasons(row['skipped'])})"
+
+    parts = []
     for budget in summary["budgets"]:
-        rows = [r for r in summary["results"] if r["budget"] == budget]
-        if not any(r["skipped"] for r in rows):
+        at = [r for r in rows if r["budget"] == budget]
+        if not any(r["skipped"] for r in at):
             continue
-        if all(r["skipped"] == rows[0]["skipped"] for r in rows):
-            lines.append(f"at {budget} by every preset: {_skips(rows[0], total)}")
-            continue
-        each = "; ".join(f"{r['preset']} {_skips(r, total)}" for r in rows if r["skipped"])
-        lines.append(f"at {budget}: {each}")
-    return lines
+        if all(r["skipped"] == at[0]["skipped"] for r in at):
+            counted = f"{_count(at[0])} of {total} conversations by every preset{why(at[0])}"
+        else:
+            each = ", ".join(f"{r['preset']} {_count(r)}{why(r)}" for r in at if r["skipped"])
+            counted = f"{each} of {total} conversations"
+        parts.append(f"at {budget} {counted}")
+    head = f"Skipped ({reasons[0]})" if len(reasons) == 1 else "Skipped"
+    return f"{head}: {'; '.join(parts)}."
 
 
-def _skips(row: Mapping[str, Any], total: int) -> str:
-    skipped: Mapping[str, int] = row["skipped"]
-    return f"{sum(skipped.values())} of {total} conversations ({skip_reasons(skipped)})"
+def _count(row: Mapping[str, Any]) -> int:
+    return sum(row["skipped"].values())
 
 
 def skip_reasons(skipped: Mapping[str, int]) -> str:
