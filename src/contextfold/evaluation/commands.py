@@ -46,7 +46,9 @@ def add_eval_command(sub: Any) -> None:
     cmd.add_argument(
         "--budgets",
         default="5%,10%,20%",
-        help="comma-separated budgets: a share of each conversation's tokens (10%%) or tokens",
+        help="comma-separated budgets: a share of each conversation's tokens (10%%) or tokens; "
+        "a conversation a budget cannot hold (its system prompt plus last user message) is "
+        "skipped at that budget and counted",
     )
     cmd.add_argument(
         "--samples",
