@@ -299,15 +299,24 @@ export async function showSession(root, sid) {
         rejob();
       }),
     );
-    for (const kind of ["failed", "degraded", "quarantined", "retried", "parked"]) {
+    for (const [kind, text] of Object.entries(TROUBLE)) {
       source.addEventListener(kind, (event) => {
         if (viewOf(event) !== state.view) return;
-        say(`Compaction ${kind}: ${detail(event)}`);
+        say(`${text}: ${detail(event)}`);
         rejob();
       });
     }
   }
 }
+
+// What each compaction trouble the event stream reports means for the view.
+const TROUBLE = {
+  failed: "Compaction failed, the job was dropped",
+  degraded: "Compaction failed: the view keeps its older folds and may be over its budget until a later try",
+  quarantined: "A damaged fold was set aside: the view renders its log range instead",
+  retried: "Compaction failed and is tried again after a pause",
+  parked: "Compaction failed too often: nothing is queued until the view changes or is compacted",
+};
 
 function viewOf(event) {
   try {
