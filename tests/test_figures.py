@@ -11,7 +11,6 @@ import pytest
 
 from contextfold import BudgetError, Memory, Session
 from contextfold.core.tokens import REPLY_PRIMING
-from contextfold.memory import figures
 from contextfold.store import RAMStore
 
 SYSTEM = {"role": "system", "content": "You are Patch, a careful coding agent."}
@@ -28,11 +27,7 @@ def logged_tokens(session: Session, start: int, end: int) -> int:
     return sum(m.tokens for m in session.store.messages(session.id, start, end))
 
 
-@pytest.mark.parametrize("page", [1000, 7], ids=["one-read", "paged"])
-def test_a_fold_is_measured_against_the_log_range_it_covers(
-    page: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(figures, "_PAGE", page)
+def test_a_fold_is_measured_against_the_log_range_it_covers() -> None:
     session = demo_session()
     view = session.view("default", preset="offline", budget=12_000)
     view.compact()

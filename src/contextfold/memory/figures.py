@@ -14,30 +14,28 @@ from collections.abc import Sequence
 from contextfold.core.folds import Fold
 from contextfold.store.base import Store
 
-_PAGE = 1000
-
 
 def log_tokens(store: Store, session_id: str, folds: Sequence[Fold]) -> dict[str, int]:
     """Tokens of the logged messages in each fold's range, by fold id.
 
-    The log is read once over the union of the ranges, a page at a time, so
-    nested and superseded folds do not read the same messages twice.
+    The stored counts are read once over the union of the ranges (never the
+    messages), so nested and superseded folds do not read the same rows twice.
     """
     totals: dict[str, int] = {}
     for low, high, inside in _spans(folds):
-        sums = [0]  # sums[i]: tokens of seq low .. low + i - 1 (the log's seqs are dense)
-        seq = low
-        while seq <= high:
-            page = store.messages(session_id, seq, min(high, seq + _PAGE - 1))
-            if not page:
-                break
-            for logged in page:
-                sums.append(sums[-1] + logged.tokens)
-            seq = page[-1].seq + 1
+        sums = {low - 1: 0}  # sums[seq]: tokens of low .. seq
+        running = 0
+        for seq, tokens in store.token_counts(session_id, low, high):
+            running += tokens
+            sums[seq] = running
         for fold in inside:
-            last = min(fold.end - low + 1, len(sums) - 1)
-            totals[fold.id] = sums[last] - sums[min(fold.start - low, last)]
+            totals[fold.id] = _upto(sums, fold.end) - _upto(sums, fold.start - 1)
     return totals
+
+
+def _upto(sums: dict[int, int], seq: int) -> int:
+    """Tokens up to ``seq``; past the end of the log, up to its last message."""
+    return sums[seq] if seq in sums else sums[max(sums)]
 
 
 def _spans(folds: Sequence[Fold]) -> list[tuple[int, int, list[Fold]]]:
