@@ -6,6 +6,7 @@ how to get a key."""
 from __future__ import annotations
 
 import re
+import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
@@ -156,6 +157,30 @@ def test_a_refused_setting_is_said_in_plain_words(page: Any, server: Server) -> 
     page.wait_for_selector("#list-status .error")
     said = page.locator("#list-status .error").text_content()
     assert said == "The search was refused: it should have at most 128 characters."
+
+
+def test_a_damaged_fold_set_aside_is_said_in_plain_words(page: Any, server: Server) -> None:
+    base = "/api/v1/sessions/mended"
+    server.seed("mended", demo_messages())
+    put = {"preset": "offline", "budget": 100_000}  # nothing to fold: the runner waits
+    server.client.put(f"{base}/views/default", json=put).raise_for_status()
+    server.post(f"{base}/views/default/compact?budget=12000", {})
+    [summary] = server.get(f"{base}/views/default/folds")["folds"]
+    open_session(page, server, "mended")
+    page.wait_for_selector("#live[data-state='live']")
+    page.wait_for_selector(f'#log .band[data-id="{summary["id"]}"]')
+    with sqlite3.connect(server.service.settings.database) as raw:  # a careless hand
+        edited = "UPDATE folds SET fold = json_set(fold, '$.tokens_after', 1) WHERE id = ?"
+        raw.execute(edited, (summary["id"],))
+    assert server.get(f"{base}/views/default/folds")["folds"] == []  # read: set aside
+    page.wait_for_selector("#notice:not([hidden])")
+    said = page.locator("#notice").text_content()
+    assert said.startswith(
+        "A damaged fold was set aside; the view renders its log range instead. "
+        f"Fold {summary['id']} is kept out of the view"
+    )
+    page.wait_for_selector(f'#log .band[data-id="{summary["id"]}"]', state="detached")
+    page.wait_for_function("document.querySelectorAll('#prompt [data-fold]').length === 0")
 
 
 def test_the_key_dialog_says_how_to_get_a_key(browser: Any, tmp_path: Any) -> None:

@@ -300,22 +300,29 @@ export async function showSession(root, sid) {
       }),
     );
     for (const [kind, text] of Object.entries(TROUBLE)) {
-      source.addEventListener(kind, (event) => {
-        if (viewOf(event) !== state.view) return;
-        say(`${text}: ${detail(event)}`);
-        rejob();
-      });
+      source.addEventListener(
+        kind,
+        guarded(async (event) => {
+          if (viewOf(event) !== state.view) return;
+          const why = String(detail(event));
+          say(`${text}. ${why.charAt(0).toUpperCase()}${why.slice(1)}`);
+          rejob();
+          if (kind !== "quarantined") return;
+          await loadFolds(); // the set-aside fold's band goes, its range renders from the log
+          rerender();
+        }),
+      );
     }
   }
 }
 
 // What each compaction trouble the event stream reports means for the view.
 const TROUBLE = {
-  failed: "Compaction failed, the job was dropped",
-  degraded: "Compaction failed: the view keeps its older folds and may be over its budget until a later try",
-  quarantined: "A damaged fold was set aside: the view renders its log range instead",
+  failed: "Compaction failed and the job was dropped",
+  degraded: "Compaction failed; the view keeps its older folds and may be over its budget until a later try",
+  quarantined: "A damaged fold was set aside; the view renders its log range instead",
   retried: "Compaction failed and is tried again after a pause",
-  parked: "Compaction failed too often: nothing is queued until the view changes or is compacted",
+  parked: "Compaction failed too often; nothing is queued until the view changes or is compacted",
 };
 
 function viewOf(event) {
