@@ -328,6 +328,40 @@ def test_compact_then_folds_and_render_use_them(client: TestClient) -> None:
         assert any(f["superseded_by"] for f in every["folds"])
 
 
+def test_folds_report_the_log_tokens_of_their_range(client: TestClient) -> None:
+    create(client, "s1", system="sys")
+    chat(client, "s1", 40)
+    client.put(f"{API}/s1/views/default", json={"preset": "offline", "budget": 2000})
+    compacted = client.post(f"{API}/s1/views/default/compact").json()["folds"]
+    chat(client, "s1", 30)
+    client.post(f"{API}/s1/views/default/compact")
+    logged = client.get(f"{API}/s1/messages", params={"limit": 500}).json()["messages"]
+    tokens = {m["seq"]: m["tokens"] for m in logged}
+    every = client.get(f"{API}/s1/views/default/folds", params={"superseded": True}).json()
+    for fold in compacted + every["folds"]:
+        in_log = sum(tokens[seq] for seq in range(fold["start"], fold["end"] + 1))
+        assert fold["log_tokens"] == in_log, fold
+
+
+def test_a_view_reports_its_floor_the_smallest_budget_it_renders_at(
+    client: TestClient,
+) -> None:
+    create(client, "s1", system="sys")
+    chat(client, "s1", 3)
+    view = client.put(f"{API}/s1/views/default", json={"preset": "offline", "budget": 900}).json()
+    floor = view["floor"]
+    assert floor == client.get(f"{API}/s1/views/default").json()["floor"]
+    at = client.get(f"{API}/s1/views/default/render", params={"budget": floor})
+    assert at.status_code == 200 and at.json()["report"]["tokens"] <= floor
+    below = client.get(f"{API}/s1/views/default/render", params={"budget": floor - 1})
+    error(below, 422, "budget_too_small")
+    append(client, "s1", user("a much longer question " * 80))
+    [listed] = client.get(f"{API}/s1/views").json()["views"]
+    assert listed["floor"] > floor
+    below = client.get(f"{API}/s1/views/default/render", params={"budget": listed["floor"] - 1})
+    error(below, 422, "budget_too_small")
+
+
 def test_the_background_runner_compacts_views_used_through_the_api() -> None:
     service = make_service(auth=False)
     with TestClient(create_app(service)) as client:

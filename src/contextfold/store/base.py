@@ -126,6 +126,14 @@ class Store(Protocol):
         """Up to ``limit`` messages with ``seq < before``, newest first (for render)."""
         ...
 
+    def token_counts(self, session_id: str, start: int, end: int) -> list[tuple[int, int]]:
+        """``(seq, tokens)`` of the messages with ``start <= seq <= end``, oldest first.
+
+        The stored counts without the messages: what a fold saved is measured
+        against its range of the log, which can be most of a long session.
+        """
+        ...
+
     def messages_at(self, session_id: str, seqs: Sequence[int]) -> list[LoggedMessage]:
         """The messages at these seqs, oldest first; a seq not in the log is left out.
 

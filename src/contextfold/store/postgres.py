@@ -203,6 +203,13 @@ class PostgresStore:
                 require(cur, session_id)
         return [rows.logged(session_id, row) for row in found]
 
+    def token_counts(self, session_id: str, start: int, end: int) -> list[tuple[int, int]]:
+        with self._db.read() as cur:
+            found = cur.execute(q.TOKEN_COUNTS_SQL, (session_id, start, end)).fetchall()
+            if not found:
+                require(cur, session_id)
+        return [(int(seq), int(tokens)) for seq, tokens in found]
+
     def messages_at(self, session_id: str, seqs: Sequence[int]) -> list[LoggedMessage]:
         wanted = sorted({int(s) for s in seqs})
         with self._db.read() as cur:

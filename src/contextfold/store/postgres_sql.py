@@ -79,6 +79,9 @@ MESSAGES_FROM_SQL = (
 MESSAGES_BETWEEN_SQL = (
     f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND seq BETWEEN %s AND %s ORDER BY seq"
 )
+TOKEN_COUNTS_SQL = (
+    "SELECT seq, tokens FROM messages WHERE session_id = %s AND seq BETWEEN %s AND %s ORDER BY seq"
+)
 MESSAGES_AT_SQL = (
     f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND seq = ANY(%s) ORDER BY seq"
 )

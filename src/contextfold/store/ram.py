@@ -176,6 +176,13 @@ class RAMStore:
         hi = len(log) if end is None else bisect.bisect_right(log, end, key=_seq)
         return copies(log[lo:hi])
 
+    def token_counts(self, session_id: str, start: int, end: int) -> list[tuple[int, int]]:
+        self.get_session(session_id)
+        log = self._log[session_id]
+        lo = bisect.bisect_left(log, start, key=_seq)
+        hi = bisect.bisect_right(log, end, key=_seq)
+        return [(m.seq, m.tokens) for m in log[lo:hi]]
+
     def messages_at(self, session_id: str, seqs: Sequence[int]) -> list[LoggedMessage]:
         self.get_session(session_id)
         log = self._log[session_id]

@@ -258,6 +258,13 @@ class SQLiteStore:
                 self._require(conn, session_id)
         return [rows.logged(session_id, row) for row in found]
 
+    def token_counts(self, session_id: str, start: int, end: int) -> list[tuple[int, int]]:
+        with self._read() as conn:
+            found = conn.execute(q.TOKEN_COUNTS_SQL, (session_id, start, end)).fetchall()
+            if not found:
+                self._require(conn, session_id)
+        return [(int(seq), int(tokens)) for seq, tokens in found]
+
     def messages_at(self, session_id: str, seqs: Sequence[int]) -> list[LoggedMessage]:
         wanted = json.dumps(sorted({int(s) for s in seqs}))
         with self._read() as conn:

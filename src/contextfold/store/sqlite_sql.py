@@ -41,6 +41,9 @@ MESSAGES_FROM_SQL = (
 MESSAGES_BETWEEN_SQL = (
     f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq BETWEEN ? AND ? ORDER BY seq"
 )
+TOKEN_COUNTS_SQL = (
+    "SELECT seq, tokens FROM messages WHERE session_id = ? AND seq BETWEEN ? AND ? ORDER BY seq"
+)
 MESSAGES_AT_SQL = (
     f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? "
     "AND seq IN (SELECT value FROM json_each(?)) ORDER BY seq"

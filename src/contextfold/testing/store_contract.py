@@ -194,6 +194,15 @@ class StoreContract(SessionAdminContract, SearchContract):
         assert store.messages(sid, 5, 4) == []
         assert store.messages(sid, 11) == []
 
+    def test_token_counts_are_the_stored_counts_of_a_range(self, store: Store) -> None:
+        sid = _session(store, 10)
+        logged = {m.seq: m.tokens for m in store.messages(sid)}
+        assert store.token_counts(sid, 3, 5) == [(s, logged[s]) for s in (3, 4, 5)]
+        assert store.token_counts(sid, 1, 100) == sorted(logged.items())
+        assert store.token_counts(sid, 5, 4) == store.token_counts(sid, 11, 20) == []
+        with pytest.raises(NotFound):
+            store.token_counts("no-such-session", 1, 5)
+
     def test_messages_at_scattered_seqs_oldest_first(self, store: Store) -> None:
         sid = _session(store, 10)
         assert _seqs(store.messages_at(sid, [9, 2, 5, 2])) == [2, 5, 9]
