@@ -268,7 +268,7 @@ def _prepare(
         source = "header"
     elif fitted.source == "flag":
         source = "flag" if stored == fitted.budget else "view"
-    elif stored is None or fitted.budget < stored:
+    elif stored is None or fitted.budget <= stored:
         budget, source = fitted.budget, fitted.source
     prompt = view.render(budget)
     used = budget if budget is not None else stored
