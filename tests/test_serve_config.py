@@ -165,26 +165,40 @@ def test_serve_help_says_where_settings_come_from(capsys: pytest.CaptureFixture[
     assert "A flag given wins over the environment, the environment over the file" in text
 
 
+class Output:
+    """What a subprocess printed (stdout and stderr), readable while it runs and after."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self.file = file
+        self.final: str | None = None
+
+    @property
+    def text(self) -> str:
+        return self.final if self.final is not None else printed(self.file)
+
+
 @contextmanager
-def serving(argv: list[str], env: dict[str, str], port: int) -> Iterator[IO[bytes]]:
-    """``contextfold serve`` in a subprocess, until it answers on ``port``; yields its output."""
-    with tempfile.TemporaryFile() as output:
+def serving(argv: list[str], env: dict[str, str], port: int) -> Iterator[Output]:
+    """``contextfold serve`` in a subprocess, until it answers on ``port``; stopped after."""
+    with tempfile.TemporaryFile() as file:
+        output = Output(file)
         proc = subprocess.Popen(
             [sys.executable, "-m", "contextfold.cli", "serve", *argv],
-            stdout=output,
-            stderr=output,
+            stdout=file,
+            stderr=file,
             env={**os.environ, **env},
         )
         try:
             deadline = time.monotonic() + WAIT_S
             while not _answers(port):
-                assert proc.poll() is None, printed(output)
-                assert time.monotonic() < deadline, printed(output)
+                assert proc.poll() is None, output.text
+                assert time.monotonic() < deadline, output.text
                 time.sleep(0.1)
             yield output
         finally:
             proc.terminate()
             proc.wait(30)
+            output.final = printed(file)
 
 
 def printed(output: IO[bytes]) -> str:
@@ -216,5 +230,5 @@ def test_serve_takes_each_setting_from_the_strongest_source(tmp_path: Path) -> N
         )
         assert answer.status_code == 200  # no key needed: no-auth came from the file
         assert answer.headers["access-control-allow-origin"] == "http://app.test"
-        assert f"serving {tmp_path / 'flag.db'} on http://127.0.0.1:{port}" in printed(output)
+        assert f"serving {tmp_path / 'flag.db'} on http://127.0.0.1:{port}" in output.text
     assert (tmp_path / "flag.db").exists() and not (tmp_path / "env.db").exists()
