@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -150,6 +151,41 @@ def test_the_budget_follows_the_window_of_the_request_model(
     fallback = [m for m in logged if "mystery-7b" in m]
     assert fallback and logged[fallback[0]] == logging.WARNING
     assert "fallback: no window known for model 'mystery-7b'" in fallback[0]
+
+
+def test_a_new_proxy_view_reports_its_budget_on_the_session_stream(tmp_path: Path) -> None:
+    events: list[str] = []
+    listening = threading.Event()
+
+    def listen(url: str) -> None:
+        with httpx.stream("GET", f"{url}{API}/e/events", timeout=30) as stream:
+            for line in stream.iter_lines():
+                listening.set()
+                events.append(line)
+                if line.startswith("data:") and "budget" in events[-2]:
+                    return
+
+    with FakeProvider("openai") as upstream:
+        upstream.add(openai_reply("noted"))
+        with served(tmp_path, upstream=f"openai-compatible:{upstream.url}") as url:
+            httpx.post(f"{url}{API}", json={"id": "e"}).raise_for_status()
+            thread = threading.Thread(target=listen, args=(url,), daemon=True)
+            thread.start()
+            assert listening.wait(30)
+            chat(url, "e", "llama-local")
+            thread.join(30)
+    assert "event: budget" in events, events
+    data = json.loads(events[events.index("event: budget") + 1].removeprefix("data:"))
+    assert data == {
+        "session": "e",
+        "view": "default",
+        "budget": FALLBACK_BUDGET,
+        "source": "fallback",
+        "model": "llama-local",
+        "window": None,
+        "reserve": None,
+        "origin": None,
+    }
 
 
 def test_serve_budget_fixes_the_budget(tmp_path: Path) -> None:

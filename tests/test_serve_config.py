@@ -21,6 +21,7 @@ from typing import IO, Any
 
 import httpx
 import pytest
+from fake_providers import FakeProvider, openai_reply
 from server_harness import free_port
 
 from contextfold.cli import _parser, main
@@ -214,17 +215,29 @@ def _answers(port: int) -> bool:
 
 
 def test_serve_takes_each_setting_from_the_strongest_source(tmp_path: Path) -> None:
-    """File: port (beaten by the environment), no-auth and a CORS origin (kept).
-    Environment: port, database (beaten by the flag)."""
+    """File: port (beaten by the environment), no-auth, a CORS origin, the upstream and a
+    model's window (kept). Environment: port, database (beaten by the flag)."""
     port, file_port = free_port(), free_port()
     path = tmp_path / "cf.toml"
+    upstream = FakeProvider("openai")
     path.write_text(
         f'[serve]\nport = {file_port}\nno-auth = true\ncors-origin = ["http://app.test"]\n'
-        'database = "file.db"\n'
+        f'database = "file.db"\nupstream = "openai-compatible:{upstream.url}"\n'
+        '[model_windows]\n"my-local" = 32768\n'
     )
     env = {"CONTEXTFOLD_PORT": str(port), "CONTEXTFOLD_DATABASE": str(tmp_path / "env.db")}
     argv = ["--config", str(path), "--database", str(tmp_path / "flag.db")]
-    with serving(argv, env, port) as output:
+    with upstream, serving(argv, env, port) as output:
+        upstream.add(openai_reply("noted"))
+        body = {"model": "my-local", "messages": [{"role": "user", "content": "hi"}]}
+        answer = httpx.post(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            json=body,
+            headers={"X-Contextfold-Session": "s"},
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["x-contextfold-budget"] == str(32_768 - 8192)
+        assert answer.headers["x-contextfold-budget-source"] == "config"
         answer = httpx.get(
             f"http://127.0.0.1:{port}/api/v1/sessions", headers={"Origin": "http://app.test"}
         )
@@ -232,3 +245,12 @@ def test_serve_takes_each_setting_from_the_strongest_source(tmp_path: Path) -> N
         assert answer.headers["access-control-allow-origin"] == "http://app.test"
         assert f"serving {tmp_path / 'flag.db'} on http://127.0.0.1:{port}" in output.text
     assert (tmp_path / "flag.db").exists() and not (tmp_path / "env.db").exists()
+
+
+def test_serve_demo_still_seeds_the_demo_session(tmp_path: Path) -> None:
+    port = free_port()
+    env = {"CONTEXTFOLD_DATABASE": str(tmp_path / "demo.db"), "CONTEXTFOLD_DEMO": "yes"}
+    with serving(["--port", str(port)], env, port) as output:
+        answer = httpx.get(f"http://127.0.0.1:{port}/api/v1/sessions/demo/views/default")
+        assert answer.status_code == 200 and answer.json()["config"]["preset"] == "offline"
+    assert f"open http://127.0.0.1:{port}/sessions/demo" in output.text
