@@ -51,7 +51,7 @@ from contextfold.memory.session import Session
 from contextfold.server.auth import Tenant
 from contextfold.server.errors import ServiceError
 from contextfold.server.ids import check_api_name
-from contextfold.server.proxy_budget import Fit, fit
+from contextfold.server.proxy_budget import Fit, create_view, fit
 from contextfold.server.proxy_match import (
     Divergence,
     LogDigest,
@@ -259,32 +259,15 @@ def _prepare(
     ready = (view_name, id(service.runner))
     if ready not in log.views:
         if session.view(view_name).version == 0:
-            _create_view(service, session, view_name, fitted)
+            create_view(service, session, view_name, fitted)
         service.watch(session, view_name)
         log.views.add(ready)
     view = session.view(view_name)
-    stored, source = view.config.budget, "view"
-    if budget is not None:
-        source = "header"
-    elif fitted.source == "flag":
-        source = "flag" if stored == fitted.budget else "view"
-    elif stored is None or fitted.budget <= stored:
-        budget, source = fitted.budget, fitted.source
+    budget, source = fitted.choose(budget, view.config.budget)
     prompt = view.render(budget)
-    used = budget if budget is not None else stored
-    headers = {"X-Contextfold-Budget": str(used), "X-Contextfold-Budget-Source": source}
+    shown = str(budget if budget is not None else view.config.budget)
+    headers = {"X-Contextfold-Budget": shown, "X-Contextfold-Budget-Source": source}
     return _Turn(service, session, log, state.digests, prompt, headers)
-
-
-def _create_view(service: Service, session: Session, name: str, fitted: Fit) -> None:
-    """The proxy's view on first use, with the server's preset and model and ``fitted``'s
-    budget; how that budget was found goes to the log and the session's stream."""
-    settings = service.settings
-    session.view(name, preset=settings.view_preset, budget=fitted.budget, model=settings.model)
-    level = logging.WARNING if fitted.source == "fallback" else logging.INFO
-    log.log(level, "view %s of %s: budget %s", name, session.id, fitted.describe())
-    data = {"session": session.id.partition("/")[2], "view": name, **fitted.data()}
-    service.hub.publish(session.id, {"event": "budget", "data": data})
 
 
 def _session_id(header: str | None, body: dict[str, Any]) -> str:

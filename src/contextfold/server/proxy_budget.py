@@ -16,12 +16,17 @@ model has less room renders to that smaller budget without changing the view.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
 from contextfold.llm.windows import KNOWN, Window, find_window
+from contextfold.memory.session import Session
+from contextfold.server.service import Service
+
+log = logging.getLogger("contextfold.proxy")
 
 ANSWER_RESERVE = 16_384
 """Tokens left for the answer when the request sets no limit (OpenAI's 128k models' longest)."""
@@ -44,6 +49,18 @@ class Fit:
 
     def data(self) -> dict[str, Any]:
         return asdict(self)
+
+    def choose(self, asked: int | None, stored: int | None) -> tuple[int | None, str]:
+        """The budget to render a request to (None: the view's own) and its source:
+        ``asked`` (the request's header) first, then this fit when it is no larger
+        than the view's ``stored`` budget."""
+        if asked is not None:
+            return asked, "header"
+        if self.source == "flag":
+            return None, "flag" if stored == self.budget else "view"
+        if stored is None or self.budget <= stored:
+            return self.budget, self.source
+        return None, "view"
 
     def describe(self) -> str:
         if self.source == "flag":
@@ -90,3 +107,14 @@ def _answer_limit(body: Mapping[str, Any]) -> int | None:
             raise InvalidInput(f"{name} must be a positive integer", field=name)
         return value
     return None
+
+
+def create_view(service: Service, session: Session, name: str, fitted: Fit) -> None:
+    """The proxy's view on first use, with the server's preset and model and ``fitted``'s
+    budget; how that budget was found goes to the log and the session's stream."""
+    settings = service.settings
+    session.view(name, preset=settings.view_preset, budget=fitted.budget, model=settings.model)
+    level = logging.WARNING if fitted.source == "fallback" else logging.INFO
+    log.log(level, "view %s of %s: budget %s", name, session.id, fitted.describe())
+    data = {"session": session.id.partition("/")[2], "view": name, **fitted.data()}
+    service.hub.publish(session.id, {"event": "budget", "data": data})
