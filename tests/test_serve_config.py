@@ -115,6 +115,8 @@ def test_a_flag_beats_the_environment_which_beats_the_file(tmp_path: Path) -> No
         ({"CONTEXTFOLD_PORT": "70000"}, None, "port must be in 0..65535, not 70000 (from "),
         ({}, "[serve]\nupstream = 'http://h/v1'\n", "upstream must be 'openai-compatible:URL'"),
         ({"CONTEXTFOLD_WORKERS": "amqp://u:pw@h"}, None, "not 'amqp://u:***@h' (from"),
+        ({"CONTEXTFOLD_MODEL": "nope:x"}, None, "model is provider:name with a provider of"),
+        ({}, '[serve]\npreset = "nope"\n', "unknown preset 'nope'"),
     ],
 )
 def test_a_bad_setting_is_one_line_naming_the_key_and_where_it_came_from(
