@@ -35,6 +35,7 @@ from rich.text import Text
 from contextfold.core.checks import positive_int
 from contextfold.core.errors import ContextfoldError
 from contextfold.core.messages import Message, text_of
+from contextfold.core.redact import redact
 from contextfold.evaluation.commands import add_eval_command
 from contextfold.llm.budget import JobLimits
 from contextfold.memory.compact import (
@@ -68,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int | None = args.command(args, out, err)
     except ContextfoldError as exc:
-        err.print(f"[bold red]contextfold: error:[/] {escape(str(exc))}", soft_wrap=True)
+        err.print(f"[bold red]contextfold: error:[/] {escape(redact(str(exc)))}", soft_wrap=True)
         return EXIT_ERROR
     return code or 0
 
