@@ -10,15 +10,20 @@
         [--suggest] [--report DIR] [--model SPEC [--judge SPEC --questions N]]
     contextfold serve [--host 127.0.0.1] [--port 8765] [--database URL] [--no-auth] [--demo]
     contextfold keys create --tenant T [--label L] [--database URL] | keys list | keys revoke ID
+    contextfold worker --database URL --broker redis://...
+    contextfold --version
 
-Library errors (``ContextfoldError``) become a one-line message and exit code 2
-in ``main``, the one place where they are caught. ``compact`` exits 3 when it
+Every command parses on the core install; one whose extra is missing (``serve``,
+``worker``, ``eval --report``) says which to install (``MissingExtra``). Library
+errors (``ContextfoldError``) become a one-line message and exit code 2 in
+``main``, the one place where they are caught. ``compact`` exits 3 when it
 had to degrade (a job's model failed; the prompt printed still fits).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.resources
 import json
 import sys
@@ -76,6 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="contextfold", description="Keep an LLM conversation inside a token budget."
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"contextfold {importlib.metadata.version('contextfold')}",
     )
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 

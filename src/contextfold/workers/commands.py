@@ -13,6 +13,7 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from contextfold.core.errors import InvalidInput
+from contextfold.core.extras import needs_extra
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -83,13 +84,9 @@ def add_worker_command(sub: Any) -> None:
 
 
 def _worker(args: argparse.Namespace, out: Console, err: Console) -> None:
-    try:
+    with needs_extra("'contextfold worker'", "workers"):
         from contextfold.workers.app import celery_app
         from contextfold.workers.task import WorkerSettings, register
-    except ImportError as exc:
-        raise InvalidInput(
-            f"workers need their extra: pip install 'contextfold[workers]' ({exc})", field="worker"
-        ) from exc
     for name, value in (("concurrency", args.concurrency), ("max_failures", args.max_failures)):
         if value < 1:
             raise InvalidInput(f"{name} must be at least 1", field=name)
