@@ -1,6 +1,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The demo needs the core install only (tiktoken and rich), not the test tools.
+CORE := $(VENV)/.core
 CHROMIUM ?= /usr/bin/chromium
 REDIS_SERVER ?= /usr/bin/redis-server
 
@@ -10,9 +12,14 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(CORE)
 
-demo: $(STAMP)
+$(CORE): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q -e .
+	touch $(CORE)
+
+demo: $(CORE)
 	$(VENV)/bin/contextfold demo
 
 serve: $(STAMP)
