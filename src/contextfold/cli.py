@@ -29,6 +29,7 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
@@ -50,7 +51,7 @@ from contextfold.memory.compact import (
     write_prompt,
 )
 from contextfold.server.commands import add_commands
-from contextfold.strategies.presets import get_preset, preset_names
+from contextfold.strategies.presets import DEFAULT_PRESET, describe_presets
 from contextfold.workers.commands import add_worker_command
 
 DEMO_RESOURCE = "data/demo_session.json"
@@ -92,7 +93,11 @@ def _parser() -> argparse.ArgumentParser:
     compact = sub.add_parser("compact", help="fold a conversation file until it fits a budget")
     compact.add_argument("file", metavar="FILE", help="JSON list of messages, or JSONL")
     compact.add_argument("--budget", type=positive_int, required=True, help="target prompt tokens")
-    compact.add_argument("--preset", default="offline", help="preset name (see 'presets')")
+    compact.add_argument(
+        "--preset",
+        default=DEFAULT_PRESET,
+        help=f"preset name (see 'presets'; default {DEFAULT_PRESET})",
+    )
     compact.add_argument("--encoding", default="o200k_base", help="o200k_base, cl100k_base, approx")
     compact.add_argument("--index", type=int, help="which JSONL line (conversation) to take")
     compact.add_argument(
@@ -115,7 +120,10 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="compact the coding-agent session shipped as a demo")
     demo.set_defaults(command=_demo)
 
-    presets = sub.add_parser("presets", help="list the preset names")
+    presets = sub.add_parser(
+        "presets", help="list the presets: what each does and whether it needs a model"
+    )
+    presets.add_argument("--json", action="store_true", help="print one JSON list")
     presets.set_defaults(command=_presets)
     add_commands(sub)
     add_worker_command(sub)
@@ -171,7 +179,9 @@ def _demo(args: argparse.Namespace, out: Console, err: Console) -> None:
     text = importlib.resources.files("contextfold").joinpath(DEMO_RESOURCE).read_text("utf-8")
     messages = json.loads(text)
     with _progress(err) as progress:
-        result = compact_messages(messages, budget=DEMO_BUDGET, preset="offline", progress=progress)
+        result = compact_messages(
+            messages, budget=DEMO_BUDGET, preset=DEFAULT_PRESET, progress=progress
+        )
     out.print(
         f"Demo: a coding-agent session of {result.messages_before} messages "
         f"({result.tokens_before:,} tokens), compacted to a budget of {DEMO_BUDGET:,} tokens."
@@ -186,12 +196,21 @@ def _demo(args: argparse.Namespace, out: Console, err: Console) -> None:
 
 
 def _presets(args: argparse.Namespace, out: Console, err: Console) -> None:
-    table = Table(title="Presets")
-    table.add_column("name")
-    table.add_column("strategies")
-    for name in preset_names():
-        pipeline = get_preset(name)
-        table.add_row(name, ", ".join(s.name for s in pipeline.strategies) or "(none)")
+    presets = describe_presets()
+    if args.json:
+        rows = [{**asdict(p), "default": p.name == DEFAULT_PRESET} for p in presets]
+        sys.stdout.write(json.dumps(rows, ensure_ascii=False) + "\n")
+        return
+    table = Table(
+        title="Presets",
+        caption="model: its strategies call one (--model; without it, the offline stand-in)",
+    )
+    table.add_column("name", no_wrap=True)
+    table.add_column("model", no_wrap=True)
+    table.add_column("description")
+    for p in presets:
+        name = f"{p.name} (default)" if p.name == DEFAULT_PRESET else p.name
+        table.add_row(name, "yes" if p.model else "no", Text(p.description))
     out.print(table)
 
 
