@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from contextfold.core.errors import NotFound
 from contextfold.core.extras import needs_extra
 from contextfold.store.registry import open_store
+from contextfold.strategies.presets import DEFAULT_PRESET
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -56,7 +57,7 @@ def add_commands(sub: Any) -> None:
         metavar="NAME",
         help="environment variable holding the upstream's API key",
     )
-    serve.add_argument("--preset", default="offline", help="preset of views the proxy creates")
+    serve.add_argument("--preset", default=DEFAULT_PRESET, help="preset of views the proxy creates")
     serve.add_argument("--budget", type=int, default=8000, help="budget of views the proxy creates")
     serve.add_argument(
         "--cors-origin",

@@ -6,6 +6,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from contextfold.core.errors import InvalidInput
+from contextfold.strategies.presets import DEFAULT_PRESET
 
 DEFAULT_DATABASE = "contextfold.db"
 DEFAULT_HOST = "127.0.0.1"
@@ -35,7 +36,8 @@ class Settings:
     upstream: str | None = None
     upstream_key_env: str = "CONTEXTFOLD_UPSTREAM_KEY"
     upstream_timeout_s: float = 600.0  # the proxy's wait for an upstream answer (read, write)
-    preset: str = "offline"
+    preset: str = DEFAULT_PRESET
+    """The preset of the views the proxy creates."""
     budget: int = 8000
     max_body_bytes: int = MAX_BODY_BYTES
     cors_origins: tuple[str, ...] = ()
