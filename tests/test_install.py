@@ -118,28 +118,32 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-def _install(factory: pytest.TempPathFactory, wheel: Path, extras: str) -> Install:
-    root = factory.mktemp(f"venv-{extras or 'core'}")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
-    target = f"{wheel}[{extras}]" if extras else str(wheel)
-    pip = [sys.executable, "-m", "pip", "--python", str(root / "bin" / "python")]
-    subprocess.run(
-        [*pip, "install", "-q", "--disable-pip-version-check", target],
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    return Install(root, factory.mktemp(f"work-{extras or 'core'}"))
+@pytest.fixture(scope="module")
+def installs(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> dict[str, Install]:
+    """The core and the core + server virtualenvs, installed side by side."""
+    made: dict[str, Install] = {}
+    running = []
+    for kind, target in (("core", str(wheel)), ("server", f"{wheel}[server]")):
+        root = tmp_path_factory.mktemp(f"venv-{kind}")
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+        pip = [sys.executable, "-m", "pip", "--python", str(root / "bin" / "python")]
+        argv = [*pip, "install", "-q", "--disable-pip-version-check", target]
+        running.append(subprocess.Popen(argv, stderr=subprocess.PIPE, text=True))
+        made[kind] = Install(root, tmp_path_factory.mktemp(f"work-{kind}"))
+    for proc in running:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+    return made
 
 
 @pytest.fixture(scope="module")
-def core(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Install:
-    return _install(tmp_path_factory, wheel, "")
+def core(installs: dict[str, Install]) -> Install:
+    return installs["core"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Install:
-    return _install(tmp_path_factory, wheel, "server")
+def server(installs: dict[str, Install]) -> Install:
+    return installs["server"]
 
 
 @pytest.fixture(params=["core", "server"])
