@@ -41,9 +41,14 @@ def as_read(record: Mapping[str, Any]) -> dict[str, Any]:
     For showing a record (the service's view listings) without building its pipeline.
     """
     data = dict(record)
-    if data.get("preset") is None and data.get("pipeline") is None and not data.get("local"):
+    if _takes_default(data.get("preset"), data.get("pipeline"), bool(data.get("local"))):
         data["preset"] = DEFAULT_PRESET
     return data
+
+
+def _takes_default(preset: str | None, pipeline: Any, local: bool) -> bool:
+    """Neither a preset nor a pipeline, and not a local view: the default preset applies."""
+    return preset is None and pipeline is None and not local
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,7 @@ class ViewConfig:
     ``chat`` and ``offline``)."""
 
     def __post_init__(self) -> None:
-        if self.preset is None and self.pipeline is None and not self.local:
+        if _takes_default(self.preset, self.pipeline, self.local):
             object.__setattr__(self, "preset", DEFAULT_PRESET)  # frozen: set once, here
         if self.preset is not None and self.pipeline is not None:
             raise InvalidInput("give a preset or a pipeline, not both", field="pipeline")
