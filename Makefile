@@ -1,7 +1,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-CORE_STAMP := $(VENV)/.core-installed
+# The demo needs the core install only (tiktoken and rich), not the test tools.
+CORE := $(VENV)/.core
 CHROMIUM ?= /usr/bin/chromium
 REDIS_SERVER ?= /usr/bin/redis-server
 
@@ -11,15 +12,14 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,docs]'
-	touch $(STAMP)
+	touch $(STAMP) $(CORE)
 
-# The demo needs the core install only: no extra, no service, no key.
-$(CORE_STAMP): pyproject.toml
+$(CORE): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q -e .
-	touch $(CORE_STAMP)
+	touch $(CORE)
 
-demo: $(CORE_STAMP)
+demo: $(CORE)
 	$(VENV)/bin/contextfold demo
 
 serve: $(STAMP)

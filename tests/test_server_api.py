@@ -13,6 +13,7 @@ from server_harness import make_service
 from contextfold.server.app import create_app
 from contextfold.server.service import Service
 from contextfold.store.ram import RAMStore
+from contextfold.strategies import DEFAULT_PRESET
 
 API = "/api/v1/sessions"
 
@@ -255,6 +256,22 @@ def test_put_view_creates_then_updates_what_is_given(client: TestClient) -> None
     assert client.get(f"{API}/s1/views/main").json()["config"]["budget"] == 700
     listed = client.get(f"{API}/s1/views").json()["views"]
     assert [(v["name"], v["version"]) for v in listed] == [("main", 2)]
+
+
+def test_a_view_put_without_a_preset_folds_with_the_default(
+    client: TestClient, service: Service
+) -> None:
+    create(client, "s1", system="sys")
+    chat(client, "s1", 40)
+    made = client.put(f"{API}/s1/views/main", json={"budget": 2000})
+    assert made.json()["config"]["preset"] == DEFAULT_PRESET
+    report = client.post(f"{API}/s1/views/main/compact").json()
+    assert report["folds"] and report["tokens_after"] < report["tokens_before"]
+    # A record an earlier version stored without a preset is shown and folds the same way.
+    old = {"preset": None, "pipeline": None, "options": {}, "budget": 2000, "local": False}
+    service.store.put_view(service.session("local", "s1").id, "old", old)
+    assert client.get(f"{API}/s1/views/old").json()["config"]["preset"] == DEFAULT_PRESET
+    assert client.post(f"{API}/s1/views/old/compact").json()["folds"]
 
 
 def test_put_view_refuses_bad_settings_naming_the_field(client: TestClient) -> None:

@@ -23,23 +23,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from contextfold.core.errors import InvalidInput
+from contextfold.core.extras import needs_extra
 from contextfold.evaluation.results import skip_summary
 from contextfold.evaluation.suggest import FLOOR
 
-EXTRA_HINT = "pip install 'contextfold[eval]'"
 _SIZE = (9.0, 5.0)
 _DPI = 120
 
 
 def require_matplotlib() -> None:
-    """Raise ``InvalidInput`` naming the extra when matplotlib cannot be imported."""
-    try:
+    """Raise ``MissingExtra`` naming the eval extra when matplotlib cannot be imported."""
+    with needs_extra("'contextfold eval --report'", "eval"):
         import matplotlib  # noqa: F401
-    except ImportError as exc:
-        raise InvalidInput(
-            f"--report draws its plots with matplotlib: {EXTRA_HINT} ({exc})", field="report"
-        ) from exc
 
 
 def _pyplot() -> Any:

@@ -254,7 +254,8 @@ class Session:
         """Open a view; with settings, store them (only those given change).
 
         Stored with the session, so any process reopens the same view by name:
-        ``preset`` and its options or a ``pipeline`` (registered strategies),
+        ``preset`` and its options or a ``pipeline`` (registered strategies;
+        with neither, the view folds with ``DEFAULT_PRESET``, ``offline``),
         ``budget``, a declarative ``filter`` (``contextfold.memory.filters``),
         ``model`` as a ``get_model`` string, the water marks, and ``recall``
         (``contextfold.memory.recall``; None keeps what is stored). What cannot

@@ -131,19 +131,19 @@ class View:
         return self._built(self._head().view_version)[1]
 
     def require_pipeline(self) -> Pipeline:
-        """The pipeline, or an error that says why there is none here."""
+        """The pipeline, or an error that says why there is none here.
+
+        Every stored view has one (the default preset when none was given); only a
+        local view's lives in the process that configured it.
+        """
         pipeline = self.pipeline
-        if pipeline is not None:
-            return pipeline
-        if self.config.local:
+        if pipeline is None:
             raise InvalidInput(
                 f"view {self.name!r} folds with a process-local pipeline (local=True) that "
                 "lives in the process that configured it; configure it here with pipeline=",
                 field="pipeline",
             )
-        raise InvalidInput(
-            f"view {self.name!r} has no pipeline: pass preset= or pipeline=", field="pipeline"
-        )
+        return pipeline
 
     @property
     def budget(self) -> int | None:

@@ -14,6 +14,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from contextfold.core.errors import InvalidInput, NotFound
+from contextfold.core.extras import needs_extra
 from contextfold.core.redact import redact
 from contextfold.llm.windows import check_windows
 from contextfold.options import configurable, named, resolve
@@ -135,26 +136,16 @@ def add_commands(sub: Any) -> None:
 
 
 def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
-    try:
+    with needs_extra("'contextfold serve'", "server"):
         import uvicorn
 
         from contextfold.server.app import create_app
         from contextfold.server.service import Service
         from contextfold.server.settings import Settings
-    except ImportError as exc:
-        raise InvalidInput(
-            f"the service needs its extra: pip install 'contextfold[server]' ({exc})",
-            field="serve",
-        ) from exc
     tables = resolve(args)
     if args.workers is not None:
-        try:
+        with needs_extra("'contextfold serve --workers'", "workers"):
             import contextfold.server.jobs  # noqa: F401
-        except ImportError as exc:
-            raise InvalidInput(
-                f"--workers needs the workers extra: pip install 'contextfold[workers]' ({exc})",
-                field="workers",
-            ) from exc
     try:
         settings = Settings(
             database=args.database,

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from contextfold.core.checks import MAX_BUDGET
 from contextfold.core.folds import Fold
 from contextfold.core.log import LoggedMessage, SessionInfo, ViewRecord
+from contextfold.memory.config import as_read
 from contextfold.memory.cycle import CompactionReport
 from contextfold.server.ids import NAME
 
@@ -177,7 +178,7 @@ class ViewOut(BaseModel):
         return cls(
             name=record.name,
             version=record.version,
-            config=record.config,
+            config=as_read(record.config),
             updated_at=record.updated_at,
             floor=floor,
             job=job,

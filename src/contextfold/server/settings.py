@@ -11,7 +11,7 @@ from contextfold.core.redact import redact
 from contextfold.llm.registry import provider_names
 from contextfold.llm.windows import Window
 from contextfold.server.proxy_upstream import parse_upstream
-from contextfold.strategies.presets import preset_names
+from contextfold.strategies.presets import DEFAULT_PRESET, preset_names
 
 DEFAULT_DATABASE = "contextfold.db"
 DEFAULT_HOST = "127.0.0.1"
@@ -83,7 +83,7 @@ class Settings:
         """The preset of the views the proxy creates."""
         if self.preset is not None:
             return self.preset
-        return "chat" if self.model is not None else "offline"
+        return "chat" if self.model is not None else DEFAULT_PRESET
 
     def __post_init__(self) -> None:
         if not self.auth and not is_loopback(self.host):

@@ -34,13 +34,11 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-try:
-    import psycopg  # noqa: F401  (here, where a missing one is told how to install)
+from contextfold.core.extras import needs_extra
+
+with needs_extra("the PostgreSQL store", "postgres"):  # here, where a missing one is told
+    import psycopg  # noqa: F401
     import psycopg_pool  # noqa: F401
-except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "the PostgreSQL store needs psycopg 3 and its pool: pip install 'contextfold[postgres]'"
-    ) from exc
 
 from contextfold.core.errors import FoldConflict, InvalidInput, ViewConflict
 from contextfold.core.folds import Fold, plan_commit

@@ -13,6 +13,7 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from contextfold.core.errors import InvalidInput
+from contextfold.core.extras import needs_extra
 from contextfold.core.redact import redact
 from contextfold.options import configurable, named, resolve
 
@@ -86,13 +87,9 @@ def add_worker_command(sub: Any) -> None:
 
 
 def _worker(args: argparse.Namespace, out: Console, err: Console) -> None:
-    try:
+    with needs_extra("'contextfold worker'", "workers"):
         from contextfold.workers.app import celery_app
         from contextfold.workers.task import WorkerSettings, register
-    except ImportError as exc:
-        raise InvalidInput(
-            f"workers need their extra: pip install 'contextfold[workers]' ({exc})", field="worker"
-        ) from exc
     resolve(args)
     for name, value in (("concurrency", args.concurrency), ("max_failures", args.max_failures)):
         if value < 1:
