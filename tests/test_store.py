@@ -38,6 +38,11 @@ class TestContract(StoreContract):
         yield backend
         backend.close()
 
+    def store_url(self, store: Store) -> str | None:
+        if isinstance(store, SQLiteStore):
+            return f"sqlite://{Path(store.path).resolve()}?durability={store.durability}"
+        return None  # the RAM store lives in one process
+
     def delete_message(self, store: Store, session_id: str, seq: int) -> None:
         if isinstance(store, SQLiteStore):
             with _raw(store) as raw:

@@ -77,6 +77,10 @@ class TestContract(StoreContract):
         yield backend
         backend.close()
 
+    def store_url(self, store: Store) -> str | None:
+        assert isinstance(store, PostgresStore)
+        return pg.url(store.schema, pool_size=2)
+
     def delete_message(self, store: Store, session_id: str, seq: int) -> None:
         assert isinstance(store, PostgresStore)
         with pg.raw(store.schema) as conn:
