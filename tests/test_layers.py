@@ -4,7 +4,7 @@ Every module under ``src/contextfold`` gets a layer from the folder it sits in
 (a module with no layer fails the suite), and is read with ``ast`` (imports
 inside functions and ``TYPE_CHECKING`` blocks count too)::
 
-    interfaces   cli · testing/ · integrations/ (TaskWeaver hooks) · server/ · workers/ ·
+    interfaces   cli · options (where a command's settings come from) · testing/ · integrations/ (TaskWeaver hooks) · server/ · workers/ ·
                  evaluation/ (contextfold eval)
     runtime      runtime/
     memory       memory/
@@ -34,7 +34,7 @@ RANK = {
     "interfaces": 5,
 }
 FOLDERS = {"core", "llm", "store", "strategies", "memory", "runtime", "integrations"}
-TOP_LEVEL_INTERFACES = {"cli"}
+TOP_LEVEL_INTERFACES = {"cli", "options"}
 INTERFACE_FOLDERS = {"evaluation", "integrations", "server", "testing", "workers"}
 # What a strategy may know of the ports: the LLM protocol, nothing concrete.
 STRATEGY_PORTS = {"contextfold.llm.base"}
