@@ -115,9 +115,8 @@ def add_commands(sub: Any) -> None:
 
 def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
     try:
-        import uvicorn
-
         from contextfold.server.app import create_app
+        from contextfold.server.lifecycle import run_until_stopped
         from contextfold.server.service import Service
         from contextfold.server.settings import Settings
     except ImportError as exc:
@@ -160,7 +159,8 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
         out.print(f"compaction jobs go to the workers of queue {settings.queue!r}")
     if args.demo:
         out.print(f"demo session {DEMO_SESSION!r}: open {base}/sessions/{DEMO_SESSION}")
-    uvicorn.run(
+    run_until_stopped(
+        service,
         create_app(service),
         host=args.host,
         port=args.port,
