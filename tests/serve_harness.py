@@ -174,13 +174,19 @@ def damage(database: str, sessions: int = SESSIONS, appends: int = APPENDS) -> d
         memory.close()
 
 
-def stop(served: Served, signals: Iterable[signal.Signals], gap_s: float = 0.3) -> int:
-    """Send ``signals`` to the server ``gap_s`` apart; its exit code."""
+def stop(
+    served: Served, signals: Iterable[signal.Signals], gap_s: float = 0.3, *, group: bool = False
+) -> int:
+    """Send ``signals`` to the server ``gap_s`` apart; its exit code. With ``group``, to
+    its whole process group, as Ctrl-C in a terminal or systemd's control-group kill do."""
     for i, sig in enumerate(signals):
         if i:
             time.sleep(gap_s)
         if served.process.poll() is None:
-            os.kill(served.pid, sig)
+            if group:
+                os.killpg(served.pid, sig)
+            else:
+                os.kill(served.pid, sig)
     code = served.process.wait(timeout=60)
     return code
 

@@ -18,11 +18,12 @@ process waits for it no longer than the job's deadline, and a cancel (``stop``)
 ends the wait; the worker calls no model, so nothing goes out meanwhile.
 
 The workers end with the runner. ``stop`` drains as ``ThreadRunner.stop`` does,
-then lets idle workers exit, and terminates (then kills) a worker still busy
-with a job that was abandoned: no one will commit its folds. A worker ignores
-SIGINT (Ctrl-C reaches the terminal's whole process group; the parent decides
-what stops), and exits by itself when its parent is gone, so even a parent
-killed outright (SIGKILL, a second signal) leaves no worker behind.
+then lets idle workers exit, and kills a worker still busy with an abandoned
+job: no one will commit its folds. A worker ignores SIGINT and SIGTERM (Ctrl-C
+reaches the terminal's whole process group, systemd signals the whole control
+group): the parent decides what stops, so its drain can still use the
+worker. A worker exits by itself when its parent is gone, so even a parent
+killed outright (SIGKILL) leaves no worker behind.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from contextfold.strategies.registry import strategy_from_data, strategy_to_data
 
 _POLL_S = 0.05
 _EXIT_S = 2.0
-"""How long idle workers get to exit once told to, before they are terminated."""
+"""How long idle workers get to exit once told to, before they are killed."""
 PORTABLE_ENCODINGS = (*ENCODINGS, "approx")
 """Counters a worker process can rebuild by name."""
 
@@ -118,11 +119,7 @@ class ProcessRunner(ThreadRunner):
             worker.join(max(0.0, deadline - time.monotonic()))
         for worker in workers:
             if worker.is_alive():
-                worker.terminate()
-        for worker in workers:
-            worker.join(_EXIT_S)
-            if worker.is_alive():
-                worker.kill()
+                worker.kill()  # it ignores SIGTERM
                 worker.join()
         return done
 
@@ -147,8 +144,9 @@ def _awaited(future: Future[list[Fold]]) -> list[Fold]:
 
 
 def _worker_start() -> None:
-    """In a new worker: leave SIGINT to the parent, and exit when the parent is gone."""
+    """In a new worker: leave SIGINT and SIGTERM to the parent, exit when the parent is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     parent = multiprocessing.parent_process()
     if parent is not None:
         threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
