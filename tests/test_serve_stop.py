@@ -11,9 +11,12 @@ and the store whole (no message lost, no partial or unrenderable fold).
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import re
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,8 @@ from serve_harness import (
     start_serve,
     stop,
 )
+
+from contextfold.runtime import ProcessRunner
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 
@@ -62,3 +67,18 @@ def test_a_signal_stops_serve_with_nothing_left_behind(
     # Nothing failed: not even a job whose worker a signal to the group killed.
     assert not re.search("Traceback|failed|degraded", served.log.read_text())
     assert damage(database) == {"messages_lost": 0, "partial_folds": 0}
+
+
+def test_a_process_runner_stop_returns_with_its_workers_ended() -> None:
+    runner = ProcessRunner(processes=1)  # started: its warm-up ran in it
+    workers = multiprocessing.active_children()
+    assert len(workers) == 1
+    for worker in workers:  # the parent decides: a signal to the group does not end them
+        os.kill(worker.pid or 0, signal.SIGTERM)
+        os.kill(worker.pid or 0, signal.SIGINT)
+    time.sleep(0.2)
+    assert all(worker.is_alive() for worker in workers)
+    assert runner.stop(timeout=5)
+    assert not any(worker.is_alive() for worker in workers)
+    assert not multiprocessing.active_children()
+    assert runner.stop(timeout=1)  # a second stop finds nothing to do

@@ -110,8 +110,9 @@ class ProcessRunner(ThreadRunner):
     def stop(self, timeout: float = 5.0, *, drain: bool = True) -> bool:
         """``ThreadRunner.stop``, then the workers end: none is left running on return."""
         done = super().stop(timeout, drain=drain)
-        # The executor forgets its processes on shutdown; it has no public handle on them.
-        workers = list(self._pool._processes.values())
+        # The executor forgets its processes on shutdown (None after a first stop);
+        # it has no public handle on them.
+        workers = list((self._pool._processes or {}).values())
         self._pool.shutdown(wait=False, cancel_futures=True)
         # Idle workers exit on the executor's word; a busy one works on an abandoned job.
         deadline = time.monotonic() + (_EXIT_S if done and not self._hurried else 0.0)
