@@ -1,18 +1,25 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The demo needs the core install only (tiktoken and rich), not the test tools.
+CORE := $(VENV)/.core
 CHROMIUM ?= /usr/bin/chromium
 REDIS_SERVER ?= /usr/bin/redis-server
 
-.PHONY: demo serve test lint typecheck bench clean chromium redis-server
+.PHONY: demo serve test lint typecheck docs bench clean chromium redis-server
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,docs]'
+	touch $(STAMP) $(CORE)
 
-demo: $(STAMP)
+$(CORE): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q -e .
+	touch $(CORE)
+
+demo: $(CORE)
 	$(VENV)/bin/contextfold demo
 
 serve: $(STAMP)
@@ -25,7 +32,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy src/
 
-test: lint typecheck chromium redis-server
+test: lint typecheck docs chromium redis-server
 	CONTEXTFOLD_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q
 
 # The page tests drive Debian's Chromium through Playwright (never a browser Playwright downloads).
@@ -44,9 +51,13 @@ redis-server:
 	  || { echo "apt-get could not install redis-server: the worker tests need $(REDIS_SERVER) (run as root, or install it)" >&2; exit 1; }; \
 	  test -x $(REDIS_SERVER) || { echo "redis-server installed but $(REDIS_SERVER) is missing: set REDIS_SERVER=" >&2; exit 1; }; }
 
+# The docs site into site/; --strict fails on a broken link, an orphan page or a bad reference.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[peers]'
 	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache site

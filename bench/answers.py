@@ -35,6 +35,7 @@ from contextfold.core.messages import Message, text_of
 from contextfold.core.tokens import get_counter
 from contextfold.llm.base import Completion, Usage, material, parse_json
 from contextfold.llm.offline import OfflineModel
+from contextfold.strategies import describe_presets
 from contextfold.strategies.answers import REFUSAL_PATTERNS, Expected, judge, normalized
 from contextfold.strategies.goal_batch import SCHEMA as GOAL_BATCH_SCHEMA
 from contextfold.strategies.transcript import transcript
@@ -42,7 +43,7 @@ from contextfold.testing import SchemaFilling, ScriptedModel, bad_answers
 
 CHUNK = 12
 MAX_TOKENS = 600
-NO_MODEL = frozenset({"offline", "keep-recent", "disabled"})
+NO_MODEL = frozenset(p.name for p in describe_presets() if not p.model)
 QUICK_PRESETS = ("rolling", "token-budget", "adr-0041", "retrieve-facts")
 KOOG = {p: {"max_messages": 50} for p in ("whole-history", "retrieve-facts", "code-agent")}
 _REFUSAL = re.compile("|".join(REFUSAL_PATTERNS))

@@ -265,7 +265,7 @@ def refusals(r: dict[str, Any]) -> str:
 
 
 def table(rows: dict[str, dict[str, Any]], sizes: Sequence[int], delay: float) -> str:
-    """The README's comparison table, one row a library."""
+    """The comparison table of docs/peers.md, one row a library."""
     turn_heads = [f"turn p50 at {size // 1000}k (ms)" for size in sizes]
     turn_heads.append(
         "with the library's default counter: "

@@ -27,7 +27,7 @@ interpreter) must import ``llama_cpp.server``; the model is ``--gguf`` or
 (SmolLM2-135M-Instruct). ``--base-url URL#MODEL`` uses a server already
 running instead (vLLM, Ollama, llama.cpp's own ``llama-server``). Without a
 server or a model it prints why and, with ``--json``, ``{"skipped": true, ...}``,
-and exits 0. The README's "Real model benchmark" says how to install both.
+and exits 0. docs/benchmarks.md, "A real model", says how to install both.
 """
 
 from __future__ import annotations
@@ -423,7 +423,7 @@ def main() -> int:
     missing = llama_missing(python)
     if missing:
         return skipped(
-            f"{missing}; install llama-cpp-python[server] (README: Real model benchmark)",
+            f"{missing}; install llama-cpp-python[server] (docs/benchmarks.md: A real model)",
             args.json,
         )
     given = args.gguf or os.environ.get("CONTEXTFOLD_GGUF")

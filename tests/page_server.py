@@ -123,7 +123,7 @@ def launched_browser() -> Iterator[Any]:
 
 def save_shot(page: Any, name: str) -> Path:
     """A screenshot of the viewport into the artifacts folder, and into
-    ``$CONTEXTFOLD_PAGE_SHOTS`` too when set (the README's images)."""
+    ``$CONTEXTFOLD_PAGE_SHOTS`` too when set (the docs' images, docs/img)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=False)

@@ -64,7 +64,8 @@ def raw(schema: str) -> Iterator[Any]:
 
 
 def append_many(db_url: str, worker: int, n: int, start: Any) -> list[tuple[int, str]]:
-    """Append ``n`` messages, one a call, each with a key shared by every worker."""
+    """Append ``n`` pairs: a message every worker sends under one shared key (a retry
+    for all but the first), and one of its own."""
     from contextfold.core.log import NewMessage
     from contextfold.store.postgres import PostgresStore
 
@@ -72,9 +73,8 @@ def append_many(db_url: str, worker: int, n: int, start: Any) -> list[tuple[int,
     start.wait()
     out = []
     for i in range(n):
-        message = {"role": "user", "content": f"w{worker} m{i}"}
-        shared = NewMessage(message, 3, f"shared-{i}")
-        own = NewMessage(message, 3)
+        shared = NewMessage({"role": "user", "content": f"shared m{i}"}, 3, f"shared-{i}")
+        own = NewMessage({"role": "user", "content": f"w{worker} m{i}"}, 3)
         for logged in store.append("s", [shared, own]):
             out.append((logged.seq, str(logged.message["content"])))
     store.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from test_render import agent_run, chat
 from contextfold.cli import DEMO_BUDGET, main
 from contextfold.core.tokens import get_counter
 from contextfold.core.units import tool_unit_faults
+from contextfold.strategies import DEFAULT_PRESET, describe_presets
 from contextfold.strategies.base import HIGH_WATER
 
 
@@ -213,11 +215,21 @@ def test_bad_arguments_exit_2(
     assert out == ""
 
 
-def test_presets_lists_the_registry(capsys: pytest.CaptureFixture[str]) -> None:
+def test_presets_lists_each_with_its_description_and_whether_it_needs_a_model(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rows = run_json(capsys, "presets")
+    assert rows == [{**asdict(p), "default": p.name == DEFAULT_PRESET} for p in describe_presets()]
+    assert [r["name"] for r in rows if r["default"]] == ["offline"]
     code, out, _ = run(capsys, "presets")
     assert code == 0
-    for name in ("offline", "keep-recent", "disabled"):
-        assert name in out
+    rows_shown = [line for line in out.splitlines() if line.startswith("│ ")]
+    lines = {line.split()[1]: line for line in rows_shown if line.split()[1] != "│"}
+    assert set(lines) == {r["name"] for r in rows}
+    for row in rows:
+        assert f"│ {'yes' if row['model'] else 'no '} " in lines[row["name"]], row["name"]
+    assert "offline (default)" in lines["offline"]
+    assert "[SUMMARIZED]" in out  # descriptions are text, not rich markup
 
 
 def test_demo_folds_the_shipped_session(capsys: pytest.CaptureFixture[str]) -> None:

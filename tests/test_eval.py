@@ -14,7 +14,7 @@ from contextfold.core.errors import InvalidInput
 from contextfold.evaluation.budgets import parse_budget, parse_budgets
 from contextfold.evaluation.inputs import Conversation, load_conversations
 from contextfold.evaluation.replay import replay, sample_turns
-from contextfold.evaluation.results import summarize
+from contextfold.evaluation.results import skip_summary, summarize
 from contextfold.evaluation.retention import answer_keys
 
 FILLER = [
@@ -240,8 +240,11 @@ def test_eval_table_on_the_demo(tmp_path: Path, capsys: pytest.CaptureFixture[st
     path.write_text(json.dumps(demo_messages()), encoding="utf-8")
     code, out, err = run(capsys, str(path), "--budgets", "10%", "--samples", "3")
     assert code == 0, err
-    for word in ("offline", "keep-recent", "10%", "retention", "1 conversations", "215 messages"):
-        assert word in out
+    text = " ".join(out.split())
+    for words in ("offline", "keep-recent", "10%", "1 conversations", "215 messages"):
+        assert words in text
+    assert "Retention was not measured: no question with a gold answer" in text
+    assert "retention " not in text.split("Retention was not")[0]  # no column of dashes
 
 
 def test_eval_errors_exit_2_naming_the_fault(
@@ -260,12 +263,89 @@ def test_eval_errors_exit_2_naming_the_fault(
     assert run(capsys, str(path), "--limit", "0")[0] == 2
 
 
-def test_a_budget_below_the_system_prompt_names_the_conversation_and_budget(
+def test_a_budget_below_the_system_prompt_skips_the_conversation_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_jsonl(
+        tmp_path / "two.jsonl", [trip(), {"id": "demo", "messages": demo_messages()}]
+    )
+    code, out, err = run(capsys, str(path), "--budgets", "10%,10,100", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    by_arm = {(r["preset"], r["budget"]): r for r in data["results"]}
+    # 10 tokens hold neither the demo's system prompt nor trip's latest user message.
+    assert by_arm["offline", "10"]["skipped"] == {
+        "budget under system prompt + last user message": 2
+    }
+    assert by_arm["offline", "10"]["conversations"] == 0
+    assert by_arm["offline", "10"]["retention"] is None
+    assert by_arm["offline", "10"]["render_p50_ms"] is None
+    # 100 tokens hold trip's messages but not the demo's system prompt (230 tokens).
+    assert by_arm["offline", "100"]["skipped"] == {
+        "budget under system prompt + last user message": 1
+    }
+    assert by_arm["offline", "100"]["conversations"] == 1
+    trip_tokens = data["per_conversation"][0]["tokens"]
+    assert by_arm["offline", "100"]["tokens_before"] == trip_tokens
+    assert (by_arm["offline", "10%"]["skipped"], by_arm["offline", "10%"]["conversations"]) == (
+        {},
+        2,
+    )
+    demo = data["per_conversation"][1]["results"]
+    assert [r["skipped"] for r in demo if r["preset"] == "offline"] == [
+        None,
+        "budget under system prompt + last user message",
+        "budget under system prompt + last user message",
+    ]
+
+    code, out, err = run(capsys, str(path), "--budgets", "10%,10,100")
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert " skip " in text.split("prompt")[0]  # a column of the table
+    assert "offline 10 2 - - - -" in text  # nothing measured: no figures, not zeros
+    assert (
+        "Skipped (budget under system prompt + last user message): at 10 2 of 2 conversations "
+        "by every preset; at 100 1 of 2 conversations by every preset." in text
+    )
+
+
+def test_when_nothing_can_be_measured_the_run_fails_saying_why(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "demo.json"
     path.write_text(json.dumps(demo_messages()), encoding="utf-8")
-    code, _, err = run(capsys, str(path), "--presets", "offline", "--budgets", "10%,10")
-    assert code == 2
-    assert "conversation 'demo', preset 'offline', budget 10:" in err
-    assert "smaller than the system prompt" in err
+    code, out, err = run(capsys, str(path), "--presets", "offline", "--budgets", "10,20")
+    assert (code, out) == (2, "")
+    assert "nothing could be measured" in err
+    assert "skipped all 1 conversations (budget under system prompt + last user message)" in err
+    assert "--budgets" in err
+
+
+def test_skips_are_told_per_budget_and_per_preset_when_they_differ() -> None:
+    def row(preset: str, budget: str, skipped: dict[str, int]) -> dict[str, Any]:
+        return {"preset": preset, "budget": budget, "skipped": skipped}
+
+    summary = {
+        "conversations": 5,
+        "budgets": ["5%", "10%", "20%"],
+        "results": [
+            row("offline", "5%", {"a": 1, "b": 2}),
+            row("keep-recent", "5%", {"a": 1, "b": 2}),
+            row("offline", "10%", {"a": 1}),
+            row("keep-recent", "10%", {}),
+            row("offline", "20%", {}),
+            row("keep-recent", "20%", {}),
+        ],
+    }
+    assert skip_summary(summary) == (
+        "Skipped: at 5% 3 of 5 conversations by every preset (a: 1, b: 2); "
+        "at 10% offline 1 (a) of 5 conversations."
+    )
+    summary["results"][0]["skipped"] = {"a": 3}
+    summary["results"][1]["skipped"] = {"a": 2}
+    assert skip_summary(summary) == (
+        "Skipped (a): at 5% offline 3, keep-recent 2 of 5 conversations; "
+        "at 10% offline 1 of 5 conversations."
+    )
+    summary["results"] = [row("offline", "5%", {})]
+    assert skip_summary(summary) == ""

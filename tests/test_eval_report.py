@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import copy
+import html
 import json
 import zipfile
 from pathlib import Path
@@ -17,6 +18,8 @@ from test_eval import demo_messages, run, trip, write_jsonl
 from contextfold.core.errors import InvalidInput
 from contextfold.evaluation.inputs import load_conversations
 from contextfold.evaluation.judge import judged_questions, parse_verdict
+from contextfold.evaluation.plots import caption_of, retention_figure, save_png, tokens_figure
+from contextfold.evaluation.replay import BUDGET_TOO_SMALL
 from contextfold.evaluation.suggest import suggest
 
 EXPORT = Path(__file__).parent / "fixtures" / "chatgpt_conversations.json"
@@ -221,6 +224,62 @@ def test_report_without_questions_has_no_retention_plot(
     assert "report.html" in err
 
 
+def test_the_plots_label_what_a_reader_compares(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Budgets in both units smallest first, retention relative to the full context, the
+    presets, full context and keep-recent named, n in the title, skips in the caption."""
+    path = write_jsonl(tmp_path / "t.jsonl", [trip(), {"id": "demo", "messages": demo_messages()}])
+    report = tmp_path / "r"
+    code, _, err = run(capsys, str(path), "--budgets", "20%,100", "--report", str(report))
+    assert code == 0, err
+    summary = json.loads((report / "results.json").read_text("utf-8"))
+
+    figure = retention_figure(summary)
+    ax = figure.axes[0]
+    assert ax.get_title() == "Answer-recall retention by budget: 2 questions over 2 conversations"
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    mean_20 = summary["results"][0]["budget_tokens"] / 2
+    assert ticks[0].startswith("100 tok\n≈") and ticks[0].endswith("%")  # 100 < 20% here
+    assert ticks[1] == f"20%\n≈{mean_20:,.0f} tok"
+    assert "% of each conversation's tokens, or tokens" in ax.get_xlabel()
+    assert "relative to the full context = 1.0" in ax.get_ylabel()
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[:3] == ["offline", "keep-recent (plain trimming)", "full context (1.0)"]
+    caption = caption_of(figure)
+    assert caption.startswith(
+        "Skipped (budget under system prompt + last user message): at 100 1 of 2 conversations "
+        "by every preset. Those are left out of the points; n: the conversations a point rests on."
+    )
+    save_png(figure, tmp_path / "again.png")
+
+    figure = tokens_figure(summary, "20%")
+    ax = figure.axes[0]
+    budget = summary["session"]["arms"][0]["budget_tokens"]
+    assert ax.get_title() == (
+        f"Prompt tokens per turn at budget 20% = {budget:,} tokens:\n"
+        "demo (215 messages), the longest of 2 conversations"
+    )
+    assert (ax.get_xlabel(), ax.get_ylabel()) == (
+        "messages logged (sampled turns)",
+        "prompt tokens (o200k_base)",
+    )
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == [
+        "full context",
+        "offline",
+        "keep-recent (plain trimming)",
+        f"budget 20% = {budget:,} tokens",
+    ]
+    save_png(figure, tmp_path / "again.png")
+    skipped = tokens_figure(summary, "100")
+    assert caption_of(skipped).startswith("Skipped on this conversation, so not drawn: offline")
+    save_png(skipped, tmp_path / "again.png")
+
+    page = (report / "report.html").read_text("utf-8")
+    assert f"<img alt='Retention vs budget. {html.escape(caption)}'" in page
+
+
 def test_report_without_matplotlib_names_the_extra_before_any_work(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -248,6 +307,8 @@ def row(preset: str, budget: str, tokens: int, **figures: Any) -> dict[str, Any]
         "preset": preset,
         "budget": budget,
         "budget_tokens": tokens,
+        "conversations": 1,
+        "skipped": {},
         "compression": 10.0,
         "render_p50_ms": 1.0,
         "failed_jobs": 0,
@@ -300,34 +361,63 @@ def test_suggest_below_the_floor_says_so() -> None:
 
 def test_suggest_prefers_qa_accuracy_relative_to_full_context_when_judged() -> None:
     rows = [
-        row("offline", "10%", 1000, retention=0.9, qa_accuracy=0.3),
-        row("chat", "10%", 1000, retention=0.5, qa_accuracy=0.45),
+        row("offline", "10%", 1000, retention=0.9, qa_accuracy=0.3, full_qa_accuracy=0.5),
+        row("chat", "10%", 1000, retention=0.5, qa_accuracy=0.45, full_qa_accuracy=0.5),
     ]
-    picked = suggest({"results": rows, "full_qa_accuracy": 0.5})
+    picked = suggest({"results": rows})
     assert (picked["preset"], picked["measure"]) == ("chat", "QA accuracy")
     assert "(0.90; offline 0.60)" in picked["reason"]
 
 
-def test_suggest_without_questions_takes_compression_without_overshoot_or_failure() -> None:
+def test_suggest_without_a_measure_picks_nothing_and_never_a_skipped_or_failed_arm() -> None:
     rows = [
         row("offline", "5%", 500, compression=20.0, overshoot_tokens=40),
-        row("chat", "5%", 500, compression=25.0, failed_jobs=2),
-        row("keep-recent", "5%", 500, compression=18.0),
-        row("keep-recent", "10%", 1000, compression=9.0),
+        row("keep-recent", "5%", 500, compression=25.0),
     ]
     picked = suggest({"results": rows})
-    assert (picked["preset"], picked["budget"], picked["measure"]) == (
-        "keep-recent",
+    assert (picked["preset"], picked["budget"], picked["measure"]) == (None, None, None)
+    assert "no question with a gold answer" in picked["reason"]
+    unrun = row("chat", "5%", 500, retention=1.0, conversations=0, skipped={"x": 1})
+    failed = row("rolling", "5%", 500, retention=1.0, failed_jobs=1)
+    kept = row(
+        "offline",
         "5%",
-        "compression",
+        500,
+        retention=0.5,
+        skipped={"budget under system prompt + last user message": 2},
     )
-    assert "18.0x" in picked["reason"] and "retention was not measured" in picked["reason"]
-    overshooting = [rows[0], row("x", "5%", 500, overshoot_tokens=10, compression=2.0)]
-    assert suggest({"results": overshooting})["preset"] == "x"
-    assert suggest({"results": [rows[1]]})["preset"] is None
-    roomy = [rows[0], row("keep-recent", "1000", 1000, compression=1.0)]
-    picked = suggest({"results": roomy})
-    assert picked["preset"] == "keep-recent" and "fit this budget whole" in picked["reason"]
+    picked = suggest({"results": [unrun, failed, kept]})
+    assert (picked["preset"], picked["measure"]) == ("offline", "answer-recall retention")
+    assert (
+        "(over 1 of 3 conversations; 2 skipped: budget under system prompt + last user message)"
+        in picked["reason"]
+    )
+    assert suggest({"results": [unrun, failed]})["preset"] is None
+
+
+def test_suggest_refuses_data_without_questions_before_replaying(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", [{"id": "demo", "messages": demo_messages()}])
+    code, out, err = run(capsys, str(path), "--suggest", "--progress")
+    assert (code, out) == (2, "")
+    text = " ".join(err.split())
+    assert "field 'suggest'" in text and "--suggest needs questions with gold answers" in text
+    assert '"questions": [{"question": ..., "answer": ...}]' in text
+    assert "0/10" in err and "1/10" not in err  # refused before replaying a turn
+    unkeyed = {"messages": trip()["messages"], "questions": [{"question": "Hi?", "answer": "a"}]}
+    path = write_jsonl(tmp_path / "u.jsonl", [unkeyed])  # "a" is no key word: nothing to score
+    assert run(capsys, str(path), "--suggest", "--budgets", "200")[0] == 2
+
+
+def test_a_report_without_questions_says_why_it_suggests_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, str(EXPORT), "--budgets", "50%", "--report", str(tmp_path))
+    assert code == 0, err
+    assert "suggestion: none: no question with a gold answer" in " ".join(out.split())
+    page = (tmp_path / "report.html").read_text("utf-8")
+    assert "<b>Suggestion:</b> none: no question with a gold answer" in page
 
 
 def test_suggest_is_printed_with_its_figures(
@@ -457,3 +547,115 @@ def test_verdicts_and_graded_questions() -> None:
     assert [q["question"] for q in judged_questions(questions, 2)] == ["1", "2"]
     plain = [{"question": "q", "answer": "a"}]
     assert judged_questions(copy.deepcopy(plain), 5) == plain
+
+
+# -- an export whose first chat is too short for the budgets -------------------
+
+
+def export_chat(title: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """``messages`` (user and assistant text) as one conversation of a ChatGPT export."""
+    mapping: dict[str, Any] = {"root": {"id": "root", "message": None, "parent": None}}
+    parent = "root"
+    for i, m in enumerate(messages):
+        node = f"{title}-{i}"
+        mapping[node] = {
+            "id": node,
+            "parent": parent,
+            "message": {
+                "author": {"role": m["role"]},
+                "create_time": 1716000000 + i,
+                "content": {"content_type": "text", "parts": [m["content"]]},
+                "recipient": "all",
+            },
+        }
+        parent = node
+    return {"title": title, "conversation_id": title, "mapping": mapping, "current_node": parent}
+
+
+def short_first_export(tmp_path: Path) -> Path:
+    """A tiny chat, then the fixture's two, then a longer one: as an export's zip."""
+    tiny = export_chat(
+        "hi", [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"}]
+    )
+    data = [tiny, *export(), export_chat("trip", trip()["messages"])]
+    archive = tmp_path / "export.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("conversations.json", json.dumps(data))
+    return archive
+
+
+def test_an_export_whose_first_chat_is_tiny_is_measured_on_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    archive = short_first_export(tmp_path)
+    code, out, err = run(capsys, str(archive), "--json")  # the default budgets, 5% first
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["conversations"] == 4
+    for result in data["results"]:
+        assert result["conversations"] >= 1
+        assert result["conversations"] + sum(result["skipped"].values()) == 4
+        assert result["tokens_before"] < data["tokens"]
+    five = [r for r in data["results"] if r["budget"] == "5%"]
+    assert all(r["skipped"]["budget under system prompt + last user message"] >= 1 for r in five)
+    hi = data["per_conversation"][0]
+    assert hi["title"] == "hi"
+    assert {r["skipped"] for r in hi["results"]} == {
+        "budget under system prompt + last user message"
+    }
+    trip_chat = data["per_conversation"][3]
+    assert {r["skipped"] for r in trip_chat["results"]} == {None}
+
+    code, out, err = run(capsys, str(archive), "--report", str(tmp_path / "r"))
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "at 5% 3 of 4 conversations by every preset" in text
+    page = (tmp_path / "r" / "report.html").read_text("utf-8")
+    assert "skipped per budget" in page and "at 5% 3 of 4 conversations by every preset" in page
+
+
+def test_suggest_refuses_when_the_conversations_with_questions_were_all_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    short = {"id": "short", "messages": trip()["messages"][:3], "questions": trip()["questions"]}
+    path = write_jsonl(tmp_path / "s.jsonl", [short, {"id": "demo", "messages": demo_messages()}])
+    code, out, err = run(capsys, str(path), "--budgets", "5%", "--json")
+    assert code == 0, err
+    offline = json.loads(out)["results"][0]
+    assert (offline["conversations"], offline["retention"]) == (1, None)  # the demo alone
+    code, out, err = run(capsys, str(path), "--budgets", "5%", "--suggest")
+    assert (code, out) == (2, "")
+    assert "--suggest needs questions with gold answers" in " ".join(err.split())
+
+
+def test_a_skipped_conversation_is_neither_graded_nor_counted_in_the_arms_full_context(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], answers: FakeProvider, grades: FakeProvider
+) -> None:
+    short = {"id": "short", "messages": trip()["messages"][:3], "questions": trip()["questions"]}
+    path = write_jsonl(tmp_path / "s.jsonl", [short, trip()])
+    answers.add(*[openai_reply("an answer", prompt_tokens=50, completion_tokens=2)] * 6)
+    # short: the full context twice (its arm is skipped); trip: full, arm, full, arm.
+    verdicts = ["WRONG", "WRONG", "CORRECT", "CORRECT", "CORRECT", "WRONG"]
+    grades.add(*[openai_reply(v, prompt_tokens=40, completion_tokens=1) for v in verdicts])
+    code, out, err = run(
+        capsys,
+        str(path),
+        "--presets",
+        "keep-recent",
+        "--budgets",
+        "5%",
+        "--model",
+        spec(answers, "local"),
+        "--judge",
+        spec(grades, "judge"),
+        "--suggest",
+        "--json",
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    (keep,) = data["results"]
+    assert (keep["conversations"], keep["skipped"]) == (1, {BUDGET_TOO_SMALL: 1})
+    assert (len(answers.requests), len(grades.requests)) == (6, 6)
+    assert data["full_qa_accuracy"] == 0.5  # over both conversations
+    assert (keep["qa_accuracy"], keep["full_qa_accuracy"]) == (0.5, 1.0)  # over trip alone
+    assert "keeps the most (0.50)" in data["suggestion"]["reason"]  # 0.5 of 1.0, not of 0.5

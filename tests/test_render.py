@@ -101,7 +101,7 @@ def test_system_prompt_comes_first_at_every_budget() -> None:
 def test_folds_and_raw_messages_render_in_log_order() -> None:
     messages = chat(5)
     session = session_of(messages)
-    view = session.view("default")
+    view = session.view("default", preset="disabled")  # hand-made folds, no recall on top
     summary = {"role": "user", "content": "[summary of rounds 1-2]"}
     cost = session.counter.message(summary)
     fold = Fold("default", 2, 5, "summary", summary["content"], (summary,), "test", 100, cost)
@@ -129,7 +129,7 @@ def test_facts_fold_renders_once_right_after_the_system_prompt() -> None:
     cost = session.counter.message(summary)
     fold = Fold("default", 2, 3, "summary", summary["content"], (summary,), "test", 60, cost)
     session.store.commit_folds(session.id, "default", [facts, fold], 0)
-    report = session.view("default").render_report()
+    report = session.view("default", preset="disabled").render_report()
     assert report.messages == [SYSTEM, facts_msg, summary, *messages[3:]]
     assert set(report.folds) == {facts.id, fold.id}
 

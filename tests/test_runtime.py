@@ -26,7 +26,7 @@ from contextfold import Fold, InvalidInput, Memory, ModelError, Session, View
 from contextfold.core.events import Event
 from contextfold.runtime import Cooldown, InlineRunner, ThreadRunner
 from contextfold.store import RAMStore
-from contextfold.strategies import Pipeline, register_strategy
+from contextfold.strategies import KeepRecent, Pipeline, register_strategy
 from contextfold.testing import ScriptedModel
 
 
@@ -74,8 +74,10 @@ def test_watch_plans_a_long_session_at_once() -> None:
 
 def test_watch_needs_a_pipeline_and_unwatch_stops_compaction() -> None:
     session = new_session()
+    session.view("local", pipeline=Pipeline([KeepRecent()]), local=True)
+    elsewhere = Memory(session.store).session(session.id).view("local")
     with pytest.raises(InvalidInput) as info:
-        InlineRunner().watch(session.view("bare"))
+        InlineRunner().watch(elsewhere)  # its pipeline lives with the first Memory
     assert info.value.field == "pipeline"
     view = summarizing_view(session, ScriptedModel(default="short"))
     runner = InlineRunner()

@@ -13,6 +13,7 @@ from server_harness import make_service
 from contextfold.server.app import create_app
 from contextfold.server.service import Service
 from contextfold.store.ram import RAMStore
+from contextfold.strategies import DEFAULT_PRESET
 
 API = "/api/v1/sessions"
 
@@ -257,6 +258,22 @@ def test_put_view_creates_then_updates_what_is_given(client: TestClient) -> None
     assert [(v["name"], v["version"]) for v in listed] == [("main", 2)]
 
 
+def test_a_view_put_without_a_preset_folds_with_the_default(
+    client: TestClient, service: Service
+) -> None:
+    create(client, "s1", system="sys")
+    chat(client, "s1", 40)
+    made = client.put(f"{API}/s1/views/main", json={"budget": 2000})
+    assert made.json()["config"]["preset"] == DEFAULT_PRESET
+    report = client.post(f"{API}/s1/views/main/compact").json()
+    assert report["folds"] and report["tokens_after"] < report["tokens_before"]
+    # A record an earlier version stored without a preset is shown and folds the same way.
+    old = {"preset": None, "pipeline": None, "options": {}, "budget": 2000, "local": False}
+    service.store.put_view(service.session("local", "s1").id, "old", old)
+    assert client.get(f"{API}/s1/views/old").json()["config"]["preset"] == DEFAULT_PRESET
+    assert client.post(f"{API}/s1/views/old/compact").json()["folds"]
+
+
 def test_put_view_refuses_bad_settings_naming_the_field(client: TestClient) -> None:
     create(client, "s1")
     for body, field in [
@@ -326,6 +343,40 @@ def test_compact_then_folds_and_render_use_them(client: TestClient) -> None:
     assert len(every["folds"]) >= len(active["folds"])
     if len(every["folds"]) > len(active["folds"]):
         assert any(f["superseded_by"] for f in every["folds"])
+
+
+def test_folds_report_the_log_tokens_of_their_range(client: TestClient) -> None:
+    create(client, "s1", system="sys")
+    chat(client, "s1", 40)
+    client.put(f"{API}/s1/views/default", json={"preset": "offline", "budget": 2000})
+    compacted = client.post(f"{API}/s1/views/default/compact").json()["folds"]
+    chat(client, "s1", 30)
+    client.post(f"{API}/s1/views/default/compact")
+    logged = client.get(f"{API}/s1/messages", params={"limit": 500}).json()["messages"]
+    tokens = {m["seq"]: m["tokens"] for m in logged}
+    every = client.get(f"{API}/s1/views/default/folds", params={"superseded": True}).json()
+    for fold in compacted + every["folds"]:
+        in_log = sum(tokens[seq] for seq in range(fold["start"], fold["end"] + 1))
+        assert fold["log_tokens"] == in_log, fold
+
+
+def test_a_view_reports_its_floor_the_smallest_budget_it_renders_at(
+    client: TestClient,
+) -> None:
+    create(client, "s1", system="sys")
+    chat(client, "s1", 3)
+    view = client.put(f"{API}/s1/views/default", json={"preset": "offline", "budget": 900}).json()
+    floor = view["floor"]
+    assert floor == client.get(f"{API}/s1/views/default").json()["floor"]
+    at = client.get(f"{API}/s1/views/default/render", params={"budget": floor})
+    assert at.status_code == 200 and at.json()["report"]["tokens"] <= floor
+    below = client.get(f"{API}/s1/views/default/render", params={"budget": floor - 1})
+    error(below, 422, "budget_too_small")
+    append(client, "s1", user("a much longer question " * 80))
+    [listed] = client.get(f"{API}/s1/views").json()["views"]
+    assert listed["floor"] > floor
+    below = client.get(f"{API}/s1/views/default/render", params={"budget": listed["floor"] - 1})
+    error(below, 422, "budget_too_small")
 
 
 def test_the_background_runner_compacts_views_used_through_the_api() -> None:

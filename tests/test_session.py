@@ -14,7 +14,7 @@ from test_render import SYSTEM, agent_run, chat, markers, session_of
 from contextfold import BudgetError, InvalidInput, Memory
 from contextfold.core.messages import Message
 from contextfold.core.units import tool_unit_faults, whole_units
-from contextfold.strategies import Pipeline
+from contextfold.strategies import DEFAULT_PRESET, Pipeline
 from contextfold.strategies.keep_recent import KeepRecent
 from contextfold.strategies.triggers import Always
 
@@ -210,11 +210,26 @@ def test_whole_units_resolves_reused_ids_to_the_nearest_call() -> None:
     assert tool_unit_faults(kept) == []
 
 
-def test_view_without_pipeline_refuses_to_compact() -> None:
-    session = session_of(chat(2))
-    with pytest.raises(InvalidInput) as info:
-        session.view("plain").compact()
-    assert info.value.field == "pipeline"
+def test_a_view_opened_without_a_preset_folds_with_the_default() -> None:
+    session = session_of(chat(40))
+    budget = session.view("plain").render_report().tokens // 3
+    view = session.view("plain", budget=budget)
+    assert view.config.preset == DEFAULT_PRESET == "offline"
+    assert session.store.get_view(session.id, "plain").config["preset"] == "offline"
+    assert view.compact().folds
+    assert view.render_report().tokens <= budget and view.render_report().omitted == 0
+    unstored = session.view("never-stored")
+    assert (unstored.version, unstored.config.preset) == (0, DEFAULT_PRESET)
+    assert unstored.compact(budget).folds
+
+
+def test_a_view_that_must_only_render_says_so_with_the_disabled_preset() -> None:
+    session = session_of(chat(40))
+    budget = session.view("plain").render_report().tokens // 3
+    view = session.view("plain", preset="disabled", budget=budget)
+    assert view.compact().folds == () and view.folds() == []
+    report = view.render_report()
+    assert report.tokens <= budget and report.omitted > 0  # the last-resort cut
 
 
 def test_unknown_preset_is_invalid_input() -> None:

@@ -77,6 +77,10 @@ class TestContract(StoreContract):
         yield backend
         backend.close()
 
+    def store_url(self, store: Store) -> str | None:
+        assert isinstance(store, PostgresStore)
+        return pg.url(store.schema, pool_size=2)
+
     def delete_message(self, store: Store, session_id: str, seq: int) -> None:
         assert isinstance(store, PostgresStore)
         with pg.raw(store.schema) as conn:
@@ -123,7 +127,7 @@ def test_writers_in_many_processes_keep_seq_contiguous_and_keys_unique(
     by_seq = {m.seq: str(m.message["content"]) for m in stored}
     for returned in results:
         assert len(returned) == 2 * n
-        # Whatever a worker was told is what the log holds: the winner's text for a key.
+        # Whatever a worker was told is what the log holds: one record for a key.
         assert all(by_seq[seq] == content for seq, content in returned)
 
 
@@ -308,7 +312,7 @@ def test_wake_for_a_postgres_store_listens_on_the_database(db: PostgresStore) ->
     time.sleep(wake.poll_s * 2)
     assert heard == ["s", "s", "s"]
     assert db.append("s", [_user("k", key="k")])[0].seq == 4
-    assert db.append("s", [_user("k again", key="k")])[0].seq == 4  # nothing new: no echo
+    assert db.append("s", [_user("k", key="k")])[0].seq == 4  # a retry, nothing new: no echo
     other.append("s", [_user("heard though we expected an echo")])
     _wait_for(lambda: len(heard) == 4)  # the echoes of ours dropped, the other heard
     time.sleep(wake.poll_s * 2)

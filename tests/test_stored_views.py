@@ -14,6 +14,7 @@ from test_cycle import chat
 from contextfold import InvalidInput, Memory, ViewConfig, ViewConflict
 from contextfold.memory.filters import compile_filter
 from contextfold.strategies import (
+    DEFAULT_PRESET,
     ExtractiveSummary,
     MessageCount,
     ObservationMasking,
@@ -25,6 +26,7 @@ from contextfold.strategies import (
     get_preset,
     preset_names,
 )
+from contextfold.strategies.base import HIGH_WATER, LOW_WATER
 from contextfold.strategies.registry import pipeline_from_data, pipeline_to_data
 from contextfold.testing import ScriptedModel
 
@@ -117,6 +119,37 @@ def test_a_local_pipeline_runs_here_and_is_refused_clearly_elsewhere() -> None:
         elsewhere.compact()
     assert caught.value.field == "pipeline"
     assert elsewhere.render() == view.render()
+
+
+# How an earlier version stored a view opened with settings but no preset: no pipeline.
+OLD_RECORD = {
+    "preset": None,
+    "options": {},
+    "pipeline": None,
+    "budget": 2000,
+    "filter": None,
+    "model": None,
+    "high_water": HIGH_WATER,
+    "low_water": LOW_WATER,
+    "local": False,
+    "recall": None,
+}
+
+
+def test_a_view_stored_without_a_pipeline_reads_as_the_default_preset() -> None:
+    memory = Memory()
+    session = memory.session("s", system="sys")
+    session.extend(chat(40))
+    session.store.put_view(session.id, "old", OLD_RECORD)
+    view = Memory(memory.store).session("s").view("old")
+    assert (view.version, view.config.preset, view.budget) == (1, DEFAULT_PRESET, 2000)
+    assert view.config == ViewConfig(preset=DEFAULT_PRESET, budget=2000)
+    assert view.compact().folds
+    report = view.render_report()
+    assert report.tokens <= 2000 and report.omitted == 0  # folded to fit, not cut
+    assert session.store.get_view(session.id, "old").config["preset"] is None  # not rewritten
+    view.update(budget=1800)
+    assert session.store.get_view(session.id, "old").config["preset"] == DEFAULT_PRESET
 
 
 def test_triggers_are_stored_as_data_and_rebuilt() -> None:

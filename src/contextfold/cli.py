@@ -10,20 +10,26 @@
         [--suggest] [--report DIR] [--model SPEC [--judge SPEC --questions N]]
     contextfold serve [--host 127.0.0.1] [--port 8765] [--database URL] [--no-auth] [--demo]
     contextfold keys create --tenant T [--label L] [--database URL] | keys list | keys revoke ID
+    contextfold worker --database URL --broker redis://...
+    contextfold --version
 
-Library errors (``ContextfoldError``) become a one-line message and exit code 2
-in ``main``, the one place where they are caught. ``compact`` exits 3 when it
+Every command parses on the core install; one whose extra is missing (``serve``,
+``worker``, ``eval --report``) says which to install (``MissingExtra``). Library
+errors (``ContextfoldError``) become a one-line message and exit code 2 in
+``main``, the one place where they are caught. ``compact`` exits 3 when it
 had to degrade (a job's model failed; the prompt printed still fits).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.resources
 import json
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
@@ -35,6 +41,7 @@ from rich.text import Text
 from contextfold.core.checks import positive_int
 from contextfold.core.errors import ContextfoldError
 from contextfold.core.messages import Message, text_of
+from contextfold.core.redact import redact
 from contextfold.evaluation.commands import add_eval_command
 from contextfold.llm.budget import JobLimits
 from contextfold.memory.compact import (
@@ -45,7 +52,7 @@ from contextfold.memory.compact import (
     write_prompt,
 )
 from contextfold.server.commands import add_commands
-from contextfold.strategies.presets import get_preset, preset_names
+from contextfold.strategies.presets import DEFAULT_PRESET, describe_presets
 from contextfold.workers.commands import add_worker_command
 
 DEMO_RESOURCE = "data/demo_session.json"
@@ -68,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int | None = args.command(args, out, err)
     except ContextfoldError as exc:
-        err.print(f"[bold red]contextfold: error:[/] {escape(str(exc))}", soft_wrap=True)
+        err.print(f"[bold red]contextfold: error:[/] {escape(redact(str(exc)))}", soft_wrap=True)
         return EXIT_ERROR
     return code or 0
 
@@ -77,12 +84,21 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="contextfold", description="Keep an LLM conversation inside a token budget."
     )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"contextfold {importlib.metadata.version('contextfold')}",
+    )
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     compact = sub.add_parser("compact", help="fold a conversation file until it fits a budget")
     compact.add_argument("file", metavar="FILE", help="JSON list of messages, or JSONL")
     compact.add_argument("--budget", type=positive_int, required=True, help="target prompt tokens")
-    compact.add_argument("--preset", default="offline", help="preset name (see 'presets')")
+    compact.add_argument(
+        "--preset",
+        default=DEFAULT_PRESET,
+        help=f"preset name (see 'presets'; default {DEFAULT_PRESET})",
+    )
     compact.add_argument("--encoding", default="o200k_base", help="o200k_base, cl100k_base, approx")
     compact.add_argument("--index", type=int, help="which JSONL line (conversation) to take")
     compact.add_argument(
@@ -105,7 +121,10 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="compact the coding-agent session shipped as a demo")
     demo.set_defaults(command=_demo)
 
-    presets = sub.add_parser("presets", help="list the preset names")
+    presets = sub.add_parser(
+        "presets", help="list the presets: what each does and whether it needs a model"
+    )
+    presets.add_argument("--json", action="store_true", help="print one JSON list")
     presets.set_defaults(command=_presets)
     add_commands(sub)
     add_worker_command(sub)
@@ -161,7 +180,9 @@ def _demo(args: argparse.Namespace, out: Console, err: Console) -> None:
     text = importlib.resources.files("contextfold").joinpath(DEMO_RESOURCE).read_text("utf-8")
     messages = json.loads(text)
     with _progress(err) as progress:
-        result = compact_messages(messages, budget=DEMO_BUDGET, preset="offline", progress=progress)
+        result = compact_messages(
+            messages, budget=DEMO_BUDGET, preset=DEFAULT_PRESET, progress=progress
+        )
     out.print(
         f"Demo: a coding-agent session of {result.messages_before} messages "
         f"({result.tokens_before:,} tokens), compacted to a budget of {DEMO_BUDGET:,} tokens."
@@ -176,12 +197,21 @@ def _demo(args: argparse.Namespace, out: Console, err: Console) -> None:
 
 
 def _presets(args: argparse.Namespace, out: Console, err: Console) -> None:
-    table = Table(title="Presets")
-    table.add_column("name")
-    table.add_column("strategies")
-    for name in preset_names():
-        pipeline = get_preset(name)
-        table.add_row(name, ", ".join(s.name for s in pipeline.strategies) or "(none)")
+    presets = describe_presets()
+    if args.json:
+        rows = [{**asdict(p), "default": p.name == DEFAULT_PRESET} for p in presets]
+        sys.stdout.write(json.dumps(rows, ensure_ascii=False) + "\n")
+        return
+    table = Table(
+        title="Presets",
+        caption="model: its strategies call one (--model; without it, the offline stand-in)",
+    )
+    table.add_column("name", no_wrap=True)
+    table.add_column("model", no_wrap=True)
+    table.add_column("description")
+    for p in presets:
+        name = f"{p.name} (default)" if p.name == DEFAULT_PRESET else p.name
+        table.add_row(name, "yes" if p.model else "no", Text(p.description))
     out.print(table)
 
 

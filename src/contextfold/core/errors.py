@@ -11,7 +11,8 @@ Every error derives from one root, so callers can catch ``ContextfoldError``::
     │   └── VersionConflict   a versioned record moved since it was read
     │       ├── FoldConflict  the view's fold set moved since the job was planned
     │       └── ViewConflict  the view's configuration moved since it was read
-    └── ModelError            a model call failed (status and body when known)
+    ├── ModelError            a model call failed (status and body when known)
+    └── MissingExtra          an optional part's extra is not installed (also an ImportError)
 
 Errors from drivers and SDKs are translated where they are raised, with
 ``raise ... from exc``, so nothing below this tree escapes the library.
@@ -118,3 +119,15 @@ class ModelError(ContextfoldError):
         self.status = status
         self.body = body
         super().__init__(message)
+
+
+class MissingExtra(ContextfoldError, ImportError):
+    """An optional part was used without its extra installed; the message says what to install.
+
+    Also an ``ImportError``, so code that guards an optional import keeps working.
+    """
+
+    def __init__(self, what: str, extra: str) -> None:
+        self.what = what
+        self.extra = extra
+        super().__init__(f"{what} needs the {extra} extra: pip install 'contextfold[{extra}]'")

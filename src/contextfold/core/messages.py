@@ -9,10 +9,8 @@ input is checked, so every store keeps the same messages and refuses the same.
 
 Every string must be encodable as UTF-8 (no lone surrogates) and ``meta`` must
 be JSON (string keys, finite numbers), so what one store keeps another can too.
-A tool result must follow its call: it belongs to the run of tool messages
-right after the assistant message calling its id, and answers that id once.
-A call left unanswered when another message follows is answered at render
-(``contextfold.core.units.answer_missing``); the log keeps it as it was.
+What may follow what (a tool result after its call, once) is the rule of
+``contextfold.core.order``, which every store applies inside its write.
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
+from contextfold.core.order import Tail, first_violation
 
 Message = dict[str, Any]
 
@@ -52,38 +51,19 @@ def validate_messages(
 ) -> list[Message]:
     """Check a batch and return normalised copies.
 
-    ``open_calls`` are the ids of the call the log ends with that no result
-    has answered yet (the log ends with that call and its results so far), so
-    the batch may go on answering it; ``called`` are ids called anywhere in
-    the log, only to say why a late result is refused. ``offset`` shifts the
-    index in errors. Ids may be reused across turns, as real agent logs do.
+    Each message is checked on its own, then their order by the rule every
+    store applies (``contextfold.core.order``): ``open_calls`` are the ids of
+    the call the log ends with that no result has answered yet, so the batch
+    may go on answering it; ``called`` are ids called anywhere in the log, only
+    to say why a late result is refused. ``offset`` shifts the index in errors.
+    Ids may be reused across turns, as real agent logs do.
     """
-    pending = set(open_calls)
-    earlier = set(called)
-    out: list[Message] = []
-    for i, raw in enumerate(messages):
-        idx = i + offset
-        msg = validate_message(raw, index=idx)
-        if msg["role"] == "tool":
-            call_id = msg["tool_call_id"]
-            if call_id not in pending:
-                raise InvalidInput(_late(call_id, earlier), index=idx, field="tool_call_id")
-            pending.discard(call_id)
-        else:
-            pending = {c["id"] for c in msg.get("tool_calls") or ()}
-            earlier |= pending
-        out.append(msg)
+    out = [validate_message(raw, index=i + offset) for i, raw in enumerate(messages)]
+    tail = Tail(offset, frozenset(open_calls), frozenset(called))
+    violation = first_violation(tail, out)
+    if violation is not None:
+        raise violation
     return out
-
-
-def _late(call_id: str, earlier: set[str]) -> str:
-    if call_id not in earlier:
-        return f"tool result answers id {call_id!r}, which no earlier assistant message called"
-    return (
-        f"tool result for call {call_id!r} must follow its call: it belongs to the run of "
-        "tool messages right after the assistant message that called it, and answers it "
-        "once (another message came between, or the call is answered already)"
-    )
 
 
 def validate_message(raw: Mapping[str, Any], *, index: int = 0) -> Message:

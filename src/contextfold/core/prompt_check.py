@@ -4,7 +4,7 @@ A provider answers a malformed prompt with an HTTP 400, after the upload and
 the wait. ``prompt_faults`` finds the same faults first, each naming the
 message index and field; ``check_prompt`` raises the first as ``InvalidInput``.
 The rules are the ones the providers document and their 400 errors state
-(the README lists them): for OpenAI Chat Completions, roles, the keys each
+(docs/reference/prompts.md lists them): for OpenAI Chat Completions, roles, the keys each
 role takes, content and part types, names, tool-call shape, and every call
 answered by the tool messages right after it; for Anthropic Messages (as
 ``to_anthropic`` gives them), a user turn first, alternating turns, blocks by

@@ -46,7 +46,9 @@ def add_eval_command(sub: Any) -> None:
     cmd.add_argument(
         "--budgets",
         default="5%,10%,20%",
-        help="comma-separated budgets: a share of each conversation's tokens (10%%) or tokens",
+        help="comma-separated budgets: a share of each conversation's tokens (10%%) or tokens; "
+        "a conversation a budget cannot hold (its system prompt plus last user message) is "
+        "skipped at that budget and counted",
     )
     cmd.add_argument(
         "--samples",
@@ -82,7 +84,10 @@ def add_eval_command(sub: Any) -> None:
         "2 calls per arm plus 2 for the full context",
     )
     cmd.add_argument(
-        "--suggest", action="store_true", help="recommend a preset and a budget, and say why"
+        "--suggest",
+        action="store_true",
+        help="recommend a preset and a budget, and say why; needs questions with gold answers "
+        "(or --judge) to measure what each preset keeps, and refuses without them",
     )
     cmd.add_argument(
         "--report",
@@ -125,7 +130,8 @@ def run_eval(args: argparse.Namespace, out: Console, err: Console) -> None:
         model=args.model,
         judge=args.judge,
         questions=args.questions,
-        suggest=args.suggest or args.report is not None,
+        suggest=args.suggest,
+        report=args.report is not None,
     )
     if args.report is not None:
         require_matplotlib()
@@ -181,8 +187,8 @@ def _notes(summary: dict[str, Any]) -> str:
         + f"; {summary['seconds']:.1f} s."
     )
     if summary["skipped"]:
-        notes += " Skipped: " + ", ".join(f"{n} {why}" for why, n in summary["skipped"].items())
-        notes += "."
+        left_out = summary["skipped"].items()
+        notes += " Left out of the input: " + ", ".join(f"{n} {why}" for why, n in left_out) + "."
     notes += "\n" + column_notes(summary)
     stand_in = sum(row["stand_in_calls"] for row in summary["results"])
     if stand_in:

@@ -21,6 +21,13 @@ they run on the offline stand-in, whose calls are counted apart as paid by
 no one. ``overshoot_tokens`` is how far over its budget the folded view was at
 a sampled turn, before render's last-resort cut: what the strategies alone
 failed to fold.
+
+An arm that cannot be run on a conversation at some sampled turn (its budget
+is under the system prompt plus the latest user message, which every prompt
+must hold: a short chat at a share budget, or a long first message) skips the
+whole conversation, with the reason in ``ArmResult.skipped``: the pooled
+figures leave it out (its earlier turns too), and one short chat no longer
+stops a whole run.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextfold.core.errors import BudgetError, InvalidInput
+from contextfold.core.errors import BudgetError
 from contextfold.core.messages import Message
 from contextfold.evaluation.budgets import Budget
 from contextfold.evaluation.inputs import Conversation
@@ -44,6 +51,9 @@ from contextfold.memory.view import View
 
 StepCallback = Callable[[], None]
 """Called once per sampled turn and once per graded question (for a progress bar)."""
+
+BUDGET_TOO_SMALL = "budget under system prompt + last user message"
+"""Why an arm skips a conversation when its budget is below what every render must hold."""
 
 
 @dataclass
@@ -70,6 +80,8 @@ class ArmResult:
     recalls: list[float] = field(default_factory=list)
     correct: list[bool] = field(default_factory=list)
     """The judge's verdict on each graded question (empty without a judge)."""
+    skipped: str | None = None
+    """Why this arm could not be measured on the conversation (None: it was)."""
 
 
 @dataclass
@@ -146,7 +158,7 @@ def replay(
             meters.append(meter)
             name = f"{preset}@{budget.label}"
             views.append(session.view(name, preset=preset, budget=tokens, llm=meter))
-    prompts: list[Callable[[Mapping[str, Any]], list[Message]]] = []
+    prompts: list[Callable[[Mapping[str, Any]], list[Message]] | None] = [None] * len(views)
     logged = 0
     for cut in sample_turns(len(conversation.messages), samples):
         session.extend(conversation.messages[logged:cut])
@@ -154,33 +166,11 @@ def replay(
         logged = cut
         result.turns.append(cut)
         result.full_turn_tokens.append(growing_view.render_report().tokens)
-        for arm, view in zip(result.arms, views, strict=True):
-            try:
-                report = view.compact()
-            except BudgetError as exc:
-                raise InvalidInput(
-                    f"conversation {conversation.id!r}, preset {arm.preset!r}, "
-                    f"budget {arm.budget}: {exc}",
-                    field="budgets",
-                ) from exc
-            arm.folds_made += len(report.folds)
-            arm.failed_jobs += len(report.failed)
-            arm.overshoot_tokens = max(
-                arm.overshoot_tokens, report.tokens_after - arm.budget_tokens
-            )
-            for fold in report.folds:
-                _count_stand_in(arm, fold.usage)
-            start = time.perf_counter()
-            rendered = view.render_report()
-            arm.render_seconds.append(time.perf_counter() - start)
-            arm.turn_tokens.append(rendered.tokens)
-            arm.cut_renders += bool(rendered.omitted or rendered.clipped)
-            if cut == len(conversation.messages):
-                arm.tokens_after = rendered.tokens
-                arm.folds = len(view.folds())
-                asked = _asker(view, rendered.messages, arm.budget_tokens)
-                arm.recalls = [recall(k, prompt_words(asked(q))) for q, k in keyed]
-                prompts.append(asked)
+        for i, (arm, view) in enumerate(zip(result.arms, views, strict=True)):
+            if arm.skipped is None:
+                prompts[i] = _sample(
+                    arm, view, final=cut == len(conversation.messages), keyed=keyed
+                )
         if on_step is not None:
             on_step()
     for arm, meter in zip(result.arms, meters, strict=True):
@@ -190,10 +180,46 @@ def replay(
         for question in judged_questions(conversation.questions, questions):
             result.full_correct.append(qa.grade(full_prompt, question))
             for arm, asked in zip(result.arms, prompts, strict=True):
-                arm.correct.append(qa.grade(asked(question), question))
+                if asked is not None:
+                    arm.correct.append(qa.grade(asked(question), question))
             if on_step is not None:
                 on_step()
     return result
+
+
+def _sample(
+    arm: ArmResult,
+    view: View,
+    *,
+    final: bool,
+    keyed: Sequence[tuple[Mapping[str, Any], set[str]]],
+) -> Callable[[Mapping[str, Any]], list[Message]] | None:
+    """Compact and render ``view`` at one sampled turn into ``arm``; at the ``final`` turn,
+    score the questions and return what each is asked of. A budget too small to render
+    at all marks the arm skipped."""
+    try:
+        report = view.compact()
+        start = time.perf_counter()
+        rendered = view.render_report()
+        seconds = time.perf_counter() - start
+    except BudgetError:
+        arm.skipped = BUDGET_TOO_SMALL
+        return None
+    arm.folds_made += len(report.folds)
+    arm.failed_jobs += len(report.failed)
+    arm.overshoot_tokens = max(arm.overshoot_tokens, report.tokens_after - arm.budget_tokens)
+    for fold in report.folds:
+        _count_stand_in(arm, fold.usage)
+    arm.render_seconds.append(seconds)
+    arm.turn_tokens.append(rendered.tokens)
+    arm.cut_renders += bool(rendered.omitted or rendered.clipped)
+    if not final:
+        return None
+    arm.tokens_after = rendered.tokens
+    arm.folds = len(view.folds())
+    asked = _asker(view, rendered.messages, arm.budget_tokens)
+    arm.recalls = [recall(k, prompt_words(asked(q))) for q, k in keyed]
+    return asked
 
 
 def asked_prompt(view: View, question: str, budget: int) -> list[Message] | None:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
-from contextfold.evaluation.plots import plot_retention, plot_tokens
+from contextfold.evaluation.plots import caption_of, retention_figure, save_png, tokens_figure
+from contextfold.evaluation.results import skip_summary
 
 RETENTION_PNG = "retention.png"
 TOKENS_PNG = "tokens.png"
@@ -23,7 +24,7 @@ _STYLE = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem au
 table{border-collapse:collapse}td,th{padding:.25rem .6rem;border-bottom:1px solid #ddd}
 td.n{text-align:right;font-variant-numeric:tabular-nums}th{text-align:left}
 img{max-width:100%}.s{background:#eef6ee;padding:.6rem 1rem;border-radius:.3rem}
-dt{font-weight:600;float:left;clear:left;width:11rem}dd{margin-left:12rem}"""
+dt{font-weight:600;float:left;clear:left;width:13rem}dd{margin-left:14rem}"""
 
 
 def plot_budget(summary: Mapping[str, Any]) -> str:
@@ -40,20 +41,23 @@ def write_report(directory: Path, summary: Mapping[str, Any]) -> list[Path]:
         raise InvalidInput(f"cannot create {directory}: {exc}", field="report") from exc
     written = [directory / "results.json"]
     written[0].write_text(json.dumps(summary, ensure_ascii=False, indent=1) + "\n", "utf-8")
-    images: list[tuple[str, Path]] = []
-    retention = directory / RETENTION_PNG
-    if plot_retention(summary, retention):
-        images.append(("Retention vs budget", retention))
-    tokens = directory / TOKENS_PNG
+    images: list[tuple[str, str, Path]] = []
+    figure = retention_figure(summary)
+    if figure is not None:
+        caption = caption_of(figure)
+        images.append(("Retention vs budget", caption, save_png(figure, directory / RETENTION_PNG)))
     budget = plot_budget(summary)
-    if plot_tokens(summary, budget, tokens):
-        images.append((f"Prompt tokens per turn at {budget}", tokens))
+    figure = tokens_figure(summary, budget)
+    if figure is not None:
+        caption = caption_of(figure)
+        path = save_png(figure, directory / TOKENS_PNG)
+        images.append((f"Prompt tokens per turn at {budget}", caption, path))
     page = directory / "report.html"
     page.write_text(_page(summary, images), "utf-8")
-    return [*written, *(p for _, p in images), page]
+    return [*written, *(p for _, _, p in images), page]
 
 
-def _page(summary: Mapping[str, Any], images: list[tuple[str, Path]]) -> str:
+def _page(summary: Mapping[str, Any], images: list[tuple[str, str, Path]]) -> str:
     e = html.escape
     parts = [
         "<!doctype html><html lang=en><meta charset=utf-8>",
@@ -63,7 +67,7 @@ def _page(summary: Mapping[str, Any], images: list[tuple[str, Path]]) -> str:
     ]
     suggestion = summary.get("suggestion")
     if suggestion:
-        parts.append(f"<p class=s><b>Suggestion.</b> {e(suggestion['reason'])}</p>")
+        parts.append(f"<p class=s><b>Suggestion:</b> {e(suggestion['reason'])}</p>")
     parts.append("<h2>Inputs and settings</h2><dl>")
     for label, value in _settings(summary):
         parts.append(f"<dt>{e(label)}</dt><dd>{e(value)}</dd>")
@@ -76,10 +80,11 @@ def _page(summary: Mapping[str, Any], images: list[tuple[str, Path]]) -> str:
         cells.extend(f"<td class=n>{e(c)}</td>" for c in row[2:])
         parts.append(f"<tr>{''.join(cells)}</tr>")
     parts.append(f"</table><p>{e(column_notes(summary))}</p>")
-    for title, path in images:
+    for title, caption, path in images:
         data = base64.b64encode(path.read_bytes()).decode("ascii")
         parts.append(
-            f"<h2>{e(title)}</h2><img alt='{e(title)}' src='data:image/png;base64,{data}'>"
+            f"<h2>{e(title)}</h2><img alt='{e(title)}. {e(caption)}' "
+            f"src='data:image/png;base64,{data}'>"
         )
     parts.append("</html>\n")
     return "\n".join(parts)
@@ -94,7 +99,11 @@ def _settings(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
             f"{summary['conversations']} conversations, {summary['messages']:,} messages, "
             f"{summary['tokens']:,} tokens, {summary['questions']} questions with answer key words",
         ),
-        ("skipped", ", ".join(f"{n} {why}" for why, n in skipped.items()) or "nothing"),
+        (
+            "left out of the input",
+            ", ".join(f"{n} {why}" for why, n in skipped.items()) or "nothing",
+        ),
+        ("skipped per budget", skip_summary(summary) or "nothing"),
         ("presets", ", ".join(summary["presets"])),
         ("budgets", ", ".join(summary["budgets"])),
         ("sampled turns", f"{summary['samples']} a conversation"),
@@ -115,11 +124,16 @@ def _settings(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def table_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     """The results table as text cells, for the terminal and the page alike; the columns
-    for overshoot, failed jobs, model calls and QA accuracy only when they say something."""
+    for skips, overshoot, failed jobs, model calls, retention and QA accuracy only when they
+    say something, and "-" for the figures of a row that ran on no conversation."""
     results = summary["results"]
     columns: list[tuple[str, Any]] = [
         ("preset", lambda r: r["preset"]),
         ("budget", lambda r: r["budget"]),
+    ]
+    if any(r["skipped"] for r in results):
+        columns.append(("skip", lambda r: str(sum(r["skipped"].values()))))
+    columns += [
         ("prompt", lambda r: f"{r['tokens_after']:,}"),
         ("ratio", lambda r: _number(r["compression"], "{:.1f}x")),
         ("folds", lambda r: str(r["folds"])),
@@ -130,27 +144,42 @@ def table_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
         columns.append(("failed", lambda r: str(r["failed_jobs"])))
     if summary.get("model"):
         columns.append(("model calls/tok", lambda r: f"{r['model_calls']}/{r['model_tokens']:,}"))
-    columns.append(
-        ("render ms p50/p99", lambda r: f"{r['render_p50_ms']:.2f}/{r['render_p99_ms']:.2f}")
-    )
-    columns.append(("retention", lambda r: _number(r["retention"], "{:.2f}")))
+    columns.append(("ms p50/p99", _render_ms))
+    if any(r["retention"] is not None for r in results):
+        columns.append(("retention", lambda r: _number(r["retention"], "{:.2f}")))
     if summary.get("full_qa_accuracy") is not None:
         columns.append(("QA acc", lambda r: _number(r["qa_accuracy"], "{:.2f}")))
-    return [name for name, _ in columns], [[cell(r) for _, cell in columns] for r in results]
+    return [name for name, _ in columns], [
+        [cell(r) if r["conversations"] or name in _UNMEASURED else "-" for name, cell in columns]
+        for r in results
+    ]
+
+
+_UNMEASURED = frozenset({"preset", "budget", "skip", "model calls/tok"})
+"""The columns a row that ran on no conversation still fills (its calls were paid for)."""
 
 
 def _number(value: float | None, form: str) -> str:
     return "-" if value is None else form.format(value)
 
 
+def _render_ms(row: Mapping[str, Any]) -> str:
+    if row["render_p50_ms"] is None:
+        return "-"
+    return f"{row['render_p50_ms']:.2f}/{row['render_p99_ms']:.2f}"
+
+
 _NOTES = {
+    "skip": "conversations left out of the row's figures because the budget is under their "
+    "system prompt plus last user message, which every prompt must hold (a short chat at a "
+    "share budget, or a long first message)",
     "prompt": "tokens rendered at the end, summed over the conversations",
     "ratio": "tokens before over after",
     "over": "the most tokens the folded view was over its budget at a sampled turn (render's "
     "last-resort cut left them out)",
     "failed": "jobs whose model call failed",
     "model calls/tok": "calls and tokens the strategies spent on --model",
-    "render ms p50/p99": "at the sampled turns",
+    "ms p50/p99": "render times at the sampled turns",
     "retention": "answer recall in the prompt over the full conversation's",
     "QA acc": "answers the judge graded correct",
 }
@@ -162,4 +191,8 @@ def column_notes(summary: Mapping[str, Any]) -> str:
     notes = "; ".join(f"{name}: {_NOTES[name]}" for name in header if name in _NOTES) + "."
     if summary.get("full_qa_accuracy") is not None:
         notes += f" Full-context QA accuracy {summary['full_qa_accuracy']:.2f}."
+    if "retention" not in header:
+        notes += " Retention was not measured: no question with a gold answer to score."
+    if skip_summary(summary):
+        notes += " " + skip_summary(summary)
     return notes

@@ -4,8 +4,11 @@
 models the settings name (``--model`` for the strategies and the answers,
 ``--judge`` for the grades), replays each conversation, and returns the
 summary with the inputs and settings it rests on, and the suggestion when
-asked for. Everything is computed before anything is printed or written, so
-an error leaves no partial report.
+asked for. An arm that cannot run on a conversation skips it (counted by reason
+in its row); the run fails only when no arm ran on any conversation, or when
+``--suggest`` is asked of data with no question to measure retention by.
+Everything is computed before anything is printed or written, so an error
+leaves no partial report.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from contextfold.evaluation.judge import QAJudge, judged_questions
 from contextfold.evaluation.metered import MeteredModel
 from contextfold.evaluation.replay import StepCallback, replay, sample_turns
 from contextfold.evaluation.results import summarize
-from contextfold.evaluation.suggest import suggest
+from contextfold.evaluation.suggest import HOW_TO_MEASURE, NO_MEASURE, require_measure, suggest
 from contextfold.llm.base import LLM
 from contextfold.llm.registry import get_model
 
@@ -41,6 +44,10 @@ class EvalSettings:
     """At most this many questions a conversation are graded (each costs an answer and a
     grade per arm, and one more of each for the full context)."""
     suggest: bool = False
+    """``--suggest``: recommend a preset and budget; refused when nothing measures retention."""
+    report: bool = False
+    """``--report``: the report carries the suggestion when something measured retention, and
+    says why there is none otherwise."""
 
 
 def _model(spec: str, flag: str) -> LLM:
@@ -69,6 +76,8 @@ def evaluate(
         raise InvalidInput(
             "--judge grades the answers of --model: give --model too", field="--model"
         )
+    if settings.suggest:
+        require_measure(inputs, judged=settings.judge is not None, path=path)
     started = time.perf_counter()
     llm = None if settings.model is None else _model(settings.model, "--model")
     qa = None
@@ -90,6 +99,8 @@ def evaluate(
         for conversation in inputs.conversations
     ]
     summary = summarize(results)
+    if not any(row["conversations"] for row in summary["results"]):
+        raise InvalidInput(_nothing_measured(summary), field="budgets")
     summary.update(
         path=path,
         format=inputs.format,
@@ -110,7 +121,19 @@ def evaluate(
             judge_tokens=qa.judge.tokens,
             unclear_verdicts=qa.unclear,
         )
-    if settings.suggest:
+    if settings.suggest or settings.report:
         summary["suggestion"] = suggest(summary)
+        if settings.suggest and summary["suggestion"]["measure"] is None:
+            raise InvalidInput(f"{path}: {NO_MEASURE} {HOW_TO_MEASURE}", field="suggest")
     summary["seconds"] = round(time.perf_counter() - started, 3)
     return summary
+
+
+def _nothing_measured(summary: dict[str, Any]) -> str:
+    """Why no preset x budget could be run on any conversation, and what to try."""
+    reasons = sorted({why for row in summary["results"] for why in row["skipped"]})
+    return (
+        f"nothing could be measured: every preset x budget skipped all "
+        f"{summary['conversations']} conversations ({'; '.join(reasons)}). Give larger "
+        f"budgets, e.g. --budgets 20%,50% or a number of tokens such as --budgets 2000."
+    )

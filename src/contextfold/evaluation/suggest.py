@@ -1,16 +1,18 @@
 """``--suggest``: a preset and a budget for the user's data, from the figures, with the reason.
 
-An arm with a failed job is never suggested. Then, by what the data lets us measure:
+An arm with a failed job, or that could be run on no conversation, is never
+suggested. The score is, with judged questions, QA accuracy over the full
+context's on the same conversations; else answer-recall retention (already
+relative to the full context). The suggestion is the smallest budget at which
+an arm keeps ``FLOOR`` of the full context, and at that budget the best score,
+then the most compression, then the fastest render (p50). When no arm reaches
+the floor, the best score.
 
-- with judged questions, QA accuracy over the full context's; else with
-  questions, answer-recall retention (already relative to the full context).
-  The suggestion is the smallest budget at which an arm keeps ``FLOOR`` of the
-  full context, and at that budget the best score, then the most compression,
-  then the fastest render (p50). When no arm reaches the floor, the best score.
-- without questions there is nothing to keep, so the most compression among the
-  arms whose folds alone kept the view within its budget at every sampled turn
-  (no overshoot; render's last-resort cut never needed), then the fastest
-  render; when every arm overshot, the least overshoot.
+Without questions nothing measures what a preset keeps, and the figures left
+(tokens, latency) make a preset that keeps less look better (a suggestion
+from them would favour plain trimming): so there is no suggestion. ``require_measure`` refuses ``--suggest`` before the
+replay when the inputs hold no question to score; ``suggest`` returns no pick
+(``measure`` None) when no row was scored.
 
 Ties fall to the arm run first, so the answer depends on the figures alone.
 """
@@ -20,26 +22,69 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from contextfold.core.errors import InvalidInput
+from contextfold.evaluation.inputs import Inputs
+from contextfold.evaluation.judge import judged_questions
+from contextfold.evaluation.results import skip_reasons
+from contextfold.evaluation.retention import keyed_questions
+
 FLOOR = 0.8
 """The share of the full context's score an arm must keep to be suggested."""
 
 
+def require_measure(inputs: Inputs, *, judged: bool, path: str) -> None:
+    """Refuse ``--suggest`` (``InvalidInput``) when no question of ``inputs`` can be scored:
+    none has a gold answer with key words in its conversation (nor, with ``judged``, a
+    gradable category)."""
+    for c in inputs.conversations:
+        if keyed_questions(c.messages, c.questions):
+            return
+        if judged and judged_questions(c.questions, 1):
+            return
+    raise InvalidInput(f"{path}: {NO_MEASURE} {HOW_TO_MEASURE}", field="suggest")
+
+
+NO_MEASURE = (
+    "--suggest needs questions with gold answers to measure what each preset keeps, and "
+    "none of these conversations has one whose answer the conversation states; without "
+    "them only tokens and latency are measured, and by those a preset that keeps less "
+    "always looks better."
+)
+HOW_TO_MEASURE = (
+    'Give a JSONL file, one {"messages": [...], "questions": [{"question": ..., '
+    '"answer": ...}]} a line (a ChatGPT export has no questions: write its chats out '
+    "that way), or run without --suggest to compare tokens, folds and render times."
+)
+
+
 def suggest(summary: Mapping[str, Any]) -> dict[str, Any]:
     """``{"preset", "budget", "measure", "reason"}``; preset and budget are None when
-    every arm failed."""
+    every arm failed, and measure is None too when no row was scored."""
     rows: list[Mapping[str, Any]] = summary["results"]
-    eligible = [(i, r) for i, r in enumerate(rows) if not r["failed_jobs"]]
+    eligible = [(i, r) for i, r in enumerate(rows) if r["conversations"] and not r["failed_jobs"]]
     if not eligible:
-        return _pick(None, "none", "every arm had a failed job: no preset to suggest.")
-    full_qa = summary.get("full_qa_accuracy")
-    if full_qa and any(r.get("qa_accuracy") is not None for _, r in eligible):
-        return _by_score(eligible, "QA accuracy", lambda r: float(r["qa_accuracy"] or 0) / full_qa)
+        return _pick(
+            None,
+            "none",
+            "every arm had a failed job or ran on no conversation: no preset to suggest.",
+        )
+    if any(r.get("qa_accuracy") is not None and r.get("full_qa_accuracy") for _, r in eligible):
+        return _by_score(
+            eligible,
+            "QA accuracy",
+            lambda r: float(r["qa_accuracy"] or 0) / float(r["full_qa_accuracy"] or 1),
+        )
     if any(r.get("retention") is not None for _, r in eligible):
         return _by_score(eligible, "answer-recall retention", lambda r: float(r["retention"] or 0))
-    return _by_compression(eligible)
+    return _pick(
+        None,
+        None,
+        "none: no question with a gold answer measured what each preset keeps, and by tokens "
+        "and latency alone a preset that keeps less always looks better.",
+    )
 
 
-def _pick(row: Mapping[str, Any] | None, measure: str, reason: str) -> dict[str, Any]:
+def _pick(row: Mapping[str, Any] | None, measure: str | None, reason: str) -> dict[str, Any]:
     return {
         "preset": None if row is None else row["preset"],
         "budget": None if row is None else row["budget"],
@@ -53,7 +98,15 @@ def _compression(row: Mapping[str, Any]) -> float:
 
 
 def _figures(row: Mapping[str, Any]) -> str:
-    return f"{_compression(row):.1f}x compression, render p50 {row['render_p50_ms']:.2f} ms"
+    figures = f"{_compression(row):.1f}x compression, render p50 {row['render_p50_ms']:.2f} ms"
+    skipped: Mapping[str, int] = row.get("skipped") or {}
+    if skipped:
+        total = row["conversations"] + sum(skipped.values())
+        figures += (
+            f" (over {row['conversations']} of {total} conversations; "
+            f"{sum(skipped.values())} skipped: {skip_reasons(skipped)})"
+        )
+    return figures
 
 
 def _by_score(
@@ -88,30 +141,4 @@ def _by_score(
         measure,
         f"{best['preset']} at {best['budget']}: the smallest budget that keeps {FLOOR:g} of "
         f"the full context's {measure} ({score(best):.2f}{beside}), {_figures(best)}.",
-    )
-
-
-def _by_compression(eligible: Sequence[tuple[int, Mapping[str, Any]]]) -> dict[str, Any]:
-    def rank(item: tuple[int, Mapping[str, Any]]) -> tuple[int, float, float, int]:
-        i, r = item
-        return (max(r["overshoot_tokens"], 0), -_compression(r), r["render_p50_ms"], i)
-
-    _, best = min(eligible, key=rank)
-    if best["overshoot_tokens"] > 0:
-        why = (
-            f"every arm's folds overshot its budget at some turn; this one least "
-            f"({best['overshoot_tokens']:,} tokens)"
-        )
-    elif _compression(best) <= 1.0:
-        why = (
-            "the conversations fit this budget whole (nothing folded); every arm that "
-            "compressed overshot its budget or failed"
-        )
-    else:
-        why = "the most compression with no failed job and no overshoot of its budget"
-    return _pick(
-        best,
-        "compression",
-        f"{best['preset']} at {best['budget']}: {why}, {_figures(best)}. No questions with "
-        "gold answers: retention was not measured.",
     )

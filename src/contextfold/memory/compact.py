@@ -26,6 +26,7 @@ from contextfold.core.messages import Message, validate_messages
 from contextfold.core.tokens import REPLY_PRIMING
 from contextfold.llm.budget import DEFAULT_LIMITS, JobLimits
 from contextfold.memory.session import Memory
+from contextfold.strategies.presets import DEFAULT_PRESET
 
 ProgressCallback = Callable[[str, int, int], None]
 """Called with a stage name, the work done and the work in all (for a progress bar)."""
@@ -242,7 +243,7 @@ def compact_messages(
     messages: Sequence[Mapping[str, Any]],
     *,
     budget: int,
-    preset: str = "offline",
+    preset: str = DEFAULT_PRESET,
     encoding: str = "o200k_base",
     model: str | None = None,
     progress: ProgressCallback | None = None,
@@ -301,7 +302,7 @@ def compact_file(
     path: str | Path,
     *,
     budget: int,
-    preset: str = "offline",
+    preset: str = DEFAULT_PRESET,
     encoding: str = "o200k_base",
     index: int | None = None,
     model: str | None = None,

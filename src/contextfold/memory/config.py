@@ -2,7 +2,11 @@
 
 A ``ViewConfig`` holds a preset name and its options, or a pipeline written as
 data (``contextfold.strategies.registry``), plus the budget, a declarative
-filter, the model as a ``get_model`` string and the water marks. Everything in
+filter, the model as a ``get_model`` string and the water marks. With neither
+a preset nor a pipeline it takes ``DEFAULT_PRESET`` (``offline``): a view
+created without one, by the library, the service or the proxy, folds without a
+model, and so does a record stored that way by an earlier version (set
+``preset="disabled"`` for a view that only renders). Everything in
 it is JSON; ``from_data`` checks a stored or posted record field by field, so a
 bad record is refused with the field named and nothing stored changes.
 """
@@ -21,7 +25,7 @@ from contextfold.core.recall import RecallSettings
 from contextfold.memory.filters import MessageFilter, check_filter, compile_filter
 from contextfold.strategies.base import HIGH_WATER, LOW_WATER
 from contextfold.strategies.pipeline import Pipeline
-from contextfold.strategies.presets import get_preset, preset_names
+from contextfold.strategies.presets import DEFAULT_PRESET, get_preset, preset_names
 from contextfold.strategies.registry import (
     from_data,
     pipeline_from_data,
@@ -31,9 +35,25 @@ from contextfold.strategies.registry import (
 from contextfold.strategies.templates import check_template, load_template
 
 
+def as_read(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored record with the default preset filled in, as ``ViewConfig`` reads it.
+
+    For showing a record (the service's view listings) without building its pipeline.
+    """
+    data = dict(record)
+    if _takes_default(data.get("preset"), data.get("pipeline"), bool(data.get("local"))):
+        data["preset"] = DEFAULT_PRESET
+    return data
+
+
+def _takes_default(preset: str | None, pipeline: Any, local: bool) -> bool:
+    """Neither a preset nor a pipeline, and not a local view: the default preset applies."""
+    return preset is None and pipeline is None and not local
+
+
 @dataclass(frozen=True)
 class ViewConfig:
-    """How a view folds and renders; a view with neither preset nor pipeline only renders."""
+    """How a view folds and renders; neither preset nor pipeline means ``DEFAULT_PRESET``."""
 
     preset: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
@@ -50,6 +70,8 @@ class ViewConfig:
     ``chat`` and ``offline``)."""
 
     def __post_init__(self) -> None:
+        if _takes_default(self.preset, self.pipeline, self.local):
+            object.__setattr__(self, "preset", DEFAULT_PRESET)  # frozen: set once, here
         if self.preset is not None and self.pipeline is not None:
             raise InvalidInput("give a preset or a pipeline, not both", field="pipeline")
         if self.local and (self.preset is not None or self.pipeline is not None):
@@ -110,6 +132,7 @@ class ViewConfig:
         )
 
     def build_pipeline(self) -> Pipeline | None:
+        """The pipeline the record describes; None only for a local view's (not stored)."""
         if self.preset is not None:
             return get_preset(self.preset, **from_data(dict(self.options)))
         if self.pipeline is not None:

@@ -21,9 +21,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from contextfold.core.checks import batch_of, check_key, check_name
-from contextfold.core.errors import InvalidInput
+from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.log import LoggedMessage, NewMessage
-from contextfold.core.messages import Message, check_json, validate_messages
+from contextfold.core.messages import Message, check_json, validate_message
 from contextfold.core.tokens import TokenCounter, get_counter
 from contextfold.llm.base import LLM
 from contextfold.memory.config import ViewConfig
@@ -33,8 +33,6 @@ from contextfold.store.base import Store
 from contextfold.store.registry import open_store
 from contextfold.store.wake import LocalWake, wake_for
 from contextfold.strategies.pipeline import Pipeline
-
-_RUN_PAGE = 16
 
 
 class Memory:
@@ -68,10 +66,12 @@ class Memory:
     ) -> Session:
         """Open a session, creating it (with ``system`` as its first message) if new.
 
-        Every argument is checked before anything is created. The system prompt
-        is appended under an idempotency key, so threads and processes opening
-        one new session at once log it once. An existing session keeps the
-        encoding it was created with: its stored counts are in it.
+        Every argument is checked before anything is created. The session and
+        its system prompt are created in one store call, which finds a session
+        with that prompt as it is, so threads and processes opening one new
+        session at once log it once; a session with another prompt (or with
+        messages and none) is ``InvalidInput`` naming ``system``. An existing
+        session keeps the encoding it was created with: its stored counts are in it.
         """
         check_name(session_id, "session_id")
         if system is not None and not isinstance(system, str):
@@ -82,7 +82,13 @@ class Memory:
             raise InvalidInput("meta must be an object", field="meta")
         meta = None if meta is None else check_json(meta, "meta")
         wanted = get_counter(check_name(encoding or self.encoding, "encoding"))
-        record = self.store.create_session(session_id, encoding=wanted.name, meta=meta)
+        prompt = None
+        if system is not None:
+            message = validate_message({"role": "system", "content": system})
+            prompt = NewMessage(message, self._counter_for(session_id, wanted).message(message))
+        record = self.store.create_session(
+            session_id, encoding=wanted.name, meta=meta, system=prompt
+        )
         if encoding is not None and record.encoding != encoding:
             raise InvalidInput(
                 f"session {session_id!r} counts tokens with {record.encoding!r}, "
@@ -90,10 +96,15 @@ class Memory:
                 field="encoding",
             )
         counter = wanted if record.encoding == wanted.name else get_counter(record.encoding)
-        session = Session(self, record.id, counter)
-        if system is not None and self.store.last_seq(record.id) == 0:
-            session.append({"role": "system", "content": system}, key="contextfold:system")
-        return session
+        return Session(self, record.id, counter)
+
+    def _counter_for(self, session_id: str, wanted: TokenCounter) -> TokenCounter:
+        """The counter a session's system prompt is counted with: its own, once it exists."""
+        try:
+            record = self.store.get_session(session_id)
+        except NotFound:
+            return wanted
+        return wanted if record.encoding == wanted.name else get_counter(record.encoding)
 
     def binding(self, session_id: str, view: str) -> Binding:
         """This process's side of a view: shared by every handle this Memory gives out."""
@@ -133,16 +144,6 @@ class Memory:
         self.close()
 
 
-def _open_after(messages: list[Message], pending: set[str]) -> set[str]:
-    """The call ids left open once ``messages`` follow a tail with ``pending`` open."""
-    for message in messages:
-        if message["role"] == "tool":
-            pending = pending - {message["tool_call_id"]}
-        else:
-            pending = {c["id"] for c in message.get("tool_calls") or ()}
-    return pending
-
-
 class Session:
     """One conversation: an append-only log and the views over it."""
 
@@ -151,9 +152,6 @@ class Session:
         self.store = memory.store
         self.id = session_id
         self.counter = counter
-        # The last seq this handle appended and the call ids still open there, so
-        # the next batch of results needs no read of the log's tail.
-        self._tail: tuple[int, frozenset[str]] | None = None
 
     @property
     def wake(self) -> LocalWake:
@@ -169,6 +167,10 @@ class Session:
     ) -> list[LoggedMessage]:
         """Append a batch atomically: all are stored or, on any error, none.
 
+        Each message is checked here; what may follow what (a tool result after
+        its call, a key naming one message) is checked by the store inside its
+        write (``contextfold.core.order``), where no concurrent append can slip in.
+
         ``messages`` is any iterable of messages (a list, a generator); a single
         message, a string or None is refused. Then every runner compacting one
         of this session's views, in this process or (through the store)
@@ -180,52 +182,21 @@ class Session:
             key_list = [check_key(k, f"keys[{i}]") for i, k in enumerate(batch_of(keys, "keys"))]
             if len(key_list) != len(batch):
                 raise InvalidInput("keys must match messages one to one", field="keys")
-        answered = {
-            str(m.get("tool_call_id"))
-            for m in batch
-            if isinstance(m, Mapping) and m.get("role") == "tool" and m.get("tool_call_id")
-        }
-        offset = self.store.last_seq(self.id)
-        called = self.store.called_ids(self.id, answered) if answered else set()
-        first = batch[0] if batch else None
-        pending: set[str] = set()
-        if isinstance(first, Mapping) and first.get("role") == "tool":
-            tail = self._tail
-            pending = (
-                set(tail[1]) if tail is not None and tail[0] == offset else self._unanswered(offset)
-            )
-        valid = validate_messages(batch, open_calls=pending, called=called, offset=offset)
+        try:
+            valid = [validate_message(m, index=i) for i, m in enumerate(batch)]
+        except InvalidInput as exc:
+            # Counted in the log, as every input error names a message; read only now.
+            offset = self.store.last_seq(self.id)
+            raise InvalidInput(
+                exc.reason, index=offset + (exc.index or 0), field=exc.field
+            ) from None
         new = [
             NewMessage(m, self.counter.message(m), key_list[i] if key_list else None)
             for i, m in enumerate(valid)
         ]
         logged = self.store.append(self.id, new)
-        self._tail = None
-        if [m.seq for m in logged] == list(range(offset + 1, offset + 1 + len(valid))):
-            self._tail = (offset + len(valid), frozenset(_open_after(valid, pending)))
         self.wake.notify(self.id)
         return logged
-
-    def _unanswered(self, last_seq: int) -> set[str]:
-        """Ids of the call the log ends with that no result has answered yet.
-
-        Read backwards through the run of tool messages at the end of the log;
-        empty when the log does not end with a call and its results so far.
-        """
-        answered: set[str] = set()
-        before = last_seq + 1
-        while before > 1:
-            page = self.store.messages_before(self.id, before, _RUN_PAGE)
-            if not page:
-                break
-            for logged in page:
-                msg = logged.message
-                if msg["role"] == "tool":
-                    answered.add(str(msg.get("tool_call_id")))
-                    continue
-                return {c["id"] for c in msg.get("tool_calls") or ()} - answered
-            before = page[-1].seq
-        return set()
 
     def history(self) -> list[Message]:
         """The whole log, never folded."""
@@ -254,7 +225,8 @@ class Session:
         """Open a view; with settings, store them (only those given change).
 
         Stored with the session, so any process reopens the same view by name:
-        ``preset`` and its options or a ``pipeline`` (registered strategies),
+        ``preset`` and its options or a ``pipeline`` (registered strategies;
+        with neither, the view folds with ``DEFAULT_PRESET``, ``offline``),
         ``budget``, a declarative ``filter`` (``contextfold.memory.filters``),
         ``model`` as a ``get_model`` string, the water marks, and ``recall``
         (``contextfold.memory.recall``; None keeps what is stored). What cannot

@@ -15,7 +15,7 @@ run inline.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,6 +28,7 @@ from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, text_of
 from contextfold.core.recall import with_block
 from contextfold.core.render import Rendered, render
+from contextfold.core.tokens import REPLY_PRIMING
 from contextfold.core.units import answer_missing, whole_units
 from contextfold.llm.base import LLM
 from contextfold.llm.budget import DEFAULT_LIMITS, JobLimits
@@ -35,6 +36,7 @@ from contextfold.llm.registry import get_model
 from contextfold.memory.cache import PromptCache, StateCache
 from contextfold.memory.config import ViewConfig
 from contextfold.memory.cycle import CompactionReport, SessionSide, compact
+from contextfold.memory.figures import log_tokens
 from contextfold.memory.filters import MessageFilter
 from contextfold.memory.heal import Checked, sound_folds
 from contextfold.memory.leases import held_lease
@@ -129,19 +131,19 @@ class View:
         return self._built(self._head().view_version)[1]
 
     def require_pipeline(self) -> Pipeline:
-        """The pipeline, or an error that says why there is none here."""
+        """The pipeline, or an error that says why there is none here.
+
+        Every stored view has one (the default preset when none was given); only a
+        local view's lives in the process that configured it.
+        """
         pipeline = self.pipeline
-        if pipeline is not None:
-            return pipeline
-        if self.config.local:
+        if pipeline is None:
             raise InvalidInput(
                 f"view {self.name!r} folds with a process-local pipeline (local=True) that "
                 "lives in the process that configured it; configure it here with pipeline=",
                 field="pipeline",
             )
-        raise InvalidInput(
-            f"view {self.name!r} has no pipeline: pass preset= or pipeline=", field="pipeline"
-        )
+        return pipeline
 
     @property
     def budget(self) -> int | None:
@@ -186,6 +188,20 @@ class View:
 
     def folds(self, *, include_superseded: bool = False) -> list[Fold]:
         return self._sound_folds(len(self._system()), include_superseded=include_superseded)[1]
+
+    def log_tokens(self, folds: Sequence[Fold]) -> dict[str, int]:
+        """Tokens of the logged messages in each fold's range, by fold id: what a fold
+        saved is measured against these (``contextfold.memory.figures``)."""
+        return log_tokens(self._store, self.session.id, folds)
+
+    def floor(self) -> int:
+        """The smallest budget ``render`` takes now (below it, ``BudgetError``): the reply
+        priming, the system prompt and the latest user message the view shows, which
+        no fold may hold (``contextfold.core.fold_checks``)."""
+        head = self._head()
+        latest = self._latest_user(head, self._built(head.view_version)[2])
+        fixed = REPLY_PRIMING + sum(m.tokens for m in self._system())
+        return fixed if latest is None else fixed + latest.tokens
 
     def _sound_folds(
         self, system: int, *, include_superseded: bool = False

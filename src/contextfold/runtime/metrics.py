@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 from contextfold.core.events import Event
+from contextfold.core.extras import needs_extra
 
 _JOB_KINDS = ("committed", "failed")
 
@@ -100,9 +101,5 @@ class PrometheusMetrics:
 
 
 def _prometheus_client() -> ModuleType:
-    try:
+    with needs_extra("PrometheusMetrics", "metrics"):
         return importlib.import_module("prometheus_client")
-    except ImportError as exc:
-        raise ImportError(
-            "Prometheus metrics need prometheus_client: pip install 'contextfold[metrics]'"
-        ) from exc

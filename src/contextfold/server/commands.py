@@ -10,15 +10,21 @@ import argparse
 import importlib.resources
 import json
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from contextfold.core.errors import InvalidInput, NotFound
+from contextfold.core.extras import needs_extra
+from contextfold.core.redact import redact
+from contextfold.llm.windows import check_windows
+from contextfold.options import configurable, named, resolve
 from contextfold.store.registry import open_store
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from contextfold.server.service import Service
+    from contextfold.server.settings import Settings
 
 DEMO_TENANT = "local"
 DEMO_SESSION = "demo"
@@ -55,8 +61,23 @@ def add_commands(sub: Any) -> None:
         metavar="NAME",
         help="environment variable holding the upstream's API key",
     )
-    serve.add_argument("--preset", default="offline", help="preset of views the proxy creates")
-    serve.add_argument("--budget", type=int, default=8000, help="budget of views the proxy creates")
+    serve.add_argument(
+        "--model",
+        metavar="SPEC",
+        help="summarizer of the views the proxy creates: openai:MODEL, anthropic:MODEL, "
+        "openai-compatible:URL#MODEL (default: none, the offline stand-in)",
+    )
+    serve.add_argument(
+        "--preset",
+        help="preset of the views the proxy creates (default offline; chat with --model)",
+    )
+    serve.add_argument(
+        "--budget",
+        type=int,
+        metavar="N",
+        help="fixed budget of the views the proxy creates (default: the request model's "
+        "context window less room for the answer; 8000 for a model not in the table)",
+    )
     serve.add_argument(
         "--cors-origin",
         action="append",
@@ -94,6 +115,7 @@ def add_commands(sub: Any) -> None:
         help="seed the demo session (tenant 'local', no auth) and print the page's address",
     )
     serve.set_defaults(command=_serve)
+    configurable(serve, "serve")
 
     keys = sub.add_parser("keys", help="create, list and revoke the service's API keys")
     keys_sub = keys.add_subparsers(required=True, metavar="ACTION")
@@ -114,51 +136,56 @@ def add_commands(sub: Any) -> None:
 
 
 def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
-    try:
+    with needs_extra("'contextfold serve'", "server"):
         from contextfold.server.app import create_app
         from contextfold.server.lifecycle import run_until_stopped
         from contextfold.server.service import Service
         from contextfold.server.settings import Settings
-    except ImportError as exc:
-        raise InvalidInput(
-            f"the service needs its extra: pip install 'contextfold[server]' ({exc})",
-            field="serve",
-        ) from exc
+    tables = resolve(args)
     if args.workers is not None:
-        try:
+        with needs_extra("'contextfold serve --workers'", "workers"):
             import contextfold.server.jobs  # noqa: F401
-        except ImportError as exc:
-            raise InvalidInput(
-                f"--workers needs the workers extra: pip install 'contextfold[workers]' ({exc})",
-                field="workers",
-            ) from exc
-    settings = Settings(
-        database=args.database,
-        host=args.host,
-        port=args.port,
-        auth=not (args.no_auth or args.demo),
-        upstream=args.upstream,
-        upstream_key_env=args.upstream_key_env,
-        preset=args.preset,
-        budget=args.budget,
-        cors_origins=tuple(args.cors_origin),
-        demo=args.demo,
-        runner=not args.no_runner,
-        runner_processes=args.runner_processes,
-        workers=args.workers,
-        queue=args.queue,
-    )
+    try:
+        settings = Settings(
+            database=args.database,
+            host=args.host,
+            port=args.port,
+            auth=not (args.no_auth or args.demo),
+            upstream=args.upstream,
+            upstream_key_env=args.upstream_key_env,
+            model=args.model,
+            preset=args.preset,
+            budget=args.budget,
+            model_windows=check_windows(
+                tables.get("model_windows", {}), f"{args.config} [model_windows]"
+            ),
+            cors_origins=tuple(args.cors_origin),
+            demo=args.demo,
+            runner=not args.no_runner,
+            runner_processes=args.runner_processes,
+            workers=args.workers,
+            queue=args.queue,
+        )
+    except InvalidInput as exc:
+        raise named(exc, args) from None
     service = Service(settings)
     if args.demo:
         seed_demo(service)
     base = f"http://{_url_host(args.host)}:{args.port}"
-    out.print(f"contextfold serving {args.database} on {base}  (API docs: {base}/docs)")
+    say = partial(out.print, soft_wrap=True)  # whole lines: a URL is never cut
+    say(redact(f"contextfold serving {args.database} on {base}  (API docs: {base}/docs)"))
     if not settings.auth:
-        out.print("no auth: every request is tenant 'local'")
+        say("no auth: every request is tenant 'local'")
+    if settings.upstream is not None:
+        say(redact(f"proxy: {base}/v1 to {settings.upstream}; {proxy_views(settings)}"))
     if settings.workers is not None:
-        out.print(f"compaction jobs go to the workers of queue {settings.queue!r}")
+        say(
+            redact(
+                f"compaction jobs go to the workers of queue {settings.queue!r} at {settings.workers}"
+            )
+        )
     if args.demo:
-        out.print(f"demo session {DEMO_SESSION!r}: open {base}/sessions/{DEMO_SESSION}")
+        say(f"demo session {DEMO_SESSION!r}: open {base}/sessions/{DEMO_SESSION}")
     run_until_stopped(
         service,
         create_app(service),
@@ -170,6 +197,17 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
         loop=_best("uvloop", "auto"),
         http=_best("httptools", "auto"),
     )
+
+
+def proxy_views(settings: Settings) -> str:
+    """What the views the proxy creates fold with, for the banner."""
+    model = settings.model or "none (the offline stand-in)"
+    budget = (
+        f"budget {settings.budget}"
+        if settings.budget is not None
+        else "budget: the window of the request's model less room for the answer"
+    )
+    return f"views: preset {settings.view_preset}, model {model}, {budget}"
 
 
 def _best(module: str, fallback: str) -> Any:

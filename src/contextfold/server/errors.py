@@ -48,6 +48,7 @@ from contextfold.core.errors import (
     StoreError,
     VersionConflict,
 )
+from contextfold.core.redact import redact
 
 log = logging.getLogger("contextfold.server")
 
@@ -76,7 +77,8 @@ class ServiceError(Exception):
 def error_body(
     code: str, message: str, field: str | None = None, index: int | None = None
 ) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "field": field, "index": index}}
+    # A message may quote a URL (an unreachable upstream, a store): never its password.
+    return {"error": {"code": code, "message": redact(message), "field": field, "index": index}}
 
 
 def error_response(error: ServiceError) -> JSONResponse:

@@ -14,12 +14,12 @@ The store is the only memory, so the answer is the same whichever process took
 the first request, and after a restart. Within this process the look-up and the
 append of one key run under a lock, so concurrent requests with one key queue
 and the later ones are answered as retries. Two processes sent one key at the
-same instant can both find it unknown; the store's unique keys still log each
-message once, and the records the append hands back are compared with the
-request: the later request gets them when they hold its messages, a 409 when
-not. Only a later request with more messages than the first has its extra
-messages stored before that 409: the store has no conditional append to close
-this last window.
+same instant can both find it unknown; the store checks each key inside its
+write, so each message is logged once: the later request gets the stored
+records when they hold its messages, and a 409 when the store refused a key
+used for other messages (nothing of its batch is stored). Only a later request
+with more messages than the first has its extra messages stored before its
+409: the store has no conditional append to close this last window.
 """
 
 from __future__ import annotations
@@ -68,7 +68,14 @@ class IdempotentAppends:
         keys = [f"{key}:{i}" for i in range(len(messages))]
         with self._locks[hash((session.id, key)) % STRIPES]:
             known = session.store.keyed(session.id, [*keys, f"{key}:{len(messages)}"])
-            logged = None if known else session.extend(messages, keys=keys)
+            try:
+                logged = None if known else session.extend(messages, keys=keys)
+            except InvalidInput as exc:
+                # Another process stored one of the keys with other messages meanwhile:
+                # the store refused the reuse inside its write.
+                if exc.field == "key":
+                    raise mismatch(key) from None
+                raise
         if logged is None:
             if sorted(known) != sorted(keys):
                 raise mismatch(key)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from contextfold.core.checks import MAX_BUDGET
 from contextfold.core.folds import Fold
 from contextfold.core.log import LoggedMessage, SessionInfo, ViewRecord
+from contextfold.memory.config import as_read
 from contextfold.memory.cycle import CompactionReport
 from contextfold.server.ids import NAME
 
@@ -162,6 +163,10 @@ class ViewOut(BaseModel):
     version: int
     config: dict[str, Any]
     updated_at: float
+    floor: int = Field(
+        description="the smallest budget the view renders at now: the system prompt and "
+        "the latest user message (unless a fold holds it); a render below it is refused"
+    )
     job: JobOut | None = Field(
         default=None,
         description="the view's compaction job; null when there is none (or, with workers, "
@@ -169,12 +174,13 @@ class ViewOut(BaseModel):
     )
 
     @classmethod
-    def of(cls, record: ViewRecord, job: JobOut | None = None) -> ViewOut:
+    def of(cls, record: ViewRecord, floor: int, job: JobOut | None = None) -> ViewOut:
         return cls(
             name=record.name,
             version=record.version,
-            config=record.config,
+            config=as_read(record.config),
             updated_at=record.updated_at,
+            floor=floor,
             job=job,
         )
 
@@ -205,15 +211,22 @@ class FoldOut(BaseModel):
     kind: str
     strategy: str
     model: str | None
-    tokens_before: int
-    tokens_after: int
+    tokens_before: int = Field(
+        description="what the view held over the range just before this fold (an older "
+        "fold it supersedes, or the log)"
+    )
+    tokens_after: int = Field(description="the fold's own tokens")
+    log_tokens: int = Field(
+        description="tokens of the logged messages start..end: the fold saved "
+        "log_tokens - tokens_after"
+    )
     placement: str
     superseded_by: str | None
     created_at: float
     text: str
 
     @staticmethod
-    def data(fold: Fold) -> dict[str, Any]:
+    def data(fold: Fold, log_tokens: int) -> dict[str, Any]:
         usage = fold.usage or {}
         model = usage.get("model")
         return {
@@ -225,6 +238,7 @@ class FoldOut(BaseModel):
             "model": model if isinstance(model, str) else None,
             "tokens_before": fold.tokens_before,
             "tokens_after": fold.tokens_after,
+            "log_tokens": log_tokens,
             "placement": fold.placement,
             "superseded_by": fold.superseded_by,
             "created_at": fold.created_at,
@@ -246,9 +260,9 @@ class CompactOut(BaseModel):
     degraded: bool
 
     @classmethod
-    def of(cls, report: CompactionReport) -> CompactOut:
+    def of(cls, report: CompactionReport, log_tokens: dict[str, int]) -> CompactOut:
         return cls(
-            folds=[FoldOut(**FoldOut.data(f)) for f in report.folds],
+            folds=[FoldOut(**FoldOut.data(f, log_tokens[f.id])) for f in report.folds],
             conflicts=report.conflicts,
             tokens_before=report.tokens_before,
             tokens_after=report.tokens_after,

@@ -10,9 +10,12 @@
    (``contextfold.server.proxy_match``): the log must be a prefix of them, and
    only the rest is appended; a divergence is a 409 naming the index.
 3. The view (``X-Contextfold-View``, default ``default``; created on first
-   use with the server's default preset and budget, and watched by the
-   background runner) renders the prompt, for ``X-Contextfold-Budget`` tokens
-   when given, else the view's budget.
+   use with the server's preset and model, and watched by the background
+   runner) renders the prompt, for ``X-Contextfold-Budget`` tokens when given,
+   else for the window of the request's model less room for the answer
+   (``contextfold.server.proxy_budget``; ``serve --budget`` fixes it), or the
+   view's budget when that is smaller. The answer's ``X-Contextfold-Budget``
+   and ``X-Contextfold-Budget-Source`` headers say which.
 4. The request goes upstream with the rendered messages in place of the
    client's, every other field unchanged; the answer comes back unchanged
    (streamed events byte for byte) and is appended to the log: streamed
@@ -48,6 +51,7 @@ from contextfold.memory.session import Session
 from contextfold.server.auth import Tenant
 from contextfold.server.errors import ServiceError
 from contextfold.server.ids import check_api_name
+from contextfold.server.proxy_budget import Fit, create_view, fit
 from contextfold.server.proxy_match import (
     Divergence,
     LogDigest,
@@ -195,6 +199,8 @@ class _Turn:
     log: LogDigest
     digests: LogDigests
     prompt: list[Message]
+    headers: dict[str, str]
+    """The budget the prompt was rendered to, and where it came from, for the client."""
 
     async def log_answer(self, answer: Message) -> None:
         await self.service.run(self._append, answer)
@@ -220,6 +226,7 @@ def _prepare(
     messages: list[Message],
     view_name: str,
     budget: int | None,
+    fitted: Fit,
 ) -> _Turn:
     """Match and append the client's new messages, then render the view.
 
@@ -252,12 +259,15 @@ def _prepare(
     ready = (view_name, id(service.runner))
     if ready not in log.views:
         if session.view(view_name).version == 0:
-            settings = service.settings
-            session.view(view_name, preset=settings.preset, budget=settings.budget)
+            create_view(service, session, view_name, fitted)
         service.watch(session, view_name)
         log.views.add(ready)
-    prompt = session.view(view_name).render(budget)
-    return _Turn(service, session, log, state.digests, prompt)
+    view = session.view(view_name)
+    budget, source = fitted.choose(budget, view.config.budget)
+    prompt = view.render(budget)
+    shown = str(budget if budget is not None else view.config.budget)
+    headers = {"X-Contextfold-Budget": shown, "X-Contextfold-Budget-Source": source}
+    return _Turn(service, session, log, state.digests, prompt, headers)
 
 
 def _session_id(header: str | None, body: dict[str, Any]) -> str:
@@ -315,13 +325,17 @@ async def chat_completions(
         else "default"
     )
     budget = _budget(x_contextfold_budget)
+    settings = service.settings
+    fitted = fit(settings.budget, settings.model_windows, body)
     messages = client_messages(body.get("messages"))
     state = proxy_state(request)
     upstream = _upstream(state)
     store_id = service.store_id(tenant, sid)
     release = await state.hold(store_id)
     try:
-        turn = await service.run(_prepare, service, state, store_id, messages, view_name, budget)
+        turn = await service.run(
+            _prepare, service, state, store_id, messages, view_name, budget, fitted
+        )
         payload = json.dumps(
             {**body, "messages": turn.prompt}, ensure_ascii=False, separators=(",", ":")
         ).encode()
@@ -331,6 +345,7 @@ async def chat_completions(
             raise ServiceError(502, "upstream_error", exc.reason) from exc
         if body.get("stream") and answer.status_code == 200:
             relay = RelayResponse(answer, turn.log_answer, turn.session.id, release)
+            relay.headers.update(turn.headers)
             release = _nothing
             return relay
         return await _whole(upstream, answer, turn)
@@ -361,7 +376,10 @@ async def _whole(upstream: Upstream, answer: httpx.Response, turn: _Turn | None)
             # The upstream's answer, not the client's fault: it goes back unchanged; the
             # client's next call sends it, and is told then what the log cannot keep.
             log.warning("answer for %s not logged: %s", turn.session.id, exc)
-    return Response(data, answer.status_code, headers=passed_headers(answer.headers))
+    headers = passed_headers(answer.headers)
+    if turn is not None:
+        headers.update(turn.headers)
+    return Response(data, answer.status_code, headers=headers)
 
 
 def _completion_message(data: bytes) -> Message | None:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import httpx
 
 from contextfold.core.errors import InvalidInput
+from contextfold.core.redact import redact
 
 SCHEME = "openai-compatible:"
 # Headers of an upstream answer worth passing on: the body's type, the request
@@ -27,12 +28,13 @@ def parse_upstream(spec: str) -> str:
     """The base URL of an ``openai-compatible:URL`` spec, without a trailing slash."""
     if not isinstance(spec, str) or not spec.startswith(SCHEME):
         raise InvalidInput(
-            f"upstream must be 'openai-compatible:URL', not {spec!r}", field="upstream"
+            f"upstream must be 'openai-compatible:URL', not {redact(str(spec))!r}", field="upstream"
         )
     url = spec[len(SCHEME) :].rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise InvalidInput(
-            f"upstream URL must start with http:// or https://, not {url!r}", field="upstream"
+            f"upstream URL must start with http:// or https://, not {redact(url)!r}",
+            field="upstream",
         )
     return url
 
@@ -98,10 +100,10 @@ class Upstream:
         try:
             return await self.client.send(request, stream=True)
         except httpx.TimeoutException as exc:
-            raise UpstreamError(f"upstream timed out: {type(exc).__name__} {exc}") from exc
+            raise UpstreamError(redact(f"upstream timed out: {type(exc).__name__} {exc}")) from exc
         except httpx.HTTPError as exc:
             raise UpstreamError(
-                f"upstream unreachable at {self.base_url}: {type(exc).__name__} {exc}"
+                redact(f"upstream unreachable at {self.base_url}: {type(exc).__name__} {exc}")
             ) from exc
 
     async def read(self, response: httpx.Response) -> bytes:

@@ -169,7 +169,8 @@ async def events(
     ] = None,
 ) -> StreamingResponse:
     """Server-sent events of the session: appended, planned, committed, failed, degraded,
-    quarantined. A comment line comes first once the stream listens, then one every
+    quarantined, and budget (the budget a proxy view was made with, and how it was
+    found). A comment line comes first once the stream listens, then one every
     15 s while nothing happens."""
     session = await svc.run(svc.session, tenant, sid)
 

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from contextfold.core.errors import InvalidInput
+from contextfold.core.redact import redact
+from contextfold.llm.registry import provider_names
+from contextfold.llm.windows import Window
+from contextfold.server.proxy_upstream import parse_upstream
+from contextfold.strategies.presets import DEFAULT_PRESET, preset_names
 
 DEFAULT_DATABASE = "contextfold.db"
 DEFAULT_HOST = "127.0.0.1"
@@ -35,8 +41,16 @@ class Settings:
     upstream: str | None = None
     upstream_key_env: str = "CONTEXTFOLD_UPSTREAM_KEY"
     upstream_timeout_s: float = 600.0  # the proxy's wait for an upstream answer (read, write)
-    preset: str = "offline"
-    budget: int = 8000
+    model: str | None = None
+    """The summarizer (a ``get_model`` spec) of the views the proxy creates; None: none
+    (model strategies fold with the offline stand-in)."""
+    preset: str | None = None
+    """The preset of the views the proxy creates; None: ``chat`` with a model, else ``offline``."""
+    budget: int | None = None
+    """A fixed budget for the views the proxy creates; None: the request model's window
+    less room for the answer (``contextfold.server.proxy_budget``)."""
+    model_windows: Mapping[str, Window] = field(default_factory=dict)
+    """Context windows added to (or overriding) the known ones, by model name."""
     max_body_bytes: int = MAX_BODY_BYTES
     cors_origins: tuple[str, ...] = ()
     demo: bool = False
@@ -64,6 +78,13 @@ class Settings:
     queue: str = "contextfold"
     """The workers' queue on that Redis (workers started with the same ``--queue``)."""
 
+    @property
+    def view_preset(self) -> str:
+        """The preset of the views the proxy creates."""
+        if self.preset is not None:
+            return self.preset
+        return "chat" if self.model is not None else DEFAULT_PRESET
+
     def __post_init__(self) -> None:
         if not self.auth and not is_loopback(self.host):
             raise InvalidInput(
@@ -77,12 +98,24 @@ class Settings:
             raise InvalidInput("max_body_bytes must be positive", field="max_body_bytes")
         if self.runner_processes < 0:
             raise InvalidInput("runner_processes must be 0 or more", field="runner_processes")
-        if self.budget < 1:
+        if self.upstream is not None:
+            parse_upstream(self.upstream)
+        if self.budget is not None and self.budget < 1:
             raise InvalidInput("budget must be a positive integer", field="budget")
+        if self.preset is not None and self.preset not in preset_names():
+            raise InvalidInput(
+                f"unknown preset {self.preset!r} (one of {', '.join(preset_names())})",
+                field="preset",
+            )
+        if self.model is not None and self.model.partition(":")[0] not in provider_names():
+            raise InvalidInput(
+                f"model is provider:name with a provider of {', '.join(provider_names())}",
+                field="model",
+            )
         if self.workers is not None:
             if not self.workers.startswith(("redis://", "rediss://", "unix://")):
                 raise InvalidInput(
-                    f"--workers is a Redis URL (redis://host:6379/0), not {self.workers!r}",
+                    f"--workers is a Redis URL (redis://host:6379/0), not {redact(self.workers)!r}",
                     field="workers",
                 )
             if not self.runner:

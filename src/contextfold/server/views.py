@@ -69,43 +69,47 @@ async def put_view(
     elif "options" in given:
         changes["options"] = body.options or {}
 
-    def put() -> tuple[Session, ViewRecord]:
+    def put() -> tuple[Session, ViewRecord, int]:
         session = svc.session(tenant, sid)
-        svc.view(session, name).update(expected_version=body.expected_version, **changes)
+        view = svc.view(session, name)
+        view.update(expected_version=body.expected_version, **changes)
         svc.watch(session, name)
         record = svc.store.get_view(session.id, name)
         if record is None:  # deleted in between by another request
             raise NotFound(f"no view {name!r} in session {sid!r}")
-        return session, record
+        return session, record, view.floor()
 
-    session, record = await svc.run(put)
+    session, record, floor = await svc.run(put)
     [job] = await svc.jobs(session, [name])
-    return ViewOut.of(record, job)
+    return ViewOut.of(record, floor, job)
 
 
 @router.get("")
 async def list_views(sid: SessionPath, svc: ServiceDep, tenant: Tenant) -> ViewList:
-    def listing() -> tuple[Session, list[ViewRecord]]:
+    def listing() -> tuple[Session, list[tuple[ViewRecord, int]]]:
         session = svc.session(tenant, sid)
-        return session, svc.store.list_views(session.id)
+        records = svc.store.list_views(session.id)
+        return session, [(r, svc.view(session, r.name).floor()) for r in records]
 
-    session, records = await svc.run(listing)
-    jobs = await svc.jobs(session, [r.name for r in records])
-    return ViewList(views=[ViewOut.of(r, job) for r, job in zip(records, jobs, strict=True)])
+    session, found = await svc.run(listing)
+    jobs = await svc.jobs(session, [r.name for r, _ in found])
+    return ViewList(
+        views=[ViewOut.of(r, floor, job) for (r, floor), job in zip(found, jobs, strict=True)]
+    )
 
 
 @router.get("/{name}")
 async def get_view(sid: SessionPath, name: ViewPath, svc: ServiceDep, tenant: Tenant) -> ViewOut:
-    def get() -> tuple[Session, ViewRecord]:
+    def get() -> tuple[Session, ViewRecord, int]:
         session = svc.session(tenant, sid)
         record = svc.store.get_view(session.id, name)
         if record is None:
             raise NotFound(f"no view {name!r} in session {sid!r}")
-        return session, record
+        return session, record, svc.view(session, name).floor()
 
-    session, record = await svc.run(get)
+    session, record, floor = await svc.run(get)
     [job] = await svc.jobs(session, [name])
-    return ViewOut.of(record, job)
+    return ViewOut.of(record, floor, job)
 
 
 @router.get("/{name}/render", response_model=RenderOut)
@@ -148,11 +152,14 @@ async def folds(
     tenant: Tenant,
     superseded: Annotated[bool, Query(description="include superseded folds")] = False,
 ) -> FastJSON:
-    """The view's folds by start: the range of the log each covers, how, and what it saved."""
+    """The view's folds by start: the range of the log each covers, how, and what it saved
+    against the logged messages of that range (``log_tokens - tokens_after``)."""
 
     def listing() -> list[dict[str, Any]]:
         view = stored_view(svc, tenant, sid, name)
-        return [FoldOut.data(f) for f in view.folds(include_superseded=superseded)]
+        found = view.folds(include_superseded=superseded)
+        log = view.log_tokens(found)
+        return [FoldOut.data(f, log[f.id]) for f in found]
 
     return FastJSON({"folds": await svc.run(listing)})
 
@@ -191,4 +198,5 @@ async def compact(
         return Response(answer.model_dump_json(), status_code=202, media_type="application/json")
     # Always off the loop: the cycle may wait on a model for a long time.
     report = await run_in_threadpool(view.compact, budget)
-    return CompactOut.of(report)
+    log = await run_in_threadpool(view.log_tokens, report.folds)
+    return CompactOut.of(report, log)

@@ -4,8 +4,17 @@ Invariants, checked by ``contextfold.testing.store_contract`` against every back
 
 - The log is append-only. ``seq`` runs 1, 2, 3... per session without gaps; a
   stored message never changes. An append is all-or-nothing.
+- What may follow what (``contextfold.core.order``: a tool result right after
+  its call, once; the system prompt first; a key names one message) is checked
+  by ``check_batch`` inside the append's write transaction, against the log's
+  tail read under the same lock, so no concurrent append can slip in between.
+  A batch breaking a rule raises ``InvalidInput`` and nothing of it is written.
 - A message appended with an idempotency ``key`` already in the session is not
-  stored again; the earlier record is returned in its place.
+  stored again when it is the same message; the earlier record is returned in
+  its place. Another message under a taken key is ``InvalidInput`` naming ``key``.
+- ``create_session`` with a system prompt creates the session with the prompt
+  as message 1, or finds it with that prompt, in one transaction; a session
+  with another prompt (or messages and none) is ``InvalidInput`` naming ``system``.
 - Folds are per (session, view) and versioned: every successful commit bumps the
   view's version by one. ``commit_folds`` is atomic and refused with
   ``FoldConflict`` when the version is not the one the job was planned at, and
@@ -55,6 +64,7 @@ from contextfold.core.log import (
     SessionRecord,
     ViewRecord,
 )
+from contextfold.core.order import SYSTEM_KEY, Tail, first_violation
 
 
 class Head(NamedTuple):
@@ -79,9 +89,18 @@ class Quarantined(NamedTuple):
 
 class Store(Protocol):
     def create_session(
-        self, session_id: str, *, encoding: str, meta: dict[str, Any] | None = None
+        self,
+        session_id: str,
+        *,
+        encoding: str,
+        meta: dict[str, Any] | None = None,
+        system: NewMessage | None = None,
     ) -> SessionRecord:
-        """Create a session; return the existing one if ``session_id`` is taken."""
+        """Create a session; return the existing one if ``session_id`` is taken.
+
+        ``system`` is logged as message 1 under ``SYSTEM_KEY`` in the same
+        transaction, or found there; see the invariants above.
+        """
         ...
 
     def get_session(self, session_id: str) -> SessionRecord:
@@ -124,6 +143,14 @@ class Store(Protocol):
 
     def messages_before(self, session_id: str, before: int, limit: int) -> list[LoggedMessage]:
         """Up to ``limit`` messages with ``seq < before``, newest first (for render)."""
+        ...
+
+    def token_counts(self, session_id: str, start: int, end: int) -> list[tuple[int, int]]:
+        """``(seq, tokens)`` of the messages with ``start <= seq <= end``, oldest first.
+
+        The stored counts without the messages: what a fold saved is measured
+        against its range of the log, which can be most of a long session.
+        """
         ...
 
     def messages_at(self, session_id: str, seqs: Sequence[int]) -> list[LoggedMessage]:
@@ -254,6 +281,22 @@ class Store(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def check_batch(tail: Tail, batch: Sequence[NewMessage]) -> None:
+    """Raise the first rule ``batch`` breaks after ``tail``; every store calls it in its write."""
+    violation = first_violation(tail, [new.message for new in batch], [new.key for new in batch])
+    if violation is not None:
+        raise violation
+
+
+def system_prompt(system: NewMessage | None) -> list[NewMessage]:
+    """The batch that logs a session's system prompt: itself under ``SYSTEM_KEY``."""
+    if system is None:
+        return []
+    if not isinstance(system, NewMessage) or system.message.get("role") != "system":
+        raise InvalidInput("the system prompt must be a system message", field="system")
+    return [NewMessage(system.message, system.tokens, SYSTEM_KEY)]
 
 
 def check_lease(owner: str, ttl_s: float) -> None:

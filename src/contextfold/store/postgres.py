@@ -34,13 +34,11 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-try:
-    import psycopg  # noqa: F401  (here, where a missing one is told how to install)
+from contextfold.core.extras import needs_extra
+
+with needs_extra("the PostgreSQL store", "postgres"):  # here, where a missing one is told
+    import psycopg  # noqa: F401
     import psycopg_pool  # noqa: F401
-except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "the PostgreSQL store needs psycopg 3 and its pool: pip install 'contextfold[postgres]'"
-    ) from exc
 
 from contextfold.core.errors import FoldConflict, InvalidInput, ViewConflict
 from contextfold.core.folds import Fold, plan_commit
@@ -62,10 +60,11 @@ from contextfold.store.base import (
     check_api_key,
     check_lease,
     check_listing,
+    system_prompt,
     view_config_json,
 )
 from contextfold.store.postgres_folds import insert_fold, spans_near
-from contextfold.store.postgres_log import Prepared, insert
+from contextfold.store.postgres_log import Prepared, insert, insert_checked, unchecked
 from contextfold.store.postgres_options import PostgresOptions, parse_url
 from contextfold.store.postgres_pool import (
     NUL,
@@ -110,15 +109,25 @@ class PostgresStore:
     # -- sessions ---------------------------------------------------------
 
     def create_session(
-        self, session_id: str, *, encoding: str, meta: dict[str, Any] | None = None
+        self,
+        session_id: str,
+        *,
+        encoding: str,
+        meta: dict[str, Any] | None = None,
+        system: NewMessage | None = None,
     ) -> SessionRecord:
+        """Created (or found) with its system prompt in one transaction: a second
+        process creating it at once waits on the new row, then finds the prompt."""
         if not session_id:
             raise InvalidInput("session id must not be empty", field="session_id")
         nul_free(session_id=session_id, encoding=encoding)
         meta_json = rows.dumps(dict(meta or {}), field="meta")
+        prompt = [rows.prepare(0, new) for new in system_prompt(system)]
         with self._db.write() as cur:
             cur.execute(q.CREATE_SESSION_SQL, (session_id, encoding, meta_json, time.time()))
             row = one_row(cur, q.SESSION_SQL, (session_id,), session_id)
+            if prompt:
+                insert_checked(cur, session_id, prompt, self.channel)
         return rows.session(row)
 
     def get_session(self, session_id: str) -> SessionRecord:
@@ -152,7 +161,8 @@ class PostgresStore:
     # -- the log ------------------------------------------------------------
 
     def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
-        """One statement without keys; with keys, they are looked up under the session's lock.
+        """One statement for a batch no rule reads the log for (``postgres_log.unchecked``);
+        else one transaction checking it under the session's row lock.
 
         The statement also sends the wake's ``NOTIFY``; while this process
         listens, its echo is expected (``PostgresWake``), and given up if the
@@ -161,11 +171,10 @@ class PostgresStore:
         prepared = [rows.prepare(i, new) for i, new in enumerate(batch)]
         for i, (new, _, _, call_ids) in enumerate(prepared):
             nul_free(i, key=new.key, tool_calls="".join(call_ids))
-        keys = sorted({new.key for new in batch if new.key})
         wake = self._wake
         echo = wake is not None and wake.expect_echo(session_id)
         try:
-            logged, notified = self._append(session_id, prepared, keys)
+            logged, notified = self._append(session_id, prepared)
         except BaseException:
             if wake is not None and echo:
                 wake.echo_lost(session_id)
@@ -175,21 +184,13 @@ class PostgresStore:
         return logged
 
     def _append(
-        self,
-        session_id: str,
-        prepared: Sequence[Prepared],
-        keys: list[str],
+        self, session_id: str, prepared: Sequence[Prepared]
     ) -> tuple[list[LoggedMessage], bool]:
-        if not keys:
+        if unchecked(prepared):
             with self._db.read() as cur:
                 return insert(cur, session_id, prepared, {}, self.channel)
         with self._db.write() as cur:
-            one_row(cur, q.LOCK_SESSION_SQL, (session_id,), session_id)
-            known = {}
-            for row in cur.execute(q.KEYS_SQL, (session_id, keys)).fetchall():
-                logged = rows.logged(session_id, row)
-                known[str(logged.key)] = logged
-            return insert(cur, session_id, prepared, known, self.channel)
+            return insert_checked(cur, session_id, prepared, self.channel)
 
     def messages(
         self, session_id: str, start: int = 1, end: int | None = None
@@ -202,6 +203,13 @@ class PostgresStore:
             if not found:
                 require(cur, session_id)
         return [rows.logged(session_id, row) for row in found]
+
+    def token_counts(self, session_id: str, start: int, end: int) -> list[tuple[int, int]]:
+        with self._db.read() as cur:
+            found = cur.execute(q.TOKEN_COUNTS_SQL, (session_id, start, end)).fetchall()
+            if not found:
+                require(cur, session_id)
+        return [(int(seq), int(tokens)) for seq, tokens in found]
 
     def messages_at(self, session_id: str, seqs: Sequence[int]) -> list[LoggedMessage]:
         wanted = sorted({int(s) for s in seqs})

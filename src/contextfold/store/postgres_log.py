@@ -1,9 +1,12 @@
 """What a PostgreSQL append sends: the new messages as columns for the one statement
 that numbers and inserts them (``postgres_sql.APPEND_SQL``).
 
-A plain function over the append's cursor, so ``PostgresStore.append`` runs it
-alone (no keys) or inside the transaction that holds the session's lock while
-it looks the keys up.
+Plain functions over the append's cursor, so ``PostgresStore.append`` runs
+``insert`` alone (a batch no rule of ``contextfold.core.order`` reads the log
+for: no keys, no tool results) or ``insert_checked`` inside the transaction
+that holds the session's row lock while it reads the log's tail and checks the
+batch against it; a concurrent append waits for that lock, so none slips in
+between the check and the write.
 """
 
 from __future__ import annotations
@@ -13,12 +16,51 @@ from collections.abc import Sequence
 from typing import Any
 
 from contextfold.core.log import LoggedMessage, NewMessage
+from contextfold.core.order import Tail, needs_calls, open_calls
 from contextfold.store import postgres_sql as q
+from contextfold.store import rows
+from contextfold.store.base import check_batch
 from contextfold.store.postgres_pool import Cursor, one_row, require
 from contextfold.store.search import index_text, term_counts
 
 Prepared = tuple[NewMessage, str, str, list[str]]
 """A message checked for the log: itself, its role, its JSON and its tool call ids."""
+
+
+def unchecked(prepared: Sequence[Prepared]) -> bool:
+    """Whether no rule reads the log for this batch: no keys and no tool results."""
+    batch = [p[0] for p in prepared]
+    return not any(new.key for new in batch) and not needs_calls(new.message for new in batch)
+
+
+def insert_checked(
+    cur: Cursor, session_id: str, prepared: Sequence[Prepared], channel: str
+) -> tuple[list[LoggedMessage], bool]:
+    """``insert`` after ``check_batch``, both under the session's row lock (taken here);
+    the caller's transaction holds it until the commit."""
+    batch = [p[0] for p in prepared]
+    last = int(one_row(cur, q.LOCK_SESSION_SQL, (session_id,), session_id)[0])
+    keys = sorted({new.key for new in batch if new.key})
+    known: dict[str, LoggedMessage] = {}
+    if keys:
+        for row in cur.execute(q.KEYS_SQL, (session_id, keys)).fetchall():
+            logged = rows.logged(session_id, row)
+            known[str(logged.key)] = logged
+    keyed = {key: logged.message for key, logged in known.items()}
+    messages = [new.message for new in batch]
+    tail = Tail(last, keyed=keyed)
+    if needs_calls(messages):
+        run = cur.execute(q.TAIL_RUN_SQL, {"session": session_id}).fetchall()
+        answered = sorted({str(m.get("tool_call_id")) for m in messages})
+        called = cur.execute(q.CALLED_IDS_SQL, (session_id, answered)).fetchall()
+        tail = Tail(
+            last,
+            open_calls(rows.logged(session_id, row).message for row in run),
+            frozenset(str(row[0]) for row in called),
+            keyed,
+        )
+    check_batch(tail, batch)
+    return insert(cur, session_id, prepared, known, channel)
 
 
 def insert(

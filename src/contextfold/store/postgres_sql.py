@@ -16,10 +16,17 @@ CREATE_SESSION_SQL = (
     "ON CONFLICT (id) DO NOTHING"
 )
 # An append takes the session's row lock (the UPDATE of its last seq, or first the
-# SELECT when it has keys to look up under it), so appends to one session queue and
+# SELECT when it has keys or tool results to check under it), so appends to one session queue and
 # seqs stay contiguous. NO KEY UPDATE leaves the key shareable by other writes'
 # foreign-key checks (a fold commit, a lease).
-LOCK_SESSION_SQL = "SELECT 1 FROM sessions WHERE id = %s FOR NO KEY UPDATE"
+LOCK_SESSION_SQL = "SELECT last_seq FROM sessions WHERE id = %s FOR NO KEY UPDATE"
+# The log's tail from its last message that is not a tool result: the call unit a
+# tool result in the next append must belong to.
+TAIL_RUN_SQL = (
+    f"SELECT {COLUMNS} FROM messages WHERE session_id = %(session)s AND seq >= COALESCE(("
+    "SELECT seq FROM messages WHERE session_id = %(session)s AND role <> 'tool' "
+    "ORDER BY seq DESC LIMIT 1), 1) ORDER BY seq"
+)
 LAST_SEQ_SQL = "SELECT last_seq FROM sessions WHERE id = %s"
 KEYS_SQL = f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND key = ANY(%s)"
 # The whole append in one statement: bump the last seq by the number of new messages
@@ -78,6 +85,9 @@ MESSAGES_FROM_SQL = (
 )
 MESSAGES_BETWEEN_SQL = (
     f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND seq BETWEEN %s AND %s ORDER BY seq"
+)
+TOKEN_COUNTS_SQL = (
+    "SELECT seq, tokens FROM messages WHERE session_id = %s AND seq BETWEEN %s AND %s ORDER BY seq"
 )
 MESSAGES_AT_SQL = (
     f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND seq = ANY(%s) ORDER BY seq"

@@ -35,14 +35,17 @@ from contextfold.core.log import (
     copies,
     json_copy,
 )
+from contextfold.core.order import Tail, needs_calls, open_calls
 from contextfold.store.base import (
     Head,
     Quarantined,
     SearchHit,
     check_api_key,
+    check_batch,
     check_lease,
     check_listing,
     listed,
+    system_prompt,
     view_config_json,
 )
 from contextfold.store.search import MemoryIndex, search_terms
@@ -68,10 +71,16 @@ class RAMStore:
         self._index = MemoryIndex()
 
     def create_session(
-        self, session_id: str, *, encoding: str, meta: dict[str, Any] | None = None
+        self,
+        session_id: str,
+        *,
+        encoding: str,
+        meta: dict[str, Any] | None = None,
+        system: NewMessage | None = None,
     ) -> SessionRecord:
         if not session_id:
             raise InvalidInput("session id must not be empty", field="session_id")
+        prompt = system_prompt(system)
         with self._lock:
             if session_id not in self._sessions:
                 self._sessions[session_id] = SessionRecord(
@@ -83,6 +92,8 @@ class RAMStore:
                 self._calls[session_id] = set()
                 self._last_by_role[session_id] = {}
                 self._views[session_id] = {}
+            if prompt:
+                self._append(session_id, prompt, _calls_of(prompt))
             return self._sessions[session_id]
 
     def get_session(self, session_id: str) -> SessionRecord:
@@ -141,31 +152,56 @@ class RAMStore:
 
     def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
         self.get_session(session_id)
-        calls = [_call_ids(i, new) for i, new in enumerate(batch)]
+        calls = _calls_of(batch)
         with self._lock:
-            log, keys = self._log[session_id], self._keys[session_id]
-            out: list[LoggedMessage] = []
-            fresh: list[LoggedMessage] = []
-            added: dict[str, LoggedMessage] = {}
-            now = time.time()
-            for i, new in enumerate(batch):
-                known = (keys.get(new.key) or added.get(new.key)) if new.key else None
-                if known is not None:
-                    out.append(copied(known))
-                    continue
-                seq = self._last[session_id] + len(fresh) + 1
-                logged = LoggedMessage(seq, json_copy(new.message), new.tokens, new.key, now)
-                if new.key:
-                    added[new.key] = logged
-                fresh.append(logged)
-                out.append(copied(logged))
-                self._calls[session_id].update(calls[i])
-            self._index.add(session_id, ((m.seq, m.message) for m in fresh))
-            log.extend(fresh)
-            self._last[session_id] += len(fresh)
-            keys.update(added)
-            self._last_by_role[session_id].update((m.role, m) for m in fresh)
-            return out
+            return self._append(session_id, batch, calls)
+
+    def _append(
+        self, session_id: str, batch: Sequence[NewMessage], calls: list[list[str]]
+    ) -> list[LoggedMessage]:
+        """Check the batch against the log's tail and log it; the caller holds the lock."""
+        log, keys = self._log[session_id], self._keys[session_id]
+        check_batch(self._tail(session_id, batch), batch)
+        out: list[LoggedMessage] = []
+        fresh: list[LoggedMessage] = []
+        added: dict[str, LoggedMessage] = {}
+        now = time.time()
+        for i, new in enumerate(batch):
+            known = (keys.get(new.key) or added.get(new.key)) if new.key else None
+            if known is not None:
+                out.append(copied(known))
+                continue
+            seq = self._last[session_id] + len(fresh) + 1
+            logged = LoggedMessage(seq, json_copy(new.message), new.tokens, new.key, now)
+            if new.key:
+                added[new.key] = logged
+            fresh.append(logged)
+            out.append(copied(logged))
+            self._calls[session_id].update(calls[i])
+        self._index.add(session_id, ((m.seq, m.message) for m in fresh))
+        log.extend(fresh)
+        self._last[session_id] += len(fresh)
+        keys.update(added)
+        self._last_by_role[session_id].update((m.role, m) for m in fresh)
+        return out
+
+    def _tail(self, session_id: str, batch: Sequence[NewMessage]) -> Tail:
+        """What ``first_violation`` needs of the log before ``batch``; under the lock."""
+        log = self._log[session_id]
+        keys = self._keys[session_id]
+        messages = [new.message for new in batch]
+        if not needs_calls(messages):
+            pending: frozenset[str] = frozenset()
+            called: frozenset[str] = frozenset()
+        else:
+            start = len(log)
+            while start > 0 and log[start - 1].role == "tool":
+                start -= 1
+            pending = open_calls(m.message for m in log[max(start - 1, 0) :])
+            answered = {str(m.get("tool_call_id")) for m in messages}
+            called = frozenset(answered & self._calls[session_id])
+        keyed = {new.key: keys[new.key].message for new in batch if new.key and new.key in keys}
+        return Tail(self._last[session_id], pending, called, keyed)
 
     def messages(
         self, session_id: str, start: int = 1, end: int | None = None
@@ -175,6 +211,13 @@ class RAMStore:
         lo = bisect.bisect_left(log, start, key=_seq)
         hi = len(log) if end is None else bisect.bisect_right(log, end, key=_seq)
         return copies(log[lo:hi])
+
+    def token_counts(self, session_id: str, start: int, end: int) -> list[tuple[int, int]]:
+        self.get_session(session_id)
+        log = self._log[session_id]
+        lo = bisect.bisect_left(log, start, key=_seq)
+        hi = bisect.bisect_right(log, end, key=_seq)
+        return [(m.seq, m.tokens) for m in log[lo:hi]]
 
     def messages_at(self, session_id: str, seqs: Sequence[int]) -> list[LoggedMessage]:
         self.get_session(session_id)
@@ -426,6 +469,11 @@ def _fold_copy(fold: Fold) -> Fold:
 def _copied(record: ViewRecord) -> ViewRecord:
     """A record whose configuration the caller may change without changing the store."""
     return replace(record, config=json_copy(record.config))
+
+
+def _calls_of(batch: Sequence[NewMessage]) -> list[list[str]]:
+    """Each message's tool-call ids, checked before the log is touched."""
+    return [_call_ids(i, new) for i, new in enumerate(batch)]
 
 
 def _call_ids(index: int, new: NewMessage) -> list[str]:

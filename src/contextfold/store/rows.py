@@ -4,7 +4,9 @@ back with a clear error for a damaged one.
 A database file can be edited by hand or by a tool that knows nothing of
 contextfold. Every row is therefore decoded here, and what cannot be decoded
 becomes a ``StoreError`` naming the session and the row (``seq`` for a
-message), never a raw ``json`` or ``KeyError``. A damaged fold row is a
+message), never a raw ``json`` or ``KeyError``. A message's token count is
+checked against what its length allows (``plausible_tokens``), since render
+adds the stored counts up to keep a prompt within its budget. A damaged fold row is a
 ``DamagedFold``, which the view turns into a quarantined fold; a damaged
 message is an error, because the log is the source of truth and nothing may
 be invented in its place.
@@ -28,6 +30,12 @@ from contextfold.core.log import (
     ViewRecord,
 )
 from contextfold.core.messages import ROLES
+from contextfold.core.tokens import (
+    IMAGE_TOKENS,
+    TOKENS_PER_CALL,
+    TOKENS_PER_MESSAGE,
+    TOKENS_PER_NAME,
+)
 
 
 def logged(session_id: str, row: tuple[Any, ...]) -> LoggedMessage:
@@ -42,7 +50,37 @@ def logged(session_id: str, row: tuple[Any, ...]) -> LoggedMessage:
         raise _damaged_message(session_id, seq, f"unknown role {message.get('role')!r}")
     if type(tokens) is not int or tokens < 0:
         raise _damaged_message(session_id, seq, f"its token count is {tokens!r}")
+    low, high = plausible_tokens(message, len(text))
+    if not low <= tokens <= high:
+        raise StoreError(
+            f"message seq {seq} of session {session_id!r} is stored with {tokens} tokens, which "
+            f"cannot be right for it (a count between {low} and {high} can); a render trusting "
+            "it could overflow its budget. Recount the row (its message is intact) or restore "
+            "it from a backup"
+        )
     return LoggedMessage(seq, message, tokens, key, created_at)
+
+
+def plausible_tokens(message: Mapping[str, Any], length: int) -> tuple[int, int]:
+    """The counts a message whose stored JSON is ``length`` characters can have, by any
+    encoding a session counts with; a count outside was damaged.
+
+    Cheap (no tokenizer): a token holds at most 64 characters of text in the
+    encodings shipped (runs of one character), taken as 128 for a margin, and at
+    least one byte, four to a character at most. Images and files cost a fixed
+    count each, and calls a fixed overhead.
+    """
+    content = message.get("content")
+    text = len(content) if isinstance(content, str) else 0
+    parts = len(content) if isinstance(content, list) else 0
+    calls = message.get("tool_calls")
+    fixed = TOKENS_PER_MESSAGE + TOKENS_PER_NAME + IMAGE_TOKENS * parts
+    fixed += TOKENS_PER_CALL * (len(calls) if isinstance(calls, list) else 0)
+    return 1 + text // MAX_CHARS_PER_TOKEN, fixed + 4 * length
+
+
+MAX_CHARS_PER_TOKEN = 128
+"""Characters of text one token may stand for, with a margin of two over the most seen."""
 
 
 def _damaged_message(session_id: str, seq: Any, why: str) -> StoreError:

@@ -37,6 +37,7 @@ from contextfold.core.log import (
     SessionRecord,
     ViewRecord,
 )
+from contextfold.core.order import Tail, needs_calls, open_calls
 from contextfold.store import rows
 from contextfold.store import sqlite_admin as admin
 from contextfold.store import sqlite_sql as q
@@ -45,8 +46,10 @@ from contextfold.store.base import (
     Quarantined,
     SearchHit,
     check_api_key,
+    check_batch,
     check_lease,
     check_listing,
+    system_prompt,
     view_config_json,
 )
 from contextfold.store.migrations import check_ours, migrate
@@ -161,14 +164,22 @@ class SQLiteStore:
         return row
 
     def create_session(
-        self, session_id: str, *, encoding: str, meta: dict[str, Any] | None = None
+        self,
+        session_id: str,
+        *,
+        encoding: str,
+        meta: dict[str, Any] | None = None,
+        system: NewMessage | None = None,
     ) -> SessionRecord:
         if not session_id:
             raise InvalidInput("session id must not be empty", field="session_id")
         meta_json = rows.dumps(dict(meta or {}), field="meta")
+        prompt = system_prompt(system)
         with self._write() as conn:
             conn.execute(q.CREATE_SESSION_SQL, (session_id, encoding, meta_json, time.time()))
             row = conn.execute(q.SESSION_SQL, (session_id,)).fetchone()
+            if prompt:
+                self._append(conn, session_id, prompt)
         return rows.session(row)
 
     def get_session(self, session_id: str) -> SessionRecord:
@@ -196,55 +207,80 @@ class SQLiteStore:
             return admin.delete_session(conn, session_id)
 
     def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
-        prepared = [rows.prepare(i, new) for i, new in enumerate(batch)]
         with self._write() as conn:
-            last, number = self._row(conn, q.APPEND_HEAD_SQL, (session_id,), session_id)
-            seq = int(last or 0)
-            tag = session_tag(number)
-            now = time.time()
-            out: list[LoggedMessage] = []
-            added: dict[str, LoggedMessage] = {}
-            texts: list[str] = []
-            for new, role, message_json, calls in prepared:
-                known = self._known(conn, session_id, new.key, added)
-                if known is not None:
-                    out.append(known)
-                    continue
-                seq += 1
-                key = new.key or None
-                conn.execute(
-                    q.INSERT_MESSAGE_SQL,
-                    (session_id, seq, role, message_json, new.tokens, key, now),
+            return self._append(conn, session_id, batch)
+
+    def _append(
+        self, conn: sqlite3.Connection, session_id: str, batch: Sequence[NewMessage]
+    ) -> list[LoggedMessage]:
+        """Check the batch against the log's tail and log it, inside the caller's write."""
+        prepared = [rows.prepare(i, new) for i, new in enumerate(batch)]
+        last, number = self._row(conn, q.APPEND_HEAD_SQL, (session_id,), session_id)
+        seq = int(last or 0)
+        known = self._keyed(conn, session_id, batch)
+        check_batch(self._tail(conn, session_id, seq, batch, known), batch)
+        tag = session_tag(number)
+        now = time.time()
+        out: list[LoggedMessage] = []
+        texts: list[str] = []
+        for new, role, message_json, calls in prepared:
+            if new.key and new.key in known:
+                out.append(known[new.key])
+                continue
+            seq += 1
+            key = new.key or None
+            conn.execute(
+                q.INSERT_MESSAGE_SQL,
+                (session_id, seq, role, message_json, new.tokens, key, now),
+            )
+            texts.append(index_text(new.message))
+            conn.execute(FTS5_INSERT_SQL, (index_rowid(number, seq), tagged(tag, texts[-1])))
+            if calls:
+                conn.executemany(
+                    q.INSERT_CALL_SQL, [(session_id, call_id, seq) for call_id in calls]
                 )
-                texts.append(index_text(new.message))
-                conn.execute(FTS5_INSERT_SQL, (index_rowid(number, seq), tagged(tag, texts[-1])))
-                if calls:
-                    conn.executemany(
-                        q.INSERT_CALL_SQL, [(session_id, call_id, seq) for call_id in calls]
-                    )
-                logged = LoggedMessage(seq, new.message, new.tokens, key, now)
-                if key is not None:
-                    added[key] = logged
-                out.append(logged)
-            conn.execute(q.SET_LAST_SEQ_SQL, (seq, session_id))
-            counts = term_counts(texts)
-            conn.executemany(q.COUNT_TERMS_SQL, [(session_id, *c) for c in counts.items()])
+            logged = LoggedMessage(seq, new.message, new.tokens, key, now)
+            if key is not None:
+                known[key] = logged
+            out.append(logged)
+        conn.execute(q.SET_LAST_SEQ_SQL, (seq, session_id))
+        counts = term_counts(texts)
+        conn.executemany(q.COUNT_TERMS_SQL, [(session_id, *c) for c in counts.items()])
         return out
 
     @staticmethod
-    def _known(
+    def _keyed(
+        conn: sqlite3.Connection, session_id: str, batch: Sequence[NewMessage]
+    ) -> dict[str, LoggedMessage]:
+        """The records logged under the batch's keys, read under the write lock."""
+        keys = sorted({new.key for new in batch if new.key})
+        if not keys:
+            return {}
+        found = conn.execute(q.KEYED_SQL, (session_id, json.dumps(keys))).fetchall()
+        return {str(m.key): m for m in (rows.logged(session_id, row) for row in found)}
+
+    @staticmethod
+    def _tail(
         conn: sqlite3.Connection,
         session_id: str,
-        key: str | None,
-        added: Mapping[str, LoggedMessage],
-    ) -> LoggedMessage | None:
-        """The record already logged under ``key``, earlier or in this batch."""
-        if not key:
-            return None
-        if key in added:
-            return added[key]
-        row = conn.execute(q.KEY_SQL, (session_id, key)).fetchone()
-        return None if row is None else rows.logged(session_id, row)
+        last_seq: int,
+        batch: Sequence[NewMessage],
+        known: Mapping[str, LoggedMessage],
+    ) -> Tail:
+        """What ``first_violation`` needs of the log before ``batch``, under the write lock."""
+        keyed = {key: logged.message for key, logged in known.items()}
+        messages = [new.message for new in batch]
+        if not needs_calls(messages):
+            return Tail(last_seq, keyed=keyed)
+        run = conn.execute(q.TAIL_RUN_SQL, (session_id, session_id)).fetchall()
+        answered = json.dumps(sorted({str(m.get("tool_call_id")) for m in messages}))
+        called = conn.execute(q.CALLED_IDS_SQL, (session_id, answered)).fetchall()
+        return Tail(
+            last_seq,
+            open_calls(rows.logged(session_id, row).message for row in run),
+            frozenset(row[0] for row in called),
+            keyed,
+        )
 
     def messages(
         self, session_id: str, start: int = 1, end: int | None = None
@@ -257,6 +293,13 @@ class SQLiteStore:
             if not found:
                 self._require(conn, session_id)
         return [rows.logged(session_id, row) for row in found]
+
+    def token_counts(self, session_id: str, start: int, end: int) -> list[tuple[int, int]]:
+        with self._read() as conn:
+            found = conn.execute(q.TOKEN_COUNTS_SQL, (session_id, start, end)).fetchall()
+            if not found:
+                self._require(conn, session_id)
+        return [(int(seq), int(tokens)) for seq, tokens in found]
 
     def messages_at(self, session_id: str, seqs: Sequence[int]) -> list[LoggedMessage]:
         wanted = json.dumps(sorted({int(s) for s in seqs}))

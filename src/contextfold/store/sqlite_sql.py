@@ -31,7 +31,6 @@ HEAD_SQL = (
     f"{_LAST_AND_FOLDS}, (SELECT version FROM views WHERE session_id = s.id AND name = :view) "
     "FROM sessions AS s WHERE s.id = :session"
 )
-KEY_SQL = f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND key = ?"
 INSERT_MESSAGE_SQL = "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?)"
 INSERT_CALL_SQL = "INSERT OR IGNORE INTO tool_calls VALUES (?, ?, ?)"
 # Two range statements so that both bounds are index constraints.
@@ -40,6 +39,9 @@ MESSAGES_FROM_SQL = (
 )
 MESSAGES_BETWEEN_SQL = (
     f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq BETWEEN ? AND ? ORDER BY seq"
+)
+TOKEN_COUNTS_SQL = (
+    "SELECT seq, tokens FROM messages WHERE session_id = ? AND seq BETWEEN ? AND ? ORDER BY seq"
 )
 MESSAGES_AT_SQL = (
     f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? "
@@ -54,6 +56,13 @@ LAST_OF_ROLE_SQL = (
 CALLED_IDS_SQL = (
     "SELECT DISTINCT call_id FROM tool_calls WHERE session_id = ? "
     "AND call_id IN (SELECT value FROM json_each(?))"
+)
+# The log's tail from its last message that is not a tool result: the call unit a
+# tool result in the next append must belong to. Walks the primary key backwards.
+TAIL_RUN_SQL = (
+    f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq >= COALESCE(("
+    "SELECT seq FROM messages WHERE session_id = ? AND role <> 'tool' "
+    "ORDER BY seq DESC LIMIT 1), 1) ORDER BY seq"
 )
 KEYED_SQL = (
     f"SELECT {_COLUMNS} FROM messages INDEXED BY messages_key WHERE session_id = ? "

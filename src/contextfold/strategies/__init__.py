@@ -16,7 +16,14 @@ from contextfold.strategies.keep_recent import KeepRecent
 from contextfold.strategies.koog import CODE_AGENT_CONCEPTS, Concept, RetrieveFacts, WholeHistory
 from contextfold.strategies.masking import ObservationMasking
 from contextfold.strategies.pipeline import Pipeline
-from contextfold.strategies.presets import get_preset, preset_names, register_preset
+from contextfold.strategies.presets import (
+    DEFAULT_PRESET,
+    PresetInfo,
+    describe_presets,
+    get_preset,
+    preset_names,
+    register_preset,
+)
 from contextfold.strategies.registry import register_strategy, register_type
 from contextfold.strategies.rolling import RollingCompactor
 from contextfold.strategies.round_compressor import RoundCompressor
@@ -38,6 +45,7 @@ from contextfold.strategies.triggers import (
 
 __all__ = [
     "CODE_AGENT_CONCEPTS",
+    "DEFAULT_PRESET",
     "Always",
     "Characters",
     "Concept",
@@ -51,6 +59,7 @@ __all__ = [
     "OverBudget",
     "Pipeline",
     "Predicate",
+    "PresetInfo",
     "RetrieveFacts",
     "RollingCompactor",
     "RoundCompressor",
@@ -64,6 +73,7 @@ __all__ = [
     "UnfoldedRounds",
     "ViewState",
     "WholeHistory",
+    "describe_presets",
     "get_preset",
     "preset_names",
     "register_preset",

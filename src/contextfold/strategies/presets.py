@@ -1,14 +1,19 @@
 """Named setups, and the built-ins registered as a third party's would be.
 
 A preset is a function returning a ``Pipeline``; options are passed through, so
-``get_preset("offline", keep_last=3)`` tunes the masking step. The bottom of
-this module registers every built-in strategy, trigger and preset by name, so
-a view stored with them can be rebuilt in any process.
+``get_preset("offline", keep_last=3)`` tunes the masking step. Each is
+registered with a one-line description and whether its strategies call a model
+(``describe_presets``): the one source that ``contextfold presets``, the docs
+and the page read. ``DEFAULT_PRESET`` is what a view gets when it is created
+without a preset or a pipeline, in the library, the service and the proxy.
+The bottom of this module registers every built-in strategy, trigger and
+preset by name, so a view stored with them can be rebuilt in any process.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
@@ -34,17 +39,43 @@ from contextfold.strategies.tool_calls import ToolCallSummarization
 from contextfold.strategies.triggers import OverBudget
 
 PresetFactory = Callable[..., Pipeline]
-_PRESETS: dict[str, PresetFactory] = {}
+DEFAULT_PRESET = "offline"
+"""The preset of a view created without ``preset=`` or ``pipeline=``: folds with no model."""
 
 
-def register_preset(name: str, factory: PresetFactory) -> None:
-    """Make ``factory`` available as ``get_preset(name)`` and ``--preset name``."""
-    _PRESETS[name] = factory
+@dataclass(frozen=True)
+class PresetInfo:
+    """What a user reads about a preset before choosing it."""
+
+    name: str
+    description: str
+    model: bool
+    """Its strategies call a model (the offline stand-in when none is configured)."""
+
+
+_PRESETS: dict[str, tuple[PresetFactory, PresetInfo]] = {}
+
+
+def register_preset(
+    name: str, factory: PresetFactory, *, description: str | None = None, model: bool = True
+) -> None:
+    """Make ``factory`` available as ``get_preset(name)`` and ``--preset name``.
+
+    ``description`` defaults to the first line of the factory's docstring;
+    ``model`` says whether its strategies call a model (say False only when none does).
+    """
+    text = description if description is not None else (factory.__doc__ or "").strip()
+    _PRESETS[name] = (factory, PresetInfo(name, text.splitlines()[0] if text else "", model))
+
+
+def describe_presets() -> list[PresetInfo]:
+    """Every registered preset, by name, with its description and whether it calls a model."""
+    return [_PRESETS[name][1] for name in preset_names()]
 
 
 def get_preset(name: str, **options: Any) -> Pipeline:
     try:
-        factory = _PRESETS[name]
+        factory, _ = _PRESETS[name]
     except KeyError:
         raise InvalidInput(
             f"unknown preset {name!r} (expected one of {', '.join(preset_names())})", field="preset"
@@ -77,7 +108,7 @@ def offline(
 
 
 def chat(**options: Any) -> Pipeline:
-    """The seed-003 token budget, recalling from the log: a chat asks about its past."""
+    """The token budget of the chat-backend memory plan, recalling from the log."""
     return Pipeline(token_budget(**options).strategies, name="token-budget", recall=True)
 
 
@@ -153,18 +184,83 @@ for _tag, _trigger in {
     register_type(_tag, _trigger)
 register_type("concept", Concept)
 
-register_preset("offline", offline)
-register_preset("keep-recent", keep_recent)
-register_preset("disabled", disabled)
-register_preset("round-compressor", single(RoundCompressor, "round-compressor"))
-register_preset("rolling", single(RollingCompactor, "rolling"))
-register_preset("tool-calls", single(ToolCallSummarization, "tool-calls"))
-register_preset("threshold", single(ThresholdSummarization, "threshold"))
-register_preset("goal-batch", single(GoalBatchCompaction, "goal-batch"))
-register_preset("adr-0041", adr_0041)
-register_preset("token-budget", token_budget)
-register_preset("whole-history", single(WholeHistory, "whole-history"))
-register_preset("retrieve-facts", retrieve_facts)
-register_preset("code-agent", code_agent)
-register_preset("taskweaver", single(RollingCompactor, "taskweaver"))
-register_preset("chat", chat)
+register_preset(
+    "offline",
+    offline,
+    description="Masks old tool output, folds old rounds into an extractive summary, recalls "
+    "what was folded.",
+    model=False,
+)
+register_preset(
+    "keep-recent",
+    keep_recent,
+    description="Drops the oldest messages until the prompt fits: the baseline.",
+    model=False,
+)
+register_preset(
+    "disabled",
+    disabled,
+    description="Never folds; render's last-resort cut keeps the prompt within the budget.",
+    model=False,
+)
+register_preset(
+    "round-compressor",
+    single(RoundCompressor, "round-compressor"),
+    description="TaskWeaver prompt compression: old rounds become a JSON summary (deprecated).",
+)
+register_preset(
+    "rolling",
+    single(RollingCompactor, "rolling"),
+    description="The TaskWeaver compactor design: one rolling summary of all but the newest "
+    "rounds.",
+)
+register_preset(
+    "tool-calls",
+    single(ToolCallSummarization, "tool-calls"),
+    description="Old tool calls and their results, a batch at a time, become [SUMMARIZED] folds.",
+)
+register_preset(
+    "threshold",
+    single(ThresholdSummarization, "threshold"),
+    description="Above a threshold, old assistant blocks become [SUMMARIZED] folds.",
+)
+register_preset(
+    "goal-batch",
+    single(GoalBatchCompaction, "goal-batch"),
+    description="ADR-0041 goal batches: runs of old complete turns become one [GOAL BATCH].",
+)
+register_preset(
+    "adr-0041",
+    adr_0041,
+    description="ADR-0041's three tiers: tool calls, then threshold, then goal batches.",
+)
+register_preset(
+    "token-budget",
+    token_budget,
+    description="The chat-backend memory plan: important data plus a growing summary.",
+)
+register_preset(
+    "whole-history",
+    single(WholeHistory, "whole-history"),
+    description="Koog-style history compression: all but the last messages become one TL;DR.",
+)
+register_preset(
+    "retrieve-facts",
+    retrieve_facts,
+    description="Koog-style retrieve-facts: old messages become answers to concept questions.",
+)
+register_preset(
+    "code-agent",
+    code_agent,
+    description="Koog's code-agent setup: retrieve-facts on the five code-agent concepts.",
+)
+register_preset(
+    "taskweaver",
+    single(RollingCompactor, "taskweaver"),
+    description="The TaskWeaver compactor design under its own name (the rolling compactor).",
+)
+register_preset(
+    "chat",
+    chat,
+    description="The token budget, recalling from the log: a chat asks about its past.",
+)

@@ -595,6 +595,13 @@ CASES: list[Case] = [
         lambda t: t.sql("UPDATE messages SET tokens = 'many' WHERE seq = ?", len(t.log) - 3),
         "error",
     ),
+    # A count render would trust to fit its budget: one its message's length rules out.
+    Case(
+        "message-tokens-zero",
+        "sqlite",
+        lambda t: t.sql("UPDATE messages SET tokens = 0 WHERE seq = ?", len(t.log) - 3),
+        "error",
+    ),
     # Files that are not a contextfold database of this version.
     Case("file-random-bytes", "file", lambda t: _write(t, os.urandom(8192)), "error"),
     Case("file-other-app", "file", _foreign, "error"),

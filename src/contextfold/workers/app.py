@@ -31,6 +31,7 @@ import redis
 from kombu.exceptions import OperationalError
 
 from contextfold.core.errors import InvalidInput
+from contextfold.core.redact import redact
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -68,7 +69,8 @@ def celery_app(
         raise ImportError(f"Celery workers need the workers extra: {EXTRA}") from exc
     if not broker.startswith(("redis://", "rediss://", "unix://")):
         raise InvalidInput(
-            f"the broker is a Redis URL (redis://host:6379/0), not {broker!r}", field="broker"
+            f"the broker is a Redis URL (redis://host:6379/0), not {redact(broker)!r}",
+            field="broker",
         )
     if not queue or not queue.replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise InvalidInput(

@@ -13,6 +13,9 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from contextfold.core.errors import InvalidInput
+from contextfold.core.extras import needs_extra
+from contextfold.core.redact import redact
+from contextfold.options import configurable, named, resolve
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -80,22 +83,24 @@ def add_worker_command(sub: Any) -> None:
         "--loglevel", default="warning", help="Celery's log level (default warning)"
     )
     worker.set_defaults(command=_worker)
+    configurable(worker, "worker")
 
 
 def _worker(args: argparse.Namespace, out: Console, err: Console) -> None:
-    try:
+    with needs_extra("'contextfold worker'", "workers"):
         from contextfold.workers.app import celery_app
         from contextfold.workers.task import WorkerSettings, register
-    except ImportError as exc:
-        raise InvalidInput(
-            f"workers need their extra: pip install 'contextfold[workers]' ({exc})", field="worker"
-        ) from exc
+    resolve(args)
     for name, value in (("concurrency", args.concurrency), ("max_failures", args.max_failures)):
         if value < 1:
-            raise InvalidInput(f"{name} must be at least 1", field=name)
-    for name, seconds in (("lease_ttl", args.lease_ttl), ("backoff", args.backoff)):
+            raise named(InvalidInput(f"{name} must be at least 1", field=name), args)
+    for name, seconds in (
+        ("lease_ttl", args.lease_ttl),
+        ("backoff", args.backoff),
+        ("visibility_timeout", args.visibility_timeout),
+    ):
         if seconds <= 0:
-            raise InvalidInput(f"{name} must be positive", field=name)
+            raise named(InvalidInput(f"{name} must be positive", field=name), args)
     for module in args.plugin:
         try:
             importlib.import_module(module)
@@ -109,9 +114,15 @@ def _worker(args: argparse.Namespace, out: Console, err: Console) -> None:
         backoff_s=args.backoff,
         visibility_timeout_s=args.visibility_timeout,
     )
-    app = celery_app(args.broker, args.queue, visibility_timeout_s=args.visibility_timeout)
+    try:
+        app = celery_app(args.broker, args.queue, visibility_timeout_s=args.visibility_timeout)
+    except InvalidInput as exc:
+        raise named(exc, args) from None
     register(app, settings)
-    out.print(f"contextfold worker: {args.database} jobs from {args.broker} queue {args.queue!r}")
+    out.print(
+        redact(f"contextfold worker: {args.database} jobs from {args.broker} queue {args.queue!r}"),
+        soft_wrap=True,
+    )
     app.worker_main(
         [
             "worker",

@@ -60,7 +60,7 @@ export async function api(path, { method = "GET", body } = {}) {
     if (response.status === 401) {
       if (key) forgetKey();
       const given = await askKey(
-        key ? "That key was refused: give another." : "This server needs an API key.",
+        key ? "The server refused that key: give another." : "This server needs an API key to show its sessions.",
       );
       if (!given) throw new ApiError(401, "unauthorized", "no API key given", null);
       continue;
@@ -146,7 +146,22 @@ export function setCrumbs(...parts) {
   document.getElementById("crumbs").replaceChildren(...parts);
 }
 
+// The settings a refusal can name, as the page calls them.
+const FIELDS = { budget: "budget", q: "search", after: "page", limit: "page size", query: "recall query" };
+
+// A refusal in plain words: the setting by the page's name for it, then why, without
+// the API's field path ("q: String should have at most 128 characters").
+export function errorText(error) {
+  const message = String((error && error.message) || error);
+  if (!error || !error.field) return message;
+  const name = FIELDS[error.field] || error.field.replace(/[._[\]]+/g, " ").trim();
+  const why = message
+    .replace(`${error.field}: `, "")
+    .replace(/^(Input|String|Value) should/, "it should")
+    .replace(/\.$/, "");
+  return `The ${name} was refused: ${why.charAt(0).toLowerCase()}${why.slice(1)}.`;
+}
+
 export function errorNode(error) {
-  const where = error.field ? ` (field ${error.field})` : "";
-  return el("p", { class: "error", role: "alert" }, `${error.message || error}${where}`);
+  return el("p", { class: "error", role: "alert" }, errorText(error));
 }

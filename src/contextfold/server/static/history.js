@@ -1,5 +1,5 @@
 // The whole log, never folded, a page at a time; beside it, each fold as a band
-// spanning the rows of the range it replaces (grid row = seq).
+// spanning the rows of the range it replaces (grid row = seq), with what it saved.
 import { api, count, el, query } from "./api.js";
 import { messageCard } from "./message.js";
 
@@ -26,7 +26,7 @@ export class History {
     this.node = el(
       "section",
       { class: "history column", id: "history", "aria-labelledby": "history-title" },
-      el("h2", { id: "history-title" }, "History ", this.count),
+      el("h2", { id: "history-title" }, "Log ", this.count),
       this.grid,
       this.more,
     );
@@ -122,16 +122,15 @@ export class History {
 
   band(fold, column) {
     const end = Math.min(fold.end, this.lastSeq);
-    const saved = fold.tokens_before - fold.tokens_after;
-    const savedText = saved >= 0 ? `−${count(saved)} tok` : `+${count(-saved)} tok`;
+    const saved = savedTokens(fold);
     const classes = ["band", `kind-${String(fold.kind).replace(/[^a-z_]/g, "")}`];
     if (fold.superseded_by) classes.push("superseded");
     if (fold.placement === "facts") classes.push("facts");
     if (end < fold.end) classes.push("continues");
     if (fold.id === this.flashed) classes.push("flash");
     const title =
-      `${fold.kind} by ${fold.strategy}, seq ${fold.start}–${fold.end}: ` +
-      `${count(fold.tokens_before)} → ${count(fold.tokens_after)} tokens` +
+      `${fold.kind} by ${fold.strategy}, messages #${fold.start}–#${fold.end}: ` +
+      `${count(fold.log_tokens)} tokens in the log, ${count(fold.tokens_after)} in the fold` +
       (fold.superseded_by ? " (superseded)" : "");
     // A div spans the rows; the label inside is the button, sticky while its band scrolls by.
     return el(
@@ -154,11 +153,21 @@ export class History {
         { type: "button", class: "band-label", title, onclick: () => this.onFold(fold) },
         el("b", {}, fold.kind),
         el("span", {}, fold.strategy),
-        el("span", { class: "saved" }, savedText),
-        el("span", { class: "range" }, `${fold.start}–${fold.end}`),
+        el("span", { class: "saved" }, savedText(saved)),
+        el("span", { class: "range" }, `#${fold.start}–#${fold.end}`),
       ),
     );
   }
+}
+
+// What a fold saved is measured against the log range it covers (the API's
+// log_tokens), never against an older fold it superseded.
+export function savedTokens(fold) {
+  return fold.log_tokens - fold.tokens_after;
+}
+
+export function savedText(saved) {
+  return saved >= 0 ? `${count(saved)} tokens saved` : `${count(-saved)} tokens added`;
 }
 
 // Active folds first, so they keep the lane next to the log; a fold takes the

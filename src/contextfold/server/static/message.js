@@ -58,10 +58,10 @@ export function messageCard(message, extra = {}) {
     message.name ? el("span", { class: "name" }, String(message.name)) : null,
     message.tool_call_id ? el("span", { class: "muted small" }, `→ ${message.tool_call_id}`) : null,
     extra.label
-      ? el("button", { type: "button", class: "fold-tag", title: "Show in the history", onclick: extra.onLabel }, extra.label)
+      ? el("button", { type: "button", class: "fold-tag", title: "Show its range in the log", onclick: extra.onLabel }, extra.label)
       : null,
     el("span", { class: "spacer" }),
-    extra.tokens !== undefined ? el("span", { class: "tok" }, `${count(extra.tokens)} tok`) : null,
+    extra.tokens !== undefined ? el("span", { class: "tok" }, `${count(extra.tokens)} tokens`) : null,
     extra.created_at !== undefined ? timeNode(extra.created_at) : null,
   );
   const text = textOf(message.content);

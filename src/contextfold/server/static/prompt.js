@@ -1,12 +1,15 @@
-// The prompt a view renders for a budget, with its report; a message that is a
-// fold's text says which fold it is.
+// The prompt a view renders for a budget, with its report in the project's words
+// (left out, clipped, recalled); a message that is a fold's text says which fold it is.
 import { ApiError, api, count, el, errorNode, query } from "./api.js";
 import { messageCard, textOf } from "./message.js";
 
 export class Prompt {
-  constructor(sid, onFold) {
+  // onTooSmall: the budget fell below the view's floor (a longer user message came in);
+  // the caller reads the floor again and renders anew, or answers false to show the error.
+  constructor(sid, onFold, onTooSmall) {
     this.sid = sid;
     this.onFold = onFold;
+    this.onTooSmall = onTooSmall;
     this.asked = 0;
     this.report = el("p", { id: "report", class: "report" });
     this.list = el("ol", { id: "prompt", class: "prompt" });
@@ -34,6 +37,7 @@ export class Prompt {
     } catch (error) {
       if (asked !== this.asked) return;
       if (!(error instanceof ApiError)) throw error;
+      if (error.code === "budget_too_small" && this.onTooSmall && (await this.onTooSmall())) return;
       this.report.replaceChildren(errorNode(error));
       this.report.dataset.tokens = "";
       this.list.replaceChildren();
@@ -53,20 +57,30 @@ export class Prompt {
       folds: report.folds.length,
       omitted: report.omitted,
     });
-    const clipped = report.clipped.length ? `clipped seq ${report.clipped.join(", ")}` : "nothing clipped";
-    this.report.replaceChildren(
-      el("b", {}, `${count(report.tokens)} / ${count(report.budget)} tokens`),
-      ` · ${data.messages.length} messages · ${report.folds.length} fold${report.folds.length === 1 ? "" : "s"}` +
-        ` · ${count(report.omitted)} omitted · ${clipped}`,
-      report.whole ? " · whole history" : "",
-    );
+    const used = report.budget === null ? `${count(report.tokens)} tokens` : `${count(report.tokens)} of ${count(report.budget)} tokens`;
+    this.report.replaceChildren(el("b", {}, used), " · " + reportParts(data.messages.length, report).join(" · "));
     this.list.replaceChildren(
       ...data.messages.map((message, index) => {
         const fold = byText.get(textOf(message.content));
-        const label = fold ? `fold ${fold.start}–${fold.end} · ${fold.kind}` : null;
+        const label = fold ? `fold #${fold.start}–#${fold.end} · ${fold.kind}` : null;
         const onLabel = fold ? () => this.onFold(fold) : undefined;
         return el("li", { dataset: { index } }, messageCard(message, { label, onLabel, attrs: fold ? { "data-fold": fold.id } : {} }));
       }),
     );
   }
+}
+
+function plural(n, word) {
+  return `${count(n)} ${word}${n === 1 ? "" : "s"}`;
+}
+
+// What render did to fit: "left out" is what the budget cut, "clipped" what it shortened.
+export function reportParts(messages, report) {
+  const parts = [plural(messages, "message"), plural(report.folds.length, "fold")];
+  if (report.whole) parts.push("nothing left out or clipped");
+  if (report.omitted) parts.push(`${plural(report.omitted, "logged message")} left out by the budget`);
+  if (report.clipped.length) parts.push(`clipped to fit: ${report.clipped.map((seq) => "#" + seq).join(", ")}`);
+  if (!report.whole && !report.omitted && !report.clipped.length) parts.push("a fold clipped to fit");
+  if (report.recalled.length) parts.push(`${plural(report.recalled.length, "message")} recalled from the log`);
+  return parts;
 }

@@ -1,8 +1,8 @@
 // One session: the log on one side, a view's prompt on the other, a view picker,
-// a budget slider, superseded folds on demand, the view's background job, and live
-// updates from the event stream.
+// a budget slider bounded by the view's floor, superseded folds on demand, the
+// view's background job, and live updates from the event stream.
 import { ApiError, api, count, debounce, el, errorNode, isoTime, setCrumbs, storedKey, timeNode } from "./api.js";
-import { History } from "./history.js";
+import { History, savedText, savedTokens } from "./history.js";
 import { JobLine } from "./job.js";
 import { Prompt } from "./prompt.js";
 
@@ -32,7 +32,7 @@ export async function showSession(root, sid) {
     superseded: false,
   };
   const logPane = new History(sid, showFold);
-  const prompt = new Prompt(sid, (fold) => logPane.reveal(fold));
+  const prompt = new Prompt(sid, (fold) => logPane.reveal(fold), budgetRose);
   const jobLine = new JobLine();
   prompt.report.before(jobLine.node);
 
@@ -40,13 +40,18 @@ export async function showSession(root, sid) {
   const live = el("span", { id: "live", class: "live", dataset: { state: "connecting" } }, "connecting…");
   const notice = el("p", { id: "notice", class: "notice", hidden: true });
   const picker = el("select", { id: "view-picker", "aria-label": "View" });
-  const slider = el("input", { type: "range", id: "budget", min: 200, step: 50, "aria-label": "Budget (tokens)" });
+  const slider = el("input", { type: "range", id: "budget", min: 1, step: 1, "aria-label": "Budget (tokens)" });
   const budgetOut = el("output", { id: "budget-value", for: "budget" });
+  const floorOut = el("span", {
+    id: "budget-floor",
+    class: "muted small",
+    title: "The system prompt and the latest user message are never left out: the budget must hold them.",
+  });
   const toggle = el("input", { type: "checkbox", id: "show-superseded" });
 
   function drawStats() {
     stats.replaceChildren(
-      `${count(info.messages)} messages · ${count(info.tokens)} tokens · encoding ${info.encoding} · created `,
+      `${count(info.messages)} messages in the log · ${count(info.tokens)} tokens (counted with ${info.encoding}) · created `,
       el("time", { title: isoTime(info.created_at) }, isoTime(info.created_at)),
       " · last activity ",
       timeNode(info.last_at),
@@ -57,15 +62,42 @@ export async function showSession(root, sid) {
     return state.views.find((view) => view.name === state.view) || null;
   }
 
+  // The slider starts at the view's floor, the smallest budget it renders at: below
+  // it render refuses, since the system prompt and the latest user message must fit.
   function setSliderRange() {
     const record = viewRecord();
     const configured = (record && record.config && record.config.budget) || DEFAULT_BUDGET;
-    const top = Math.max(2 * configured, Math.ceil((info.tokens * 1.1) / 1000) * 1000, 1000);
+    const floor = Math.max(1, (record && record.floor) || 1);
+    const top = Math.max(2 * configured, Math.ceil((info.tokens * 1.1) / 1000) * 1000, 1000, floor);
+    slider.min = String(floor);
     slider.max = String(top);
     if (state.budget === null) state.budget = configured;
-    state.budget = Math.min(Math.max(state.budget, Number(slider.min)), top);
+    state.budget = Math.min(Math.max(state.budget, floor), top);
     slider.value = String(state.budget);
     budgetOut.textContent = `${count(state.budget)} tokens`;
+    floorOut.textContent = record ? `at least ${count(floor)}` : "";
+  }
+
+  // Bound the slider again after the floor moved; say so when that moved the budget.
+  function rebound() {
+    const before = state.budget;
+    setSliderRange();
+    if (state.budget === before) return false;
+    remember();
+    say(
+      `The budget is now ${count(state.budget)} tokens, the smallest this view takes: ` +
+        "its system prompt and latest user message must fit whole.",
+    );
+    return true;
+  }
+
+  // Render refused the budget (the floor rose before the page knew): read the floor
+  // again and render at it; false when the floor did not move, and the error stands.
+  async function budgetRose() {
+    await refreshView();
+    if (!rebound()) return false;
+    await renderPrompt();
+    return true;
   }
 
   function remember() {
@@ -85,7 +117,7 @@ export async function showSession(root, sid) {
 
   async function renderPrompt() {
     if (!state.view) {
-      prompt.empty("This session has no view yet: create one with PUT " + `${base}/views/{name}`);
+      prompt.empty(`This session has no view yet, so there is no prompt to show: create one with PUT ${base}/views/NAME (a preset and a budget).`);
       return;
     }
     await prompt.render(state.view, state.budget, state.folds);
@@ -96,8 +128,8 @@ export async function showSession(root, sid) {
     jobLine.draw(record ? record.job : null);
   }
 
-  // The view's record again, for its job (appends and the workers' events change it).
-  async function refreshJob() {
+  // The view's record again, for its job and floor (appends and the workers' events change them).
+  async function refreshView() {
     const name = state.view;
     if (!name) return;
     const record = await api(`${base}/views/${encodeURIComponent(name)}`);
@@ -123,15 +155,18 @@ export async function showSession(root, sid) {
 
   function showFold(fold) {
     const facts = document.getElementById("fold-facts");
+    const span = fold.end - fold.start + 1;
     const rows = [
-      ["range", `seq ${fold.start}–${fold.end}`],
+      ["log range", `messages #${fold.start}–#${fold.end} (${count(span)} message${span === 1 ? "" : "s"})`],
       ["kind", fold.kind],
       ["strategy", fold.strategy],
-      ["model", fold.model || "none"],
-      ["placement", fold.placement],
-      ["tokens", `${count(fold.tokens_before)} → ${count(fold.tokens_after)}`],
+      ["model", fold.model || "none (no model call)"],
+      ["shown", fold.placement === "facts" ? "once, after the system prompt (facts)" : "in place of its log range"],
+      ["tokens in the log", count(fold.log_tokens)],
+      ["tokens in the fold", count(fold.tokens_after)],
+      ["saved", savedText(savedTokens(fold))],
       ["created", isoTime(fold.created_at)],
-      ["superseded by", fold.superseded_by || "—"],
+      ["superseded by", fold.superseded_by || "nothing: the fold is in use"],
     ];
     facts.replaceChildren(...rows.flatMap(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]));
     document.getElementById("fold-title").textContent = `Fold ${fold.id}`;
@@ -153,7 +188,7 @@ export async function showSession(root, sid) {
     renderPrompt().catch((error) => say(String(error.message || error)));
   }, 150);
   const rejob = debounce(() => {
-    refreshJob().catch((error) => say(String(error.message || error)));
+    refreshView().catch((error) => say(String(error.message || error)));
   }, 300);
 
   picker.addEventListener("change", guarded(() => selectView(picker.value)));
@@ -193,14 +228,14 @@ export async function showSession(root, sid) {
         "div",
         { class: "toolbar controls" },
         el("label", {}, "View ", picker),
-        el("label", { class: "budget" }, "Budget ", slider, budgetOut),
-        el("label", { class: "check" }, toggle, " superseded folds"),
+        el("label", { class: "budget" }, "Budget ", slider, budgetOut, floorOut),
+        el("label", { class: "check" }, toggle, " Show superseded folds"),
       ),
       notice,
       el(
         "nav",
         { class: "jump", "aria-label": "Sections" },
-        el("a", { href: "#history" }, "History"),
+        el("a", { href: "#history" }, "Log"),
         el("a", { href: "#prompt-section" }, "Prompt"),
       ),
       el("div", { class: "columns" }, logPane.node, prompt.node),
@@ -235,12 +270,12 @@ export async function showSession(root, sid) {
       "appended",
       guarded(async () => {
         info = await api(base);
+        await refreshView(); // a new user message moves the floor
         drawStats();
-        setSliderRange();
+        rebound();
         logPane.setTotal(info.last_seq);
         await logPane.catchUp();
         rerender();
-        rejob();
       }),
     );
     source.addEventListener("planned", (event) => {
@@ -264,15 +299,31 @@ export async function showSession(root, sid) {
         rejob();
       }),
     );
-    for (const kind of ["failed", "degraded", "quarantined", "retried", "parked"]) {
-      source.addEventListener(kind, (event) => {
-        if (viewOf(event) !== state.view) return;
-        say(`Compaction ${kind}: ${detail(event)}`);
-        rejob();
-      });
+    for (const [kind, text] of Object.entries(TROUBLE)) {
+      source.addEventListener(
+        kind,
+        guarded(async (event) => {
+          if (viewOf(event) !== state.view) return;
+          const why = String(detail(event));
+          say(`${text}. ${why.charAt(0).toUpperCase()}${why.slice(1)}`);
+          rejob();
+          if (kind !== "quarantined") return;
+          await loadFolds(); // the set-aside fold's band goes, its range renders from the log
+          rerender();
+        }),
+      );
     }
   }
 }
+
+// What each compaction trouble the event stream reports means for the view.
+const TROUBLE = {
+  failed: "Compaction failed and the job was dropped",
+  degraded: "Compaction failed; the view keeps its older folds and may be over its budget until a later try",
+  quarantined: "A damaged fold was set aside; the view renders its log range instead",
+  retried: "Compaction failed and is tried again after a pause",
+  parked: "Compaction failed too often; nothing is queued until the view changes or is compacted",
+};
 
 function viewOf(event) {
   try {

@@ -1,0 +1,221 @@
+"""MkDocs hooks: the CLI and HTTP reference pages, generated at build time.
+
+A page holding ``<!-- cli-reference -->`` gets every command of the argparse
+parser in ``contextfold.cli``; a page holding ``<!-- http-reference -->`` gets
+every operation of the FastAPI app's OpenAPI schema. Both are read from the
+code the site is built with, so a flag or route someone adds appears without a
+docs edit, and a parser or app that no longer builds fails the build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+CLI_MARK = "<!-- cli-reference -->"
+HTTP_MARK = "<!-- http-reference -->"
+PRESETS_MARK = "<!-- presets-reference -->"
+_PARSER_FACTORIES = ("build_parser", "parser", "_parser")
+_METHODS = ("get", "post", "put", "patch", "delete")
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """Replace the reference marks with the generated Markdown."""
+    if CLI_MARK in markdown:
+        markdown = markdown.replace(CLI_MARK, cli_markdown())
+    if HTTP_MARK in markdown:
+        markdown = markdown.replace(HTTP_MARK, http_markdown())
+    if PRESETS_MARK in markdown:
+        markdown = markdown.replace(PRESETS_MARK, presets_markdown())
+    return markdown
+
+
+def _cli_parser() -> argparse.ArgumentParser:
+    cli = importlib.import_module("contextfold.cli")
+    for name in _PARSER_FACTORIES:
+        factory = getattr(cli, name, None)
+        if callable(factory):
+            made = factory()
+            if isinstance(made, argparse.ArgumentParser):
+                return made
+    raise RuntimeError(f"contextfold.cli has none of {', '.join(_PARSER_FACTORIES)}")
+
+
+def _commands(
+    parser: argparse.ArgumentParser, path: str
+) -> Iterator[tuple[str, str, argparse.ArgumentParser]]:
+    """Every command under ``parser``, depth first, with its help line."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
+        for name, sub in action.choices.items():
+            yield f"{path} {name}", helps.get(name, ""), sub
+            yield from _commands(sub, f"{path} {name}")
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _argument_rows(parser: argparse.ArgumentParser) -> list[str]:
+    rows = []
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+            continue
+        if action.help == argparse.SUPPRESS:
+            continue
+        if action.option_strings:
+            value = "" if action.nargs == 0 else f" {action.metavar or action.dest.upper()}"
+            name = ", ".join(f"`{flag}{value}`" for flag in action.option_strings)
+        else:
+            name = f"`{action.metavar or action.dest}`"
+        default = action.default
+        blank = default in (None, False, argparse.SUPPRESS, [], ()) or action.required
+        shown = "" if blank else f"`{default}`"
+        help_text = (action.help or "") % {"default": default} if action.help else ""
+        rows.append(f"| {name} | {shown} | {_cell(help_text)} |")
+    return rows
+
+
+def cli_markdown() -> str:
+    """Every command: its help, its usage line and a table of its arguments."""
+    parser = _cli_parser()
+    parts = [f"```\n{parser.format_usage().strip()}\n```\n"]
+    for path, help_line, sub in _commands(parser, parser.prog):
+        parts.append(f"## `{path}`\n")
+        description = sub.description or help_line
+        if description:
+            parts.append(f"{_cell(description)}\n")
+        parts.append(f"```\n{sub.format_usage().strip()}\n```\n")
+        rows = _argument_rows(sub)
+        if rows:
+            parts.append("| argument | default | what it does |\n|---|---|---|")
+            parts.append("\n".join(rows) + "\n")
+    return "\n".join(parts)
+
+
+def _openapi() -> dict[str, Any]:
+    app_module = importlib.import_module("contextfold.server.app")
+    settings_module = importlib.import_module("contextfold.server.settings")
+    settings = settings_module.Settings(database="memory://")  # nothing starts: no lifespan runs
+    schema: dict[str, Any] = app_module.create_app(settings).openapi()
+    return schema
+
+
+def _type(schema: dict[str, Any], spec: dict[str, Any]) -> str:
+    if "$ref" in schema:
+        name = str(schema["$ref"].rsplit("/", 1)[-1])
+        return f"[{name}](#{name.lower()})"
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            return " or ".join(_type(option, spec) for option in schema[key])
+    kind = schema.get("type", "any")
+    if kind == "array":
+        return f"list of {_type(schema.get('items', {}), spec)}"
+    return str(kind)
+
+
+def _fields(name: str, spec: dict[str, Any]) -> list[str]:
+    model = spec["components"]["schemas"][name]
+    required = set(model.get("required", ()))
+    rows = [f"### {name}\n"]
+    if model.get("description"):
+        rows.append(f"{_cell(model['description'])}\n")
+    if "properties" not in model:
+        return [*rows, f"Type: {_cell(_type(model, spec))}\n"]
+    rows += ["| field | type | required | description |", "|---|---|---|---|"]
+    for field, prop in model.get("properties", {}).items():
+        rows.append(
+            f"| `{field}` | {_cell(_type(prop, spec))} | {'yes' if field in required else ''} "
+            f"| {_cell(prop.get('description', ''))} |"
+        )
+    return rows
+
+
+def _operation(path: str, method: str, op: dict[str, Any], spec: dict[str, Any]) -> list[str]:
+    lines = [f"### `{method.upper()} {path}`\n"]
+    if op.get("description") or op.get("summary"):
+        lines.append(f"{op.get('description') or op.get('summary')}\n")
+    params = op.get("parameters", [])
+    if params:
+        lines += ["| parameter | in | type | required | description |", "|---|---|---|---|---|"]
+        for param in params:
+            kind = _type(param.get("schema", {}), spec)
+            lines.append(
+                f"| `{param['name']}` | {param['in']} | {_cell(kind)} "
+                f"| {'yes' if param.get('required') else ''} "
+                f"| {_cell(param.get('description', ''))} |"
+            )
+        lines.append("")
+    body = op.get("requestBody", {}).get("content", {})
+    for media, content in body.items():
+        lines.append(f"Request body ({media}): {_type(content.get('schema', {}), spec)}\n")
+    responses = op.get("responses", {})
+    if responses:
+        lines += ["| status | meaning | body |", "|---|---|---|"]
+        for status, response in responses.items():
+            content = response.get("content", {})
+            kinds = ", ".join(
+                _type(item.get("schema", {}), spec) if item.get("schema") else media
+                for media, item in content.items()
+            )
+            lines.append(f"| {status} | {_cell(response.get('description', ''))} | {kinds} |")
+        lines.append("")
+    return lines
+
+
+def http_markdown() -> str:
+    """Every operation of the app's OpenAPI schema, grouped by its first tag."""
+    spec = _openapi()
+    groups: dict[str, list[str]] = {}
+    for path, item in spec["paths"].items():
+        for method in _METHODS:
+            op = item.get(method)
+            if op is None:
+                continue
+            tag = (op.get("tags") or ["other"])[0]
+            groups.setdefault(tag, []).extend(_operation(path, method, op, spec))
+    info = spec.get("info", {})
+    parts = [f"API version: {info.get('title')} {info.get('version')}.\n"]
+    for tag, lines in groups.items():
+        parts.append(f"## {tag}\n")
+        parts.append("\n".join(lines))
+    parts.append("## Schemas\n")
+    for name in sorted(spec.get("components", {}).get("schemas", {})):
+        parts.append("\n".join(_fields(name, spec)) + "\n")
+    return "\n".join(parts)
+
+
+def _options(strategy: object) -> str:
+    """A strategy's short scalar options, as it is built by default."""
+    if not dataclasses.is_dataclass(strategy):
+        return ""
+    shown = []
+    for field in dataclasses.fields(strategy):
+        value = getattr(strategy, field.name)
+        if field.name != "name" and isinstance(value, bool | int | float | str):
+            text = repr(value)
+            if len(text) <= 30:
+                shown.append(f"{field.name}={text}")
+    return ", ".join(shown)
+
+
+def presets_markdown() -> str:
+    """Every registered preset: its strategies in order and their default options."""
+    package = importlib.import_module("contextfold")
+    rows = ["| preset | recall | strategies, in order, with their defaults |", "|---|---|---|"]
+    for name in package.preset_names():
+        with warnings.catch_warnings():  # round-compressor's deprecation has a page of its own
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pipeline = package.get_preset(name)
+        strategies = "<br>".join(
+            f"`{type(s).__name__}({_options(s)})`" for s in pipeline.strategies
+        )
+        recall = "on" if getattr(pipeline, "recall", False) else "off"
+        rows.append(f"| `{name}` | {recall} | {_cell(strategies) or 'none: never folds'} |")
+    return "\n".join(rows) + "\n"

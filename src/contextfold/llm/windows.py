@@ -1,0 +1,87 @@
+"""Context windows of known models: data, each number with where it was read.
+
+A name matches a model called exactly that, or that name then ``-`` and more
+(a dated snapshot: ``gpt-4o`` matches ``gpt-4o-2024-08-06``); a name ending in
+``*`` matches any model starting with the rest. The longest matching name wins,
+so ``o1-mini`` beats ``o1``. A provider's prefix before the last ``/``
+(``openai/gpt-4o`` on a router) is ignored. Windows are in tokens, prompt and
+answer together, as each vendor's model page gives them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from contextfold.core.checks import MAX_BUDGET
+from contextfold.core.errors import InvalidInput
+
+OPENAI = "https://platform.openai.com/docs/models (each model's page: context window)"
+ANTHROPIC = "https://docs.anthropic.com/en/docs/about-claude/models (context window)"
+GOOGLE = "https://ai.google.dev/gemini-api/docs/models (input token limit)"
+
+
+class Window(NamedTuple):
+    tokens: int
+    source: str
+
+
+KNOWN: Mapping[str, Window] = {
+    "gpt-3.5-turbo": Window(16_385, OPENAI),
+    "gpt-4": Window(8_192, OPENAI),
+    "gpt-4-32k": Window(32_768, OPENAI),
+    "gpt-4-turbo": Window(128_000, OPENAI),
+    "gpt-4o": Window(128_000, OPENAI),
+    "gpt-4o-mini": Window(128_000, OPENAI),
+    "chatgpt-4o-latest": Window(128_000, OPENAI),
+    "gpt-4.1": Window(1_047_576, OPENAI),
+    "gpt-4.1-mini": Window(1_047_576, OPENAI),
+    "gpt-4.1-nano": Window(1_047_576, OPENAI),
+    "gpt-4.5-preview": Window(128_000, OPENAI),
+    "o1": Window(200_000, OPENAI),
+    "o1-mini": Window(128_000, OPENAI),
+    "o1-preview": Window(128_000, OPENAI),
+    "o3": Window(200_000, OPENAI),
+    "o3-mini": Window(200_000, OPENAI),
+    "o4-mini": Window(200_000, OPENAI),
+    "gpt-5": Window(400_000, OPENAI),
+    "gpt-5-mini": Window(400_000, OPENAI),
+    "gpt-5-nano": Window(400_000, OPENAI),
+    "gpt-5-chat-latest": Window(128_000, OPENAI),
+    "claude-*": Window(200_000, ANTHROPIC),
+    "claude-2.0": Window(100_000, ANTHROPIC),
+    "claude-instant-1.2": Window(100_000, ANTHROPIC),
+    "gemini-1.5-pro": Window(2_097_152, GOOGLE),
+    "gemini-1.5-flash": Window(1_048_576, GOOGLE),
+    "gemini-2.0-flash": Window(1_048_576, GOOGLE),
+    "gemini-2.5-pro": Window(1_048_576, GOOGLE),
+    "gemini-2.5-flash": Window(1_048_576, GOOGLE),
+}
+
+
+def matches(name: str, model: str) -> bool:
+    if name.endswith("*"):
+        return model.startswith(name[:-1])
+    return model == name or model.startswith(name + "-")
+
+
+def find_window(model: str, table: Mapping[str, Window] = KNOWN) -> tuple[str, Window] | None:
+    """The entry of ``table`` for ``model`` (longest matching name), or None."""
+    bare = model.rpartition("/")[2].strip().lower()
+    found = [(name, w) for name, w in table.items() if matches(name.lower(), bare)]
+    if not found:
+        return None
+    return max(found, key=lambda entry: len(entry[0].rstrip("*")))
+
+
+def check_windows(table: Mapping[str, Any], where: str) -> dict[str, Window]:
+    """A ``[model_windows]`` table (``name = tokens``) as entries sourced to ``where``."""
+    entries: dict[str, Window] = {}
+    for name, tokens in table.items():
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 < tokens <= MAX_BUDGET:
+            raise InvalidInput(
+                f"{where} {name}: a window is a positive number of tokens, not {tokens!r}",
+                field=name,
+            )
+        entries[name] = Window(tokens, where)
+    return entries

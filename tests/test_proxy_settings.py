@@ -1,0 +1,228 @@
+"""The views the proxy creates: their summarizer (``serve --model``, or a view's own
+``model``) and their budget (the request model's window, ``[model_windows]``, or
+``serve --budget``), through a real uvicorn server and scripted model servers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fake_providers import FakeProvider, openai_reply
+from server_harness import running
+
+from contextfold.llm.windows import check_windows, find_window
+from contextfold.server.app import create_app
+from contextfold.server.proxy_budget import ANSWER_RESERVE, FALLBACK_BUDGET
+from contextfold.server.service import Service
+from contextfold.server.settings import Settings
+
+API = "/api/v1/sessions"
+SUMMARY = {
+    "user_preferences": {},
+    "key_decisions": ["ship on Friday"],
+    "important_facts": ["the build takes ten minutes"],
+    "source_urls": [],
+    "document_structure": {},
+    "entities": ["Ada"],
+    "custom_fields": {},
+    "conversation_summary": "Ada and the assistant planned the release, step by step.",
+}
+
+
+@contextmanager
+def served(tmp_path: Path, **settings: Any) -> Iterator[str]:
+    service = Service(Settings(database=str(tmp_path / "cf.db"), auth=False, **settings))
+    try:
+        with running(create_app(service)) as url:
+            yield url
+    finally:
+        service.close()
+
+
+def conversation(turns: int) -> list[dict[str, str]]:
+    messages = []
+    for i in range(turns):
+        text = f"Step {i} of the release plan: " + "check the build and the tests again. " * 20
+        messages.append({"role": "user", "content": text})
+        messages.append({"role": "assistant", "content": f"Done with step {i}. " * 30})
+    return [*messages, {"role": "user", "content": "What is left?"}]
+
+
+def chat(url: str, session: str, model: str, **extra: Any) -> httpx.Response:
+    headers = {"X-Contextfold-Session": session, **extra.pop("headers", {})}
+    body = {"model": model, "messages": extra.pop("messages", conversation(1)), **extra}
+    answer = httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    return answer
+
+
+def test_proxy_views_fold_with_the_served_model_or_their_own(tmp_path: Path) -> None:
+    with FakeProvider("openai") as upstream, FakeProvider("openai") as summarizer:
+        upstream.add(openai_reply("noted"), openai_reply("noted"))
+        summarizer.add(*[openai_reply(json.dumps(SUMMARY), model="x")] * 8)
+        served_model = f"openai-compatible:{summarizer.url}#served-summarizer"
+        own_model = f"openai-compatible:{summarizer.url}#own-summarizer"
+        settings = {
+            "upstream": f"openai-compatible:{upstream.url}",
+            "model": served_model,
+            "budget": 1500,
+            "runner": False,  # compact is asked for below, not raced by the background
+        }
+        with served(tmp_path, **settings) as url:
+            chat(url, "s1", "gpt-4o", messages=conversation(12))
+            view = httpx.get(f"{url}{API}/s1/views/default").json()["config"]
+            assert (view["preset"], view["model"], view["budget"]) == ("chat", served_model, 1500)
+            compacted = httpx.post(f"{url}{API}/s1/views/default/compact", timeout=60)
+            assert compacted.status_code == 200 and compacted.json()["folds"], compacted.text
+            served_calls = len(summarizer.requests)
+            assert served_calls >= 1
+            assert {r.body["model"] for r in summarizer.requests} == {"served-summarizer"}
+
+            put = {"preset": "chat", "model": own_model, "budget": 1500}
+            httpx.put(f"{url}{API}/s1/views/own", json=put).raise_for_status()
+            answered = openai_reply("noted").body["choices"][0]["message"]
+            messages = [*conversation(12), answered, {"role": "user", "content": "And now?"}]
+            chat(url, "s1", "gpt-4o", messages=messages, headers={"X-Contextfold-View": "own"})
+            compacted = httpx.post(f"{url}{API}/s1/views/own/compact", timeout=60)
+            assert compacted.status_code == 200 and compacted.json()["folds"], compacted.text
+        later = {r.body["model"] for r in summarizer.requests[served_calls:]}
+        assert later == {"own-summarizer"}
+
+
+def test_without_a_model_the_proxy_views_stay_offline(tmp_path: Path) -> None:
+    with FakeProvider("openai") as upstream:
+        upstream.add(openai_reply("noted"))
+        with served(tmp_path, upstream=f"openai-compatible:{upstream.url}") as url:
+            chat(url, "s1", "gpt-4o")
+            view = httpx.get(f"{url}{API}/s1/views/default").json()["config"]
+            assert (view["preset"], view["model"]) == ("offline", None)
+
+
+def test_the_budget_follows_the_window_of_the_request_model(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    windows = check_windows({"my-local": 32_768}, "cf.toml [model_windows]")
+    with FakeProvider("openai") as upstream:
+        upstream.add(*[openai_reply("noted")] * 8)
+        spec = f"openai-compatible:{upstream.url}"
+        with (
+            served(tmp_path, upstream=spec, model_windows=windows) as url,
+            caplog.at_level(logging.INFO, logger="contextfold.proxy"),
+        ):
+            said: dict[str, list[dict[str, Any]]] = {}
+
+            def budget(session: str, model: str, **extra: Any) -> tuple[int, str, int]:
+                """One more turn of ``session``'s conversation, sent for ``model``."""
+                messages = [*said.get(session, []), *conversation(1)]
+                answer = chat(url, session, model, messages=messages, **extra)
+                said[session] = [*messages, answer.json()["choices"][0]["message"]]
+                view = httpx.get(f"{url}{API}/{session}/views/default").json()["config"]
+                used = int(answer.headers["x-contextfold-budget"])
+                return used, answer.headers["x-contextfold-budget-source"], view["budget"]
+
+            # A dated snapshot matches its model; the answer keeps its reserve.
+            snapshot = 128_000 - ANSWER_RESERVE
+            assert budget("a", "gpt-4o-2024-08-06") == (snapshot, "table", snapshot)
+            # The request's own answer limit is what is kept for the answer.
+            limited = budget("b", "gpt-4.1-mini", max_completion_tokens=1000)
+            assert limited == (1_047_576 - 1000, "table", 1_047_576 - 1000)
+            # [model_windows] adds a model; a small window keeps a quarter for the answer.
+            assert budget("c", "my-local") == (32_768 - 8192, "config", 32_768 - 8192)
+            assert budget("d", "mystery-7b") == (FALLBACK_BUDGET, "fallback", FALLBACK_BUDGET)
+            # A later request to a model with less room renders smaller; the view stays.
+            assert budget("a", "gpt-4") == (6144, "table", snapshot)
+            assert budget("a", "gpt-5") == (snapshot, "view", snapshot)
+            asked = {"X-Contextfold-Budget": "900"}
+            assert budget("a", "gpt-4o", headers=asked)[:2] == (
+                900,
+                "header",
+            )
+        sent = upstream.requests[-1].body
+        assert sent["model"] == "gpt-4o" and "max_tokens" not in sent
+    logged = {r.getMessage(): r.levelno for r in caplog.records}
+    fallback = [m for m in logged if "mystery-7b" in m]
+    assert fallback and logged[fallback[0]] == logging.WARNING
+    assert "fallback: no window known for model 'mystery-7b'" in fallback[0]
+
+
+def test_a_new_proxy_view_reports_its_budget_on_the_session_stream(tmp_path: Path) -> None:
+    events: list[str] = []
+    listening = threading.Event()
+
+    def listen(url: str) -> None:
+        with httpx.stream("GET", f"{url}{API}/e/events", timeout=30) as stream:
+            for line in stream.iter_lines():
+                listening.set()
+                events.append(line)
+                if line.startswith("data:") and "budget" in events[-2]:
+                    return
+
+    with FakeProvider("openai") as upstream:
+        upstream.add(openai_reply("noted"))
+        with served(tmp_path, upstream=f"openai-compatible:{upstream.url}") as url:
+            httpx.post(f"{url}{API}", json={"id": "e"}).raise_for_status()
+            thread = threading.Thread(target=listen, args=(url,), daemon=True)
+            thread.start()
+            assert listening.wait(30)
+            chat(url, "e", "llama-local")
+            thread.join(30)
+    assert "event: budget" in events, events
+    data = json.loads(events[events.index("event: budget") + 1].removeprefix("data:"))
+    assert data == {
+        "session": "e",
+        "view": "default",
+        "budget": FALLBACK_BUDGET,
+        "source": "fallback",
+        "model": "llama-local",
+        "window": None,
+        "reserve": None,
+        "origin": None,
+    }
+
+
+def test_serve_budget_fixes_the_budget(tmp_path: Path) -> None:
+    with FakeProvider("openai") as upstream:
+        upstream.add(openai_reply("noted"))
+        spec = f"openai-compatible:{upstream.url}"
+        with served(tmp_path, upstream=spec, budget=5000) as url:
+            answer = chat(url, "s1", "gpt-4o")
+            assert answer.headers["x-contextfold-budget"] == "5000"
+            assert answer.headers["x-contextfold-budget-source"] == "flag"
+
+
+def test_an_answer_limit_over_the_window_is_refused(tmp_path: Path) -> None:
+    with FakeProvider("openai") as upstream:
+        with served(tmp_path, upstream=f"openai-compatible:{upstream.url}") as url:
+            body = {"model": "gpt-4", "max_tokens": 9000, "messages": conversation(1)}
+            answer = httpx.post(
+                f"{url}/v1/chat/completions", json=body, headers={"X-Contextfold-Session": "s"}
+            )
+        assert answer.status_code == 422
+        assert "max_tokens 9000 leaves no room" in answer.text
+        assert upstream.requests == []
+
+
+@pytest.mark.parametrize(
+    ("model", "name"),
+    [
+        ("gpt-4o-mini-2024-07-18", "gpt-4o-mini"),
+        ("openai/gpt-4o", "gpt-4o"),
+        ("o1-mini", "o1-mini"),
+        ("o3-mini-2025-01-31", "o3-mini"),
+        ("claude-sonnet-4-5", "claude-*"),
+        ("gpt-5-chat-latest", "gpt-5-chat-latest"),
+        ("gpt-4o-audio-preview", "gpt-4o"),
+    ],
+)
+def test_a_model_matches_its_longest_name(model: str, name: str) -> None:
+    found = find_window(model)
+    assert found is not None and found[0] == name
+    assert find_window("gpt-4omega") is None
