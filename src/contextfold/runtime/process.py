@@ -16,11 +16,23 @@ jobs whose strategy is not registered, and jobs whose token counter has no
 name a worker can rebuild. A job sent to a worker keeps its budget: this
 process waits for it no longer than the job's deadline, and a cancel (``stop``)
 ends the wait; the worker calls no model, so nothing goes out meanwhile.
+
+The workers end with the runner. ``stop`` drains as ``ThreadRunner.stop`` does,
+then lets idle workers exit, and kills a worker still busy with an abandoned
+job: no one will commit its folds. A worker ignores SIGINT and SIGTERM (Ctrl-C
+reaches the terminal's whole process group, systemd signals the whole control
+group): the parent decides what stops, so its drain can still use the
+worker. A worker exits by itself when its parent is gone, so even a parent
+killed outright (SIGKILL) leaves no worker behind.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
+import threading
+import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -40,6 +52,8 @@ from contextfold.strategies.base import Job, Strategy
 from contextfold.strategies.registry import strategy_from_data, strategy_to_data
 
 _POLL_S = 0.05
+_EXIT_S = 2.0
+"""How long idle workers get to exit once told to, before they are killed."""
 PORTABLE_ENCODINGS = (*ENCODINGS, "approx")
 """Counters a worker process can rebuild by name."""
 
@@ -63,7 +77,9 @@ class ProcessRunner(ThreadRunner):
         if processes < 1:
             raise InvalidInput("a ProcessRunner needs at least one process", field="processes")
         # Spawned, not forked: a fork of a process with threads may inherit held locks.
-        self._pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+        self._pool = ProcessPoolExecutor(
+            processes, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_start
+        )
         # Started and importing before this returns, so no job pays for a worker's start.
         for future in [self._pool.submit(_warm) for _ in range(processes)]:
             future.result()
@@ -92,8 +108,20 @@ class ProcessRunner(ThreadRunner):
         return _awaited(self._pool.submit(_run_in_worker, data, job, counter.name))
 
     def stop(self, timeout: float = 5.0, *, drain: bool = True) -> bool:
+        """``ThreadRunner.stop``, then the workers end: none is left running on return."""
         done = super().stop(timeout, drain=drain)
+        # The executor forgets its processes on shutdown (None after a first stop);
+        # it has no public handle on them.
+        workers = list((self._pool._processes or {}).values())
         self._pool.shutdown(wait=False, cancel_futures=True)
+        # Idle workers exit on the executor's word; a busy one works on an abandoned job.
+        deadline = time.monotonic() + (_EXIT_S if done and not self._hurried else 0.0)
+        for worker in workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+        for worker in workers:
+            if worker.is_alive():
+                worker.kill()  # it ignores SIGTERM
+                worker.join()
         return done
 
     def __enter__(self) -> ProcessRunner:
@@ -114,6 +142,24 @@ def _awaited(future: Future[list[Fold]]) -> list[Fold]:
             return future.result(timeout=_POLL_S)
         except FutureTimeout:
             continue
+
+
+def _worker_start() -> None:
+    """In a new worker: leave SIGINT and SIGTERM to the parent, exit when the parent is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+
+
+def _exit_with(parent: multiprocessing.process.BaseProcess) -> None:
+    """Wait for the parent's end (its pipe to this worker closes), then end this worker.
+
+    ``os._exit``: a job still running has no one to hand its folds to.
+    """
+    parent.join()
+    os._exit(0)
 
 
 def _warm() -> None:

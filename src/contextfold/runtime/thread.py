@@ -26,6 +26,8 @@ from contextfold.runtime.cooldown import DEFAULT_COOLDOWN, Cooldown
 from contextfold.runtime.core import Key, Runner, key_of
 
 SETTLE_S = 0.005
+_HURRY_POLL_S = 0.05
+"""How often a draining ``stop`` looks whether ``hurry`` cut it short."""
 
 
 class ThreadRunner(Runner):
@@ -61,6 +63,7 @@ class ThreadRunner(Runner):
         self._ticket = itertools.count()
         self._active = 0
         self._stopping = False
+        self._hurried = False
         self._threads = [
             threading.Thread(target=self._work, name=f"contextfold-runner-{i}", daemon=True)
             for i in range(workers)
@@ -148,12 +151,24 @@ class ThreadRunner(Runner):
             self._cond.notify_all()
         deadline = time.monotonic() + (timeout if drain else 0.0)
         for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+            while thread.is_alive() and not self._hurried:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                thread.join(min(left, _HURRY_POLL_S))
         done = not self.busy()
         if not done:
             self._abandon()
         self._shut()
         return done
+
+    def hurry(self) -> None:
+        """Cut a draining ``stop`` short: the jobs still running are abandoned now.
+
+        It only sets a flag that ``stop`` reads, so a signal handler may call it
+        while ``stop`` runs in the same thread (a second Ctrl-C).
+        """
+        self._hurried = True
 
     def __enter__(self) -> ThreadRunner:
         return self

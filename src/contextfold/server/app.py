@@ -1,7 +1,8 @@
 """``create_app``: the FastAPI app over one ``Service``.
 
 Routers by resource: ``sessions`` and ``views`` (the REST API under
-``/api/v1``), ``proxy`` (``/v1/chat/completions``) and ``page`` (the web page).
+``/api/v1``), ``proxy`` (``/v1/chat/completions``), ``page`` (the web page) and
+``docs`` (Swagger UI at ``/docs``, served from the package).
 The service's runner starts and stops with the app's lifespan.
 """
 
@@ -17,7 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from contextfold.server import errors, page, proxy, sessions, views
+from contextfold.server import docs, errors, page, proxy, sessions, views
 from contextfold.server.errors import ServiceError, error_body
 from contextfold.server.metrics import RequestMetrics
 from contextfold.server.service import Service, ServiceDep
@@ -131,11 +132,14 @@ def create_app(config: Settings | Service | None = None) -> FastAPI:
         finally:
             svc.stop()
 
-    app = FastAPI(title=API_TITLE, version=API_VERSION, lifespan=lifespan)
+    # FastAPI's /docs and /redoc load from a CDN; ``docs`` serves Swagger UI from the package.
+    app = FastAPI(
+        title=API_TITLE, version=API_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None
+    )
     app.state.service = svc
     errors.install(app)
     app.include_router(health)
-    for module in (sessions, views, proxy, page):
+    for module in (sessions, views, proxy, page, docs):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, limit=svc.settings.max_body_bytes)
     if svc.settings.cors_origins:

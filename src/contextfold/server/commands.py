@@ -137,9 +137,8 @@ def add_commands(sub: Any) -> None:
 
 def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
     with needs_extra("'contextfold serve'", "server"):
-        import uvicorn
-
         from contextfold.server.app import create_app
+        from contextfold.server.lifecycle import run_until_stopped
         from contextfold.server.service import Service
         from contextfold.server.settings import Settings
     tables = resolve(args)
@@ -187,7 +186,8 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
         )
     if args.demo:
         say(f"demo session {DEMO_SESSION!r}: open {base}/sessions/{DEMO_SESSION}")
-    uvicorn.run(
+    run_until_stopped(
+        service,
         create_app(service),
         host=args.host,
         port=args.port,

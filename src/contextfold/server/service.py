@@ -68,6 +68,8 @@ class Service:
         self.keys = KeyCache(settings.key_cache_s)
         self._watched: set[tuple[str, str]] = set()
         self.runner: ThreadRunner | None = None
+        self._stopping: ThreadRunner | None = None
+        """The runner a ``stop`` in progress drains, for ``hurry``."""
         self.workers: CeleryRunner | None = None
         """The runner again when it sends jobs to Celery workers (``settings.workers``)."""
         self._collector: QueueCollector | None = None
@@ -105,7 +107,9 @@ class Service:
                 else ThreadRunner(settings.runner_workers, settle_s=settings.settle_s)
             )
 
-    def stop(self) -> None:
+    def stop(self, *, drain: bool = True) -> None:
+        """Stop the runner: with ``drain``, running jobs get a few seconds to commit;
+        the rest are abandoned (never committed) and its worker processes end."""
         runner, self.runner, self.workers = self.runner, None, None
         collector, self._collector = self._collector, None
         if collector is not None:
@@ -113,10 +117,21 @@ class Service:
         with self._lock:
             self._watched.clear()
         if runner is not None:
-            runner.stop()
+            self._stopping = runner
+            try:
+                runner.stop(drain=drain)
+            finally:
+                self._stopping = None
 
-    def close(self) -> None:
-        self.stop()
+    def hurry(self) -> None:
+        """Cut a draining ``stop`` short (a second signal); only sets flags, so a signal
+        handler may call it while ``stop`` runs in the same thread."""
+        runner = self._stopping
+        if runner is not None:
+            runner.hurry()
+
+    def close(self, *, drain: bool = True) -> None:
+        self.stop(drain=drain)
         self.memory.close()
 
     # -- tenancy ----------------------------------------------------------
