@@ -2,7 +2,9 @@
 
 A page holding ``<!-- cli-reference -->`` gets every command of the argparse
 parser in ``contextfold.cli``; a page holding ``<!-- http-reference -->`` gets
-every operation of the FastAPI app's OpenAPI schema. Both are read from the
+every operation of the FastAPI app's OpenAPI schema; ``<!-- config-reference -->``
+gets every setting of ``serve`` and ``worker`` with its environment variable and
+TOML key, read from the same parser through ``contextfold.options``. Both are read from the
 code the site is built with, so a flag or route someone adds appears without a
 docs edit, and a parser or app that no longer builds fails the build.
 """
@@ -19,6 +21,8 @@ from typing import Any
 CLI_MARK = "<!-- cli-reference -->"
 HTTP_MARK = "<!-- http-reference -->"
 PRESETS_MARK = "<!-- presets-reference -->"
+CONFIG_MARK = "<!-- config-reference -->"
+CONFIGURED_COMMANDS = ("serve", "worker")
 _PARSER_FACTORIES = ("build_parser", "parser", "_parser")
 _METHODS = ("get", "post", "put", "patch", "delete")
 
@@ -31,6 +35,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         markdown = markdown.replace(HTTP_MARK, http_markdown())
     if PRESETS_MARK in markdown:
         markdown = markdown.replace(PRESETS_MARK, presets_markdown())
+    if CONFIG_MARK in markdown:
+        markdown = markdown.replace(CONFIG_MARK, config_markdown())
     return markdown
 
 
@@ -63,6 +69,9 @@ def _cell(text: str) -> str:
 
 
 def _argument_rows(parser: argparse.ArgumentParser) -> list[str]:
+    # serve and worker hand their defaults to contextfold.options (argparse sees SUPPRESS)
+    specs = parser.get_default("_option_specs")
+    configured = {spec.dest: spec for spec in specs[1]} if specs else {}
     rows = []
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
@@ -74,8 +83,10 @@ def _argument_rows(parser: argparse.ArgumentParser) -> list[str]:
             name = ", ".join(f"`{flag}{value}`" for flag in action.option_strings)
         else:
             name = f"`{action.metavar or action.dest}`"
-        default = action.default
-        blank = default in (None, False, argparse.SUPPRESS, [], ()) or action.required
+        spec = configured.get(action.dest)
+        default = spec.default if spec is not None else action.default
+        required = spec.required if spec is not None else action.required
+        blank = default in (None, False, argparse.SUPPRESS, [], ()) or required
         shown = "" if blank else f"`{default}`"
         help_text = (action.help or "") % {"default": default} if action.help else ""
         rows.append(f"| {name} | {shown} | {_cell(help_text)} |")
@@ -219,3 +230,58 @@ def presets_markdown() -> str:
         recall = "on" if getattr(pipeline, "recall", False) else "off"
         rows.append(f"| `{name}` | {recall} | {_cell(strategies) or 'none: never folds'} |")
     return "\n".join(rows) + "\n"
+
+
+def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+            sub: argparse.ArgumentParser = action.choices[name]
+            return sub
+    raise RuntimeError(f"contextfold.cli has no command {name!r}")
+
+
+def _config_default(spec: Any) -> str:
+    if spec.required:
+        return "required"
+    if spec.kind == "switch":
+        return "off"
+    if spec.default in (None, [], ()):
+        return ""
+    return f"`{spec.default}`"
+
+
+def _config_value(spec: Any) -> str:
+    if spec.kind == "switch":
+        return "true or false"
+    if spec.kind == "list":
+        return "strings (a TOML list; comma-separated in the variable)"
+    if spec.choices:
+        return "one of " + ", ".join(f"`{choice}`" for choice in spec.choices)
+    return {int: "an integer", float: "a number"}.get(spec.convert, "a string")
+
+
+def config_markdown() -> str:
+    """Every setting of the configurable commands: flag, variable, TOML key, default, help."""
+    options = importlib.import_module("contextfold.options")
+    parser = _cli_parser()
+    parts = []
+    for command in CONFIGURED_COMMANDS:
+        sub = _subcommand(parser, command)
+        _, specs = sub.get_default(options._SPECS)
+        helps = {a.dest: a.help or "" for a in sub._actions}
+        parts.append(f"## `contextfold {command}`: the `[{command}]` table\n")
+        parts.append(
+            "| flag | variable | TOML key | value | default | what it sets |\n"
+            "|---|---|---|---|---|---|"
+        )
+        rows = [
+            f"| `--{spec.name}` | `{spec.variable}` | `{spec.name}` | {_config_value(spec)} "
+            f"| {_config_default(spec)} | {_cell(helps.get(spec.dest, ''))} |"
+            for spec in specs
+        ]
+        rows.append(
+            f"| `--config` | `{options.CONFIG_ENV}` | | a path | | the TOML file itself "
+            f"(tables {', '.join(f'`[{name}]`' for name in options.TABLES)}) |"
+        )
+        parts.append("\n".join(rows) + "\n")
+    return "\n".join(parts)

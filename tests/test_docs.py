@@ -124,12 +124,24 @@ def test_the_presets_reference_names_every_preset_and_strategy() -> None:
             assert f"`{type(strategy).__name__}(" in row, (name, strategy)
 
 
+def test_the_configuration_reference_names_every_setting() -> None:
+    hooks = _hooks()
+    markdown = hooks.config_markdown()
+    commands = _parser_commands(hooks._cli_parser(), "contextfold")
+    for command in hooks.CONFIGURED_COMMANDS:
+        section = markdown.split(f"## `contextfold {command}`", 1)[1].split("\n## ", 1)[0]
+        for flag in commands[f"contextfold {command}"]:
+            variable = "CONTEXTFOLD_" + flag[2:].upper().replace("-", "_")
+            assert f"| `{flag}` | `{variable}` |" in section, (command, flag)
+
+
 def test_the_references_replace_their_marks() -> None:
     hooks = _hooks()
     for page, mark in [
         ("reference/cli.md", hooks.CLI_MARK),
         ("reference/http.md", hooks.HTTP_MARK),
         ("reference/presets.md", hooks.PRESETS_MARK),
+        ("reference/configuration.md", hooks.CONFIG_MARK),
     ]:
         text = (DOCS / page).read_text(encoding="utf-8")
         assert mark in text
