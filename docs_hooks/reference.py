@@ -217,9 +217,15 @@ def _options(strategy: object) -> str:
 
 
 def presets_markdown() -> str:
-    """Every registered preset: its strategies in order and their default options."""
+    """Every registered preset: model or not, recall, description, strategies with defaults."""
     package = importlib.import_module("contextfold")
-    rows = ["| preset | recall | strategies, in order, with their defaults |", "|---|---|---|"]
+    strategies_module = importlib.import_module("contextfold.strategies")
+    infos = {info.name: info for info in strategies_module.describe_presets()}
+    default = strategies_module.DEFAULT_PRESET
+    rows = [
+        "| preset | model | recall | what it does | strategies, in order, with their defaults |",
+        "|---|---|---|---|---|",
+    ]
     for name in package.preset_names():
         with warnings.catch_warnings():  # round-compressor's deprecation has a page of its own
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -228,7 +234,12 @@ def presets_markdown() -> str:
             f"`{type(s).__name__}({_options(s)})`" for s in pipeline.strategies
         )
         recall = "on" if getattr(pipeline, "recall", False) else "off"
-        rows.append(f"| `{name}` | {recall} | {_cell(strategies) or 'none: never folds'} |")
+        info = infos[name]
+        model = "yes" if info.model else "no"
+        about = _cell(info.description) + (" (the default)" if name == default else "")
+        rows.append(
+            f"| `{name}` | {model} | {recall} | {about} | {_cell(strategies) or 'none: never folds'} |"
+        )
     return "\n".join(rows) + "\n"
 
 
