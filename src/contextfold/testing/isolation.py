@@ -31,9 +31,9 @@ PUBLIC = frozenset(
         "/readyz",
         "/metrics",
         "/openapi.json",
+        # Swagger UI, served from files in the package: no session data.
         "/docs",
-        "/docs/oauth2-redirect",
-        "/redoc",
+        "/docs/assets/{name}",
         # The web page's shell and files: no session data; the page reads it through the API.
         "/",
         "/sessions/{sid}",
