@@ -69,6 +69,15 @@ def test_a_signal_stops_serve_with_nothing_left_behind(
     assert damage(database) == {"messages_lost": 0, "partial_folds": 0}
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (a zombie has ended)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
 def test_a_process_runner_stop_returns_with_its_workers_ended() -> None:
     runner = ProcessRunner(processes=1)  # started: its warm-up ran in it
     workers = multiprocessing.active_children()
@@ -79,6 +88,8 @@ def test_a_process_runner_stop_returns_with_its_workers_ended() -> None:
     time.sleep(0.2)
     assert all(worker.is_alive() for worker in workers)
     assert runner.stop(timeout=5)
-    assert not any(worker.is_alive() for worker in workers)
-    assert not multiprocessing.active_children()
+    # Asked of the system, not of multiprocessing's bookkeeping: after the serve tests in
+    # this process, a worker's exit status can be collected elsewhere, and ``is_alive``
+    # then answers True for a process that is gone.
+    assert not [worker.pid for worker in workers if running(worker.pid or 0)]
     assert runner.stop(timeout=1)  # a second stop finds nothing to do

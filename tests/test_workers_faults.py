@@ -130,15 +130,20 @@ def test_workers_racing_on_the_same_views_never_compact_one_at_once(database: st
                 thread.start()
             for thread in threads:
                 thread.join(60)
+            # 14 s alone; the bound is for a loaded machine, the message says what was left.
             assert wait_for(
                 lambda: (
                     runner.wait_idle(0)
                     and all(runner.job(v) is None for v in views)
                     and not any(plans_a_job(v) for v in views)
                 ),
-                60,
+                120,
                 interval=0.2,
-            )
+            ), [
+                (v.session.id, v.name, runner.job(v), plans_a_job(v))
+                for v in views
+                if runner.job(v) is not None or plans_a_job(v)
+            ]
             announced = [p.owners(events.of()) for p in pool]
         finally:
             runner.stop()
@@ -313,8 +318,10 @@ def test_a_job_whose_pool_process_is_killed_is_redelivered_and_completed(databas
 def test_a_job_whose_whole_worker_is_killed_goes_to_another_worker(database: str) -> None:
     after, problems = killed_mid_job(database, "worker", lease_ttl=2.0, visibility_timeout=5.0)
     assert problems == []
-    # The message is handed on once unacknowledged for the visibility timeout (5 s).
-    assert after["held"] + after["redelivered"] >= 5.0
+    # The message is handed on once unacknowledged for the visibility timeout (5 s), counted
+    # from its delivery; "held" counts from the job's start, which comes after the delivery
+    # (measured 4.93 s under load), so half a second is the start's share.
+    assert after["held"] + after["redelivered"] >= 4.5
     print(f"worker killed: {after}")
 
 
