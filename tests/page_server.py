@@ -121,6 +121,22 @@ def launched_browser() -> Iterator[Any]:
         launched.close()
 
 
+LAPTOP = {"width": 1440, "height": 900}
+
+
+def opened_page(browser: Any) -> Iterator[Any]:
+    """A laptop-sized page (the page tests' ``page`` fixture); a script error on it fails
+    the test that used it."""
+    context = browser.new_context(viewport=LAPTOP, bypass_csp=True)
+    context.set_default_timeout(10_000)
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    yield opened
+    context.close()
+    assert not errors, f"script errors on the page: {errors}"
+
+
 def save_shot(page: Any, name: str) -> Path:
     """A screenshot of the viewport into the artifacts folder, and into
     ``$CONTEXTFOLD_PAGE_SHOTS`` too when set (the docs' images, docs/img)."""

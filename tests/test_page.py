@@ -12,9 +12,16 @@ from typing import Any
 
 import pytest
 from conftest import load_rows
-from page_server import Server, demo_messages, need_browser, running, save_shot
+from page_server import (
+    LAPTOP,
+    Server,
+    demo_messages,
+    need_browser,
+    opened_page,
+    running,
+    save_shot,
+)
 
-LAPTOP = {"width": 1440, "height": 900}
 PHONE = {"width": 390, "height": 844}
 CHATS = 52  # more than one page of the list (50)
 HOSTILE = '<img src=x onerror="window.__owned=1"><script>window.__owned=2</script>'
@@ -57,14 +64,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport=LAPTOP, bypass_csp=True)
-    context.set_default_timeout(10_000)
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    yield opened
-    context.close()
-    assert not errors, f"script errors on the page: {errors}"
+    yield from opened_page(browser)
 
 
 def list_ids(page: Any) -> list[str]:

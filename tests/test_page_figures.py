@@ -11,9 +11,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from page_server import Server, demo_messages, need_browser, running, save_shot
+from page_server import (
+    LAPTOP,
+    Server,
+    demo_messages,
+    need_browser,
+    opened_page,
+    running,
+    save_shot,
+)
 
-LAPTOP = {"width": 1440, "height": 900}
 DEMO = "/api/v1/sessions/demo"
 CHAT = "/api/v1/sessions/chat"
 # Words the page used for what the project calls otherwise.
@@ -45,14 +52,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport=LAPTOP, bypass_csp=True)
-    context.set_default_timeout(10_000)
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    yield opened
-    context.close()
-    assert not errors, f"script errors on the page: {errors}"
+    yield from opened_page(browser)
 
 
 def open_session(page: Any, server: Server, sid: str, query: str = "") -> None:
