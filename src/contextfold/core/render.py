@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from contextfold.core.entries import Entry
 from contextfold.core.errors import BudgetError
 from contextfold.core.folds import Fold
+from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, for_model
 from contextfold.core.tokens import REPLY_PRIMING, TokenCounter
 from contextfold.core.units import units_newest_first
@@ -54,6 +55,12 @@ class Rendered:
     """Seqs of the logged messages recalled into the prompt, in log order."""
 
 
+def floor(system_tokens: int, latest_user: Entry | LoggedMessage | None) -> int:
+    """The smallest budget ``render`` takes (below it, ``BudgetError``): the reply
+    priming, the system prompt and the latest user message, which nothing may cut."""
+    return REPLY_PRIMING + system_tokens + (latest_user.tokens if latest_user is not None else 0)
+
+
 def render(
     *,
     system: Sequence[Message],
@@ -82,16 +89,17 @@ def render(
     if system_tokens is None:
         system_tokens = sum(counter.message(m) for m in head)
     head_tokens = REPLY_PRIMING + system_tokens
-    user_tokens = latest_user.tokens if latest_user is not None else 0
+    least = floor(system_tokens, latest_user)
+    user_tokens = least - head_tokens
     marker_tokens = _marker_cost(counter)
     facts_msgs = [for_model(m) for m in facts.messages] if facts else []
     facts_tokens = facts.tokens_after if facts else 0
     left: int | None = None
     shortened = False
     if budget is not None:
-        if head_tokens + user_tokens > budget:
-            raise BudgetError(budget, head_tokens + user_tokens)
-        room = budget - head_tokens - user_tokens
+        if least > budget:
+            raise BudgetError(budget, least)
+        room = budget - least
         if facts is not None and facts.tokens_after > room - 2 * marker_tokens:
             facts_msgs, facts_tokens = _clip_messages(
                 facts_msgs, room - 2 * marker_tokens, counter

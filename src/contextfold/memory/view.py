@@ -27,8 +27,7 @@ from contextfold.core.folds import Fold, active_facts, active_in_place
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, text_of
 from contextfold.core.recall import with_block
-from contextfold.core.render import Rendered, render
-from contextfold.core.tokens import REPLY_PRIMING
+from contextfold.core.render import Rendered, floor, render
 from contextfold.core.units import answer_missing, whole_units
 from contextfold.llm.base import LLM
 from contextfold.llm.budget import DEFAULT_LIMITS, JobLimits
@@ -200,8 +199,7 @@ class View:
         no fold may hold (``contextfold.core.fold_checks``)."""
         head = self._head()
         latest = self._latest_user(head, self._built(head.view_version)[2])
-        fixed = REPLY_PRIMING + sum(m.tokens for m in self._system())
-        return fixed if latest is None else fixed + latest.tokens
+        return floor(sum(m.tokens for m in self._system()), latest)
 
     def _sound_folds(
         self, system: int, *, include_superseded: bool = False
