@@ -25,7 +25,7 @@ from contextfold.core.recall import RecallSettings
 from contextfold.memory.filters import MessageFilter, check_filter, compile_filter
 from contextfold.strategies.base import HIGH_WATER, LOW_WATER
 from contextfold.strategies.pipeline import Pipeline
-from contextfold.strategies.presets import DEFAULT_PRESET, get_preset, preset_names
+from contextfold.strategies.presets import DEFAULT_PRESET, check_preset, get_preset
 from contextfold.strategies.registry import (
     from_data,
     pipeline_from_data,
@@ -76,11 +76,8 @@ class ViewConfig:
             raise InvalidInput("give a preset or a pipeline, not both", field="pipeline")
         if self.local and (self.preset is not None or self.pipeline is not None):
             raise InvalidInput("a local view's pipeline is not stored", field="local")
-        if self.preset is not None and self.preset not in preset_names():
-            raise InvalidInput(
-                f"unknown preset {self.preset!r} (expected one of {', '.join(preset_names())})",
-                field="preset",
-            )
+        if self.preset is not None:
+            check_preset(self.preset)
         check_budget(self.budget)
         if self.model is not None and (not isinstance(self.model, str) or not self.model):
             raise InvalidInput(

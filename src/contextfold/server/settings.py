@@ -11,7 +11,7 @@ from contextfold.core.redact import redact
 from contextfold.llm.registry import provider_names
 from contextfold.llm.windows import Window
 from contextfold.server.proxy_upstream import parse_upstream
-from contextfold.strategies.presets import DEFAULT_PRESET, preset_names
+from contextfold.strategies.presets import DEFAULT_PRESET, check_preset
 
 DEFAULT_DATABASE = "contextfold.db"
 DEFAULT_HOST = "127.0.0.1"
@@ -102,11 +102,8 @@ class Settings:
             parse_upstream(self.upstream)
         if self.budget is not None and self.budget < 1:
             raise InvalidInput("budget must be a positive integer", field="budget")
-        if self.preset is not None and self.preset not in preset_names():
-            raise InvalidInput(
-                f"unknown preset {self.preset!r} (one of {', '.join(preset_names())})",
-                field="preset",
-            )
+        if self.preset is not None:
+            check_preset(self.preset)
         if self.model is not None and self.model.partition(":")[0] not in provider_names():
             raise InvalidInput(
                 f"model is provider:name with a provider of {', '.join(provider_names())}",

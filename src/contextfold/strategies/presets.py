@@ -73,13 +73,17 @@ def describe_presets() -> list[PresetInfo]:
     return [_PRESETS[name][1] for name in preset_names()]
 
 
-def get_preset(name: str, **options: Any) -> Pipeline:
-    try:
-        factory, _ = _PRESETS[name]
-    except KeyError:
+def check_preset(name: str) -> None:
+    """Refuse a name no preset is registered under, naming the ones that are."""
+    if name not in _PRESETS:
         raise InvalidInput(
             f"unknown preset {name!r} (expected one of {', '.join(preset_names())})", field="preset"
-        ) from None
+        )
+
+
+def get_preset(name: str, **options: Any) -> Pipeline:
+    check_preset(name)
+    factory, _ = _PRESETS[name]
     try:
         return factory(**options)
     except TypeError as exc:
