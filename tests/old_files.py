@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from contextfold.core.folds import Fold
-from contextfold.store.migrations import MIGRATIONS
+from contextfold.store.sqlite.migrations import MIGRATIONS
 
 
 def old_file(

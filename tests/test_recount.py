@@ -16,7 +16,7 @@ from contextfold import Memory
 from contextfold.core.errors import StoreError
 from contextfold.core.tokens import COUNT_VERSION, TokenCounter, get_counter
 from contextfold.store import SQLiteStore
-from contextfold.store.migrations import MIGRATIONS
+from contextfold.store.sqlite.migrations import MIGRATIONS
 
 COUNTER = get_counter("o200k_base")
 CALL_ID = "call_" + "Zq9xW3vK7pL2mN8bR4tY6uJ1" * 2

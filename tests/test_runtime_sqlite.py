@@ -19,7 +19,7 @@ import pytest
 from crash_worker import chat, summarizing_view
 from old_files import old_file
 
-import contextfold.store.migrations as migrations
+import contextfold.store.sqlite.migrations as migrations
 from contextfold import Memory
 from contextfold.core.events import Event
 from contextfold.runtime import ThreadRunner

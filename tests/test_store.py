@@ -19,8 +19,8 @@ from contextfold.core.errors import InvalidInput, StoreError
 from contextfold.core.folds import Fold
 from contextfold.core.log import NewMessage
 from contextfold.store import RAMStore, SQLiteStore, Store
-from contextfold.store.migrations import MIGRATIONS, migrate
-from contextfold.store.sqlite_sql import LAST_OF_ROLE_SQL, MESSAGES_BEFORE_SQL
+from contextfold.store.sqlite.migrations import MIGRATIONS, migrate
+from contextfold.store.sqlite.sql import LAST_OF_ROLE_SQL, MESSAGES_BEFORE_SQL
 from contextfold.testing.store_contract import StoreContract
 
 

@@ -31,10 +31,10 @@ from contextfold.testing.store_contract import StoreContract
 psycopg = pytest.importorskip("psycopg")
 
 from contextfold.store.postgres import PostgresStore  # noqa: E402
-from contextfold.store.postgres_admin import below  # noqa: E402
-from contextfold.store.postgres_pool import CHECK_IDLE_S  # noqa: E402
-from contextfold.store.postgres_schema import MIGRATIONS, MIGRATIONS_TABLE  # noqa: E402
-from contextfold.store.postgres_wake import PostgresWake  # noqa: E402
+from contextfold.store.postgres.admin import below  # noqa: E402
+from contextfold.store.postgres.migrations import MIGRATIONS, MIGRATIONS_TABLE  # noqa: E402
+from contextfold.store.postgres.pool import CHECK_IDLE_S  # noqa: E402
+from contextfold.store.postgres.wake import PostgresWake  # noqa: E402
 
 SPAWN = multiprocessing.get_context("spawn")
 

@@ -13,9 +13,9 @@ from old_files import old_file
 from contextfold.core.errors import StoreError
 from contextfold.core.log import NewMessage
 from contextfold.store import SQLiteStore
-from contextfold.store import postgres_schema as pg_schema
-from contextfold.store.migrations import MIGRATIONS
+from contextfold.store.postgres import migrations as pg_schema
 from contextfold.store.search import SEQ_BITS, index_rowid, stored_text, term_counts
+from contextfold.store.sqlite.migrations import MIGRATIONS
 
 _OLD_LOG = [
     {"role": "user", "content": "where is the lighthouse"},

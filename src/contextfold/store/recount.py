@@ -4,8 +4,9 @@ Every message is stored with its token count, and render adds those counts up
 to keep a prompt within its budget; a count by an older formula (lower, say,
 because a field was not counted yet) could let a prompt overflow. A file
 therefore records which formula its counts follow (``COUNT_VERSION`` of
-``contextfold.core.tokens``) in ``_count_version``. ``recount`` runs inside the
-write transaction that migrates a file on open: a file recorded with an older
+``contextfold.core.tokens``). Each backend's migrations recount inside the
+write transaction that migrates a database on open (SQLite's ``recount`` in
+``contextfold.store.sqlite.migrations``), with the pieces here: a file recorded with an older
 version, or with none (written before versions were recorded), has every
 message's count redone with its session's encoding, and the new version is
 recorded in the same transaction. A second process opening the file at once
@@ -21,36 +22,11 @@ summaries and a plain text message counts the same by every version.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
 from contextfold.core.errors import InvalidInput, StoreError
 from contextfold.core.tokens import COUNT_VERSION, TokenCounter, get_counter
-
-VERSION_SQL = "SELECT MAX(version) FROM _count_version"
-SESSIONS_SQL = "SELECT id, encoding FROM sessions ORDER BY id"
-MESSAGES_SQL = "SELECT seq, message, tokens FROM messages WHERE session_id = ? ORDER BY seq"
-SET_TOKENS_SQL = "UPDATE messages SET tokens = ? WHERE session_id = ? AND seq = ?"
-
-
-def recount(conn: sqlite3.Connection, path: str) -> int:
-    """Bring the file's message counts to ``COUNT_VERSION``; return how many changed.
-
-    Call inside a write transaction. Refuses a file whose counts follow a newer
-    formula than this code knows: it would misjudge every budget.
-    """
-    if current(conn.execute(VERSION_SQL).fetchone()[0], path):
-        return 0
-    changed = 0
-    for session_id, encoding in conn.execute(SESSIONS_SQL).fetchall():
-        found = conn.execute(MESSAGES_SQL, (session_id,)).fetchall()
-        updates = [(fresh, session_id, seq) for fresh, seq in stale(encoding, found)]
-        conn.executemany(SET_TOKENS_SQL, updates)
-        changed += len(updates)
-    conn.execute("DELETE FROM _count_version")
-    conn.execute("INSERT INTO _count_version VALUES (?)", (COUNT_VERSION,))
-    return changed
 
 
 def current(recorded: int | None, where: str) -> bool:

@@ -13,7 +13,7 @@ callback)``: PostgreSQL's ``LISTEN/NOTIFY`` or a queue has the same shape.
   wakes listeners when another process appended.
 - A store that can push appends between processes itself hands out its wake
   from a ``wake()`` method, and ``wake_for`` takes that one: PostgreSQL's
-  ``LISTEN/NOTIFY`` (``contextfold.store.postgres_wake``).
+  ``LISTEN/NOTIFY`` (``contextfold.store.postgres.wake``).
 """
 
 from __future__ import annotations

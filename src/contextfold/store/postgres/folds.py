@@ -13,8 +13,8 @@ import psycopg
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold, FoldSpan, Span
-from contextfold.store import postgres_sql as q
 from contextfold.store import rows
+from contextfold.store.postgres import sql as q
 
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 

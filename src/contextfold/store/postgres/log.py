@@ -1,5 +1,5 @@
 """What a PostgreSQL append sends: the new messages as columns for the one statement
-that numbers and inserts them (``postgres_sql.APPEND_SQL``).
+that numbers and inserts them (``sql.APPEND_SQL``).
 
 Plain functions over the append's cursor, so ``PostgresStore.append`` runs
 ``insert`` alone (a batch no rule of ``contextfold.core.order`` reads the log
@@ -17,10 +17,10 @@ from typing import Any
 
 from contextfold.core.log import LoggedMessage, NewMessage
 from contextfold.core.order import Tail, needs_calls, open_calls
-from contextfold.store import postgres_sql as q
 from contextfold.store import rows
 from contextfold.store.base import check_batch
-from contextfold.store.postgres_pool import Cursor, one_row, require
+from contextfold.store.postgres import sql as q
+from contextfold.store.postgres.pool import Cursor, one_row, require
 from contextfold.store.search import index_text, term_counts
 
 Prepared = tuple[NewMessage, str, str, list[str]]

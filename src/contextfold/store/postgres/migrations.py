@@ -25,8 +25,8 @@ from psycopg import sql
 
 from contextfold.core.errors import StoreError
 from contextfold.core.tokens import COUNT_VERSION
-from contextfold.store.migrations import pending
 from contextfold.store.recount import current, stale
+from contextfold.store.schema import pending
 from contextfold.store.search import session_tag, stored_text, tagged, term_counts
 
 MIGRATIONS_TABLE = "contextfold_migrations"

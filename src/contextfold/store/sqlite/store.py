@@ -39,8 +39,6 @@ from contextfold.core.log import (
 )
 from contextfold.core.order import Tail, needs_calls, open_calls
 from contextfold.store import rows
-from contextfold.store import sqlite_admin as admin
-from contextfold.store import sqlite_sql as q
 from contextfold.store.base import (
     Head,
     Quarantined,
@@ -52,7 +50,6 @@ from contextfold.store.base import (
     system_prompt,
     view_config_json,
 )
-from contextfold.store.migrations import check_ours, migrate
 from contextfold.store.search import (
     FTS5_INSERT_SQL,
     fts5_search,
@@ -64,6 +61,9 @@ from contextfold.store.search import (
     tagged,
     term_counts,
 )
+from contextfold.store.sqlite import admin as admin
+from contextfold.store.sqlite import sql as q
+from contextfold.store.sqlite.migrations import check_ours, migrate
 
 Durability = Literal["process", "full"]
 # What ``PRAGMA synchronous`` each durability sets (the class docstring says why).

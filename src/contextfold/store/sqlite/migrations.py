@@ -3,7 +3,7 @@
 Each migration is applied once, in order, and recorded by name in
 ``_migrations``; all pending ones run in one transaction when a file is opened,
 so a file is never left half-migrated. The same transaction brings the stored
-token counts to the current formula (``contextfold.store.recount``). Append new
+token counts to the current formula (``recount`` below, with ``contextfold.store.recount``). Append new
 migrations at the end and never edit one that has shipped.
 
 Statements run one at a time with ``execute``: ``executescript`` would commit
@@ -16,7 +16,9 @@ import sqlite3
 import time
 
 from contextfold.core.errors import StoreError
-from contextfold.store.recount import recount
+from contextfold.core.tokens import COUNT_VERSION
+from contextfold.store.recount import current, stale
+from contextfold.store.schema import pending
 from contextfold.store.search import (
     FTS5_INSERT_SQL,
     FTS5_TABLE_SQL,
@@ -26,7 +28,7 @@ from contextfold.store.search import (
     tagged,
     term_counts,
 )
-from contextfold.store.sqlite_sql import COUNT_TERMS_SQL, SESSION_NUMBER_SQL, TERMS_TABLE_SQL
+from contextfold.store.sqlite.sql import COUNT_TERMS_SQL, SESSION_NUMBER_SQL, TERMS_TABLE_SQL
 
 MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
     (
@@ -157,24 +159,6 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 
-Migrations = list[tuple[str, tuple[str, ...]]]
-
-
-def pending(migrations: Migrations, done: set[str], where: str) -> Migrations:
-    """The migrations not applied yet, in order; every store applies its own list this way.
-
-    Refuses a database recording migrations this code does not know: a newer
-    contextfold wrote it, and this one would misread it.
-    """
-    unknown = done - {name for name, _ in migrations}
-    if unknown:
-        raise StoreError(
-            f"{where} was written by a newer contextfold (schema migrations "
-            f"{sorted(unknown)} are unknown here); upgrade contextfold to open it"
-        )
-    return [(name, statements) for name, statements in migrations if name not in done]
-
-
 def check_ours(conn: sqlite3.Connection, path: str) -> None:
     """Refuse a database that another application made: it has tables, none of them ours.
 
@@ -232,3 +216,28 @@ def migrate(conn: sqlite3.Connection, path: str = "database") -> list[str]:
         conn.rollback()
         raise
     return applied
+
+
+_COUNT_VERSION_SQL = "SELECT MAX(version) FROM _count_version"
+_SESSIONS_SQL = "SELECT id, encoding FROM sessions ORDER BY id"
+_MESSAGES_SQL = "SELECT seq, message, tokens FROM messages WHERE session_id = ? ORDER BY seq"
+_SET_TOKENS_SQL = "UPDATE messages SET tokens = ? WHERE session_id = ? AND seq = ?"
+
+
+def recount(conn: sqlite3.Connection, path: str) -> int:
+    """Bring the file's message counts to ``COUNT_VERSION``; return how many changed.
+
+    Call inside a write transaction. Refuses a file whose counts follow a newer
+    formula than this code knows: it would misjudge every budget.
+    """
+    if current(conn.execute(_COUNT_VERSION_SQL).fetchone()[0], path):
+        return 0
+    changed = 0
+    for session_id, encoding in conn.execute(_SESSIONS_SQL).fetchall():
+        found = conn.execute(_MESSAGES_SQL, (session_id,)).fetchall()
+        updates = [(fresh, session_id, seq) for fresh, seq in stale(encoding, found)]
+        conn.executemany(_SET_TOKENS_SQL, updates)
+        changed += len(updates)
+    conn.execute("DELETE FROM _count_version")
+    conn.execute("INSERT INTO _count_version VALUES (?)", (COUNT_VERSION,))
+    return changed

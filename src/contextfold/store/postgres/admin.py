@@ -3,7 +3,7 @@ a session's figures, removing a session whole, and API keys.
 
 Plain functions over a cursor, so ``PostgresStore`` runs each inside its own
 read or write. Removing a session is one ``DELETE``: every table's rows of a
-session go with it by ``ON DELETE CASCADE`` (``postgres_schema``), and with its
+session go with it by ``ON DELETE CASCADE`` (``migrations``), and with its
 row goes its last seq, so a session made again under that id starts at seq 1.
 """
 
@@ -29,7 +29,7 @@ LIST_SQL = (
     "AND (%(needle)s = '' OR strpos(lower(substr(id, %(skip)s) COLLATE \"C\"), %(needle)s) > 0) "
     "ORDER BY id LIMIT %(limit)s"
 )
-# One row: each append keeps the session's figures (postgres_schema).
+# One row: each append keeps the session's figures (migrations).
 INFO_SQL = (
     "SELECT id, encoding, meta, created_at, last_seq, messages, tokens, last_at "
     "FROM sessions WHERE id = %s"

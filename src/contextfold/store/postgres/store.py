@@ -2,7 +2,7 @@
 
 ``PostgresStore("postgresql://user@host:5432/db?schema=chat")`` keeps every
 table in one schema (``public`` unless ``?schema=`` names another; it is made
-on first open), migrated on open (``contextfold.store.postgres_schema``).
+on first open), migrated on open (``contextfold.store.postgres.migrations``).
 
 Connections come from a ``psycopg_pool.ConnectionPool`` in autocommit mode:
 a read, and an append without idempotency keys, is one statement; other writes
@@ -19,11 +19,11 @@ made safe by row locks, not by retries:
   current one is expired or the caller's, atomic on the lease's row. Expiry is
   the callers' wall clock (``time.time()``), as in every store.
 
-Driver errors become ``StoreError`` in ``postgres_pool.translated``, the one boundary;
+Driver errors become ``StoreError`` in ``pool.translated``, the one boundary;
 a foreign-key failure on a write means the session is unknown (``NotFound``).
 Every append that logs something sends ``NOTIFY`` in its own statement, so
 runners in other processes wake when it commits (``LISTEN``, in
-``contextfold.store.postgres_wake``, whose wake ``wake()`` hands out).
+``contextfold.store.postgres.wake``, whose wake ``wake()`` hands out).
 """
 
 from __future__ import annotations
@@ -50,8 +50,6 @@ from contextfold.core.log import (
     SessionRecord,
     ViewRecord,
 )
-from contextfold.store import postgres_admin as admin
-from contextfold.store import postgres_sql as q
 from contextfold.store import rows
 from contextfold.store.base import (
     Head,
@@ -63,10 +61,13 @@ from contextfold.store.base import (
     system_prompt,
     view_config_json,
 )
-from contextfold.store.postgres_folds import insert_fold, spans_near
-from contextfold.store.postgres_log import Prepared, insert, insert_checked, unchecked
-from contextfold.store.postgres_options import PostgresOptions, parse_url
-from contextfold.store.postgres_pool import (
+from contextfold.store.postgres import admin as admin
+from contextfold.store.postgres import sql as q
+from contextfold.store.postgres.folds import insert_fold, spans_near
+from contextfold.store.postgres.log import Prepared, insert, insert_checked, unchecked
+from contextfold.store.postgres.migrations import migrate
+from contextfold.store.postgres.options import PostgresOptions, parse_url
+from contextfold.store.postgres.pool import (
     NUL,
     Connections,
     Cursor,
@@ -76,8 +77,7 @@ from contextfold.store.postgres_pool import (
     require,
     session_must_exist,
 )
-from contextfold.store.postgres_schema import migrate
-from contextfold.store.postgres_wake import PostgresWake, channel_for
+from contextfold.store.postgres.wake import PostgresWake, channel_for
 from contextfold.store.search import (
     CANDIDATES,
     search_terms,
@@ -161,7 +161,7 @@ class PostgresStore:
     # -- the log ------------------------------------------------------------
 
     def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
-        """One statement for a batch no rule reads the log for (``postgres_log.unchecked``);
+        """One statement for a batch no rule reads the log for (``log.unchecked``);
         else one transaction checking it under the session's row lock.
 
         The statement also sends the wake's ``NOTIFY``; while this process

@@ -22,8 +22,8 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from contextfold.core.errors import InvalidInput, NotFound, StoreError
-from contextfold.store import postgres_sql as q
-from contextfold.store.postgres_options import SYNCHRONOUS_COMMIT, PostgresOptions
+from contextfold.store.postgres import sql as q
+from contextfold.store.postgres.options import SYNCHRONOUS_COMMIT, PostgresOptions
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 Cursor = psycopg.Cursor[tuple[Any, ...]]

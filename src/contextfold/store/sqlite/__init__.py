@@ -1,0 +1,5 @@
+"""The SQLite backend: one file shared by threads and processes, with its own migrations."""
+
+from contextfold.store.sqlite.store import Durability, SQLiteStore
+
+__all__ = ["Durability", "SQLiteStore"]
