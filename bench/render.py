@@ -81,7 +81,9 @@ def build(store: Store, n: int) -> Session:
         tokens_before=sum(m.tokens for m in store.messages(session.id, 2, end)),
         tokens_after=session.counter.message({"role": "user", "content": text}),
     )
-    store.commit_folds(session.id, "default", [summary], store.fold_version(session.id, "default"))
+    store.commit_folds(
+        session.id, "default", [summary], store.head(session.id, "default").fold_version
+    )
     session.view("default", preset="offline", budget=BUDGET).compact()
     return session
 

@@ -44,13 +44,13 @@ def test_quarantine_is_told_marked_and_moves_the_fold_version(db: str) -> None:
     view = memory.session(SESSION).view(VIEW)
     events: list[Event] = []
     view.on_event.append(events.append)
-    version = memory.store.fold_version(SESSION, VIEW)
+    version = memory.store.head(SESSION, VIEW).fold_version
     prompt = view.render_report()
     told = [e for e in events if e.kind == "quarantined"]
     assert [e.data["fold"] for e in told] == [fold_id]
     assert "it says it costs 1 tokens" in told[0].data["reason"]
     assert memory.store.quarantined(SESSION, VIEW)[0].fold_id == fold_id
-    assert memory.store.fold_version(SESSION, VIEW) == version + 1
+    assert memory.store.head(SESSION, VIEW).fold_version == version + 1
     assert fold_id not in prompt.folds
     assert fold_id not in [f.id for f in view.folds()]
     assert prompt.tokens <= BUDGET

@@ -75,7 +75,7 @@ def folded(session: Session, view: str, start: int, end: int) -> Fold:
         session.counter.message(summary),
     )  # fmt: skip
     session.store.commit_folds(
-        session.id, view, [fold], session.store.fold_version(session.id, view)
+        session.id, view, [fold], session.store.head(session.id, view).fold_version
     )
     return fold
 

@@ -334,7 +334,7 @@ def test_stop_abandons_a_job_that_never_commits(drain: bool) -> None:
     assert gate.returned.acquire(timeout=WAIT)
     time.sleep(0.05)
     assert view.folds(include_superseded=True) == []
-    assert session.store.fold_version("s", "default") == 0
+    assert session.store.head("s", "default").fold_version == 0
     assert kinds(events) == ["planned", "started"]
     assert len(session.history()) == 13
     session.append({"role": "user", "content": "after stop"})

@@ -103,7 +103,7 @@ def test_sigkill_mid_compaction_loses_nothing_and_the_job_is_planned_again(
     assert max(reported) <= len(logged)
     assert all(logged[seq - 1].message["content"] == text for seq, text in reported.items())
     assert store.folds("s", "default", include_superseded=True) == []
-    assert store.fold_version("s", "default") == 0
+    assert store.head("s", "default").fold_version == 0
     with sqlite3.connect(db) as raw:
         held = raw.execute("SELECT owner FROM leases WHERE session_id = 's'").fetchall()
     assert held == [(owner,)]
@@ -152,7 +152,7 @@ def test_two_processes_on_one_file_compact_a_view_once(
     assert "rejected" not in kinds
     assert sum(report["refusals"] for report in reports) >= 1
     store = SQLiteStore(db)
-    assert store.fold_version("s", "default") == 1
+    assert store.head("s", "default").fold_version == 1
     assert len(store.folds("s", "default", include_superseded=True)) == 1
     store.close()
 

@@ -45,7 +45,7 @@ class Memory:
         get_counter(check_name(encoding, "encoding"))
         if store is None or isinstance(store, str | os.PathLike):
             store = open_store(store)
-        elif not all(callable(getattr(store, m, None)) for m in ("create_session", "append")):
+        elif not isinstance(store, Store):  # every member of the port, ``abilities`` included
             raise InvalidInput(
                 f"store must be a Store, a URL or a path, not {type(store).__name__}",
                 field="store",

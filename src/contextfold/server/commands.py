@@ -18,6 +18,7 @@ from contextfold.core.extras import needs_extra
 from contextfold.core.redact import redact
 from contextfold.llm.windows import check_windows
 from contextfold.options import configurable, named, resolve
+from contextfold.store.base import service_port
 from contextfold.store.registry import open_store
 
 if TYPE_CHECKING:
@@ -242,7 +243,7 @@ def _keys_create(args: argparse.Namespace, out: Console, err: Console) -> None:
     from contextfold.server.keys import create_key
 
     tenant = check_tenant(args.tenant)
-    store = open_store(args.database)
+    store = service_port(open_store(args.database))
     try:
         key = create_key(store, tenant, args.label)
     finally:
@@ -255,7 +256,7 @@ def _keys_create(args: argparse.Namespace, out: Console, err: Console) -> None:
 def _keys_list(args: argparse.Namespace, out: Console, err: Console) -> None:
     from rich.table import Table
 
-    store = open_store(args.database)
+    store = service_port(open_store(args.database))
     try:
         keys = store.list_api_keys(args.tenant)
     finally:
@@ -282,7 +283,7 @@ def _keys_list(args: argparse.Namespace, out: Console, err: Console) -> None:
 
 
 def _keys_revoke(args: argparse.Namespace, out: Console, err: Console) -> None:
-    store = open_store(args.database)
+    store = service_port(open_store(args.database))
     try:
         revoked = store.revoke_api_key(args.id)
     finally:

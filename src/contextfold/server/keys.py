@@ -16,7 +16,7 @@ import time
 from contextfold.core.log import ApiKey
 from contextfold.server.errors import ServiceError
 from contextfold.server.ids import check_tenant
-from contextfold.store.base import Store
+from contextfold.store.base import ServiceStore
 
 KEY = re.compile(r"cf_([0-9a-f]{12})_([A-Za-z0-9_-]{32})")
 
@@ -32,7 +32,7 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def create_key(store: Store, tenant: str, label: str = "") -> str:
+def create_key(store: ServiceStore, tenant: str, label: str = "") -> str:
     """Store a new key of ``tenant`` (its hash only); the key as a client sends it, shown once."""
     key_id, secret, key = new_key()
     store.put_api_key(ApiKey(key_id, check_tenant(tenant), hash_secret(secret), label, time.time()))
@@ -51,7 +51,7 @@ def unauthorized(message: str) -> ServiceError:
     )
 
 
-def tenant_of_key(store: Store, key: str | None) -> str:
+def tenant_of_key(store: ServiceStore, key: str | None) -> str:
     """The tenant ``key`` belongs to; 401 when it is missing, malformed, unknown or revoked."""
     if not key:
         raise unauthorized("an API key is required: send 'Authorization: Bearer cf_...'")
@@ -77,7 +77,7 @@ class KeyCache:
         self.size = size
         self._found: dict[str, tuple[str, float]] = {}
 
-    def tenant(self, store: Store, key: str | None) -> str:
+    def tenant(self, store: ServiceStore, key: str | None) -> str:
         now = time.monotonic()
         if key is not None and self.ttl_s > 0:
             found = self._found.get(key)

@@ -30,9 +30,7 @@ from contextfold.server.keys import KeyCache
 from contextfold.server.metrics import ServiceMetrics
 from contextfold.server.models import JobOut
 from contextfold.server.settings import Settings
-from contextfold.store.base import Store
-from contextfold.store.ram import RAMStore
-from contextfold.store.sqlite import SQLiteStore
+from contextfold.store.base import ServiceStore, Store, service_port
 from contextfold.store.wake import PollingWake
 
 if TYPE_CHECKING:
@@ -59,7 +57,7 @@ class Service:
     def __init__(self, settings: Settings, store: Store | None = None) -> None:
         self.settings = settings
         self.memory = Memory(store if store is not None else settings.database)
-        self.store: Store = self.memory.store
+        self.store: ServiceStore = service_port(self.memory.store)
         if isinstance(self.memory.wake, PollingWake):
             self.memory.wake.interval_s = settings.wake_poll_s
         self.hub = EventHub(feed=self._feed_appends)
@@ -75,7 +73,7 @@ class Service:
         self._collector: QueueCollector | None = None
         self._lock = threading.Lock()
         self._handles: OrderedDict[str, Session] = OrderedDict()
-        local = isinstance(self.store, SQLiteStore | RAMStore)
+        local = self.store.abilities.in_process
         self.offload = settings.offload if settings.offload is not None else not local
 
     async def run(self, work: Callable[..., T], *args: Any) -> T:

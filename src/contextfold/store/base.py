@@ -1,4 +1,12 @@
-"""The store protocol: what every backend promises.
+"""The store ports: what every backend promises, and to whom.
+
+- ``Store`` is the library's port: only what ``memory/``, ``strategies/`` and
+  ``runtime/`` call (the log, folds, views, leases, search).
+- ``ServiceStore`` adds what the service alone asks (listings, session figures,
+  the look-up of idempotency keys, API keys); every shipped backend is one.
+- ``Abilities`` is what a backend declares it can do beyond the port (wake
+  another process, answer without a network, serve the service); callers read
+  it, never probe for methods.
 
 Invariants, checked by ``contextfold.testing.store_contract`` against every backend:
 
@@ -42,19 +50,20 @@ Invariants, checked by ``contextfold.testing.store_contract`` against every back
   id starts a new log at seq 1.
 - Every logged message is searchable from the append that logs it
   (``search``), within its own session only, until the session is deleted.
-- Listings are ordered by id and paged by the last id seen (``after``), so a
-  page never repeats or skips a session that existed throughout.
-- API keys are stored by id with the hash of their secret, never the secret.
+- (``ServiceStore``) Listings are ordered by id and paged by the last id seen
+  (``after``), so a page never repeats or skips a session that existed throughout.
+- (``ServiceStore``) API keys are stored by id with the hash of their secret,
+  never the secret.
+- ``abilities`` is honest: the contract checks each claim it makes.
 """
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from contextfold.core.errors import InvalidInput
+from contextfold.core.errors import StoreError
 from contextfold.core.folds import Fold
 from contextfold.core.log import (
     ApiKey,
@@ -64,7 +73,6 @@ from contextfold.core.log import (
     SessionRecord,
     ViewRecord,
 )
-from contextfold.core.order import SYSTEM_KEY, Tail, first_violation
 
 
 class Head(NamedTuple):
@@ -87,7 +95,30 @@ class Quarantined(NamedTuple):
     reason: str
 
 
+@dataclass(frozen=True)
+class Abilities:
+    """What a backend can do beyond the port, declared once; the contract checks each claim.
+
+    A backend that declares nothing (``Abilities()``) is served by the library
+    alone, in one process, with work offloaded to threads.
+    """
+
+    wake_across_processes: bool = False
+    """``wake()`` (``contextfold.store.wake.WakingStore``) hands out a wake that hears
+    appends made by other processes too (SQLite polls its file, PostgreSQL listens)."""
+    in_process: bool = False
+    """Answers from this process without waiting on a network (RAM, SQLite): a
+    server may call it on its event loop instead of a worker thread."""
+    service: bool = False
+    """Implements ``ServiceStore``: what ``contextfold serve`` needs beside the library."""
+
+
+@runtime_checkable
 class Store(Protocol):
+    """The library's port: what ``Memory``, views, compaction and runners call."""
+
+    abilities: Abilities
+
     def create_session(
         self,
         session_id: str,
@@ -105,26 +136,6 @@ class Store(Protocol):
 
     def get_session(self, session_id: str) -> SessionRecord:
         """The session, or ``NotFound``."""
-        ...
-
-    def list_sessions(
-        self,
-        prefix: str = "",
-        *,
-        after: str | None = None,
-        limit: int | None = None,
-        search: str | None = None,
-    ) -> list[str]:
-        """Ids starting with ``prefix`` and greater than ``after``, by id, at most ``limit``.
-
-        ``search`` keeps the ids whose part after the prefix contains it, ASCII
-        letters compared without case (every backend agrees on that; other
-        characters must match exactly).
-        """
-        ...
-
-    def session_info(self, session_id: str) -> SessionInfo:
-        """The session with its counts and last activity, or ``NotFound``."""
         ...
 
     def delete_session(self, session_id: str) -> bool:
@@ -188,24 +199,8 @@ class Store(Protocol):
         """
         ...
 
-    def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:
-        """Which of ``ids`` some logged assistant message called as a tool."""
-        ...
-
-    def keyed(self, session_id: str, keys: Sequence[str]) -> dict[str, LoggedMessage]:
-        """The logged messages stored under any of these idempotency keys, by key.
-
-        What a caller checks before appending under keys: which are taken, and
-        by what (a retry is answered from them, a reused key is refused).
-        """
-        ...
-
     def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:
         """The view's folds ordered by start (superseded ones only on request)."""
-        ...
-
-    def fold_version(self, session_id: str, view: str) -> int:
-        """0 before the first commit."""
         ...
 
     def quarantine_fold(self, session_id: str, view: str, fold_id: str, reason: str) -> int:
@@ -214,10 +209,6 @@ class Store(Protocol):
         The version moves by one when the fold was not quarantined yet, and
         stays when it was (or no such fold exists).
         """
-        ...
-
-    def quarantined(self, session_id: str, view: str) -> list[Quarantined]:
-        """The view's quarantined folds, oldest first."""
         ...
 
     def commit_folds(
@@ -266,6 +257,41 @@ class Store(Protocol):
         """Give the lease up if ``owner`` holds it (expired or not); True when it did."""
         ...
 
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class ServiceStore(Store, Protocol):
+    """The service's port: the library's, and listings, figures, key look-ups and API keys."""
+
+    def list_sessions(
+        self,
+        prefix: str = "",
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        search: str | None = None,
+    ) -> list[str]:
+        """Ids starting with ``prefix`` and greater than ``after``, by id, at most ``limit``.
+
+        ``search`` keeps the ids whose part after the prefix contains it, ASCII
+        letters compared without case (every backend agrees on that; other
+        characters must match exactly).
+        """
+        ...
+
+    def session_info(self, session_id: str) -> SessionInfo:
+        """The session with its counts and last activity, or ``NotFound``."""
+        ...
+
+    def keyed(self, session_id: str, keys: Sequence[str]) -> dict[str, LoggedMessage]:
+        """The logged messages stored under any of these idempotency keys, by key.
+
+        What a caller checks before appending under keys: which are taken, and
+        by what (a retry is answered from them, a reused key is refused).
+        """
+        ...
+
     def put_api_key(self, key: ApiKey) -> None:
         """Store a new key; ``InvalidInput`` naming ``id`` if the id is taken."""
         ...
@@ -280,91 +306,12 @@ class Store(Protocol):
         """Mark the key revoked; False if there is no such key or it was revoked already."""
         ...
 
-    def close(self) -> None: ...
 
-
-def check_batch(tail: Tail, batch: Sequence[NewMessage]) -> None:
-    """Raise the first rule ``batch`` breaks after ``tail``; every store calls it in its write."""
-    violation = first_violation(tail, [new.message for new in batch], [new.key for new in batch])
-    if violation is not None:
-        raise violation
-
-
-def system_prompt(system: NewMessage | None) -> list[NewMessage]:
-    """The batch that logs a session's system prompt: itself under ``SYSTEM_KEY``."""
-    if system is None:
-        return []
-    if not isinstance(system, NewMessage) or system.message.get("role") != "system":
-        raise InvalidInput("the system prompt must be a system message", field="system")
-    return [NewMessage(system.message, system.tokens, SYSTEM_KEY)]
-
-
-def check_lease(owner: str, ttl_s: float) -> None:
-    """Refuse what would make a lease meaningless; shared by every store."""
-    if not owner:
-        raise InvalidInput("lease owner must not be empty", field="owner")
-    number = isinstance(ttl_s, int | float) and not isinstance(ttl_s, bool)
-    if not (number and ttl_s > 0 and math.isfinite(ttl_s)):
-        raise InvalidInput(
-            f"lease ttl must be a positive number of seconds, not {ttl_s}", field="ttl_s"
+def service_port(store: Store) -> ServiceStore:
+    """``store`` as the service's port, when it declares it is one; else a clear error."""
+    if not store.abilities.service or not isinstance(store, ServiceStore):
+        raise StoreError(
+            f"{type(store).__name__} does not serve the service (listings, API keys): "
+            "its abilities do not declare service=True"
         )
-
-
-def view_config_json(name: str, config: Mapping[str, Any]) -> str:
-    """The configuration as stored JSON; refuses, for every store alike, what none could keep.
-
-    NaN and infinities are refused too: they are not JSON, and a database's
-    JSON column would reject them.
-    """
-    if not name:
-        raise InvalidInput("view name must not be empty", field="view")
-    if not isinstance(config, Mapping):
-        raise InvalidInput(
-            f"view configuration must be a mapping, not {type(config).__name__}", field="config"
-        )
-    try:
-        return json.dumps(dict(config), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"view configuration is not JSON data: {exc}", field="config") from exc
-
-
-def check_listing(prefix: str, after: str | None, limit: int | None, search: str | None) -> None:
-    """Refuse a listing's arguments that no backend could honour; shared by every store."""
-    for name, value in (("prefix", prefix), ("after", after), ("search", search)):
-        if value is not None and not isinstance(value, str):
-            raise InvalidInput(f"{name} must be a string, not {type(value).__name__}", field=name)
-    if limit is not None and (type(limit) is not int or limit < 1):
-        raise InvalidInput(f"limit must be a positive integer, not {limit!r}", field="limit")
-
-
-def listed(
-    ids: Iterable[str], prefix: str, after: str | None, limit: int | None, search: str | None
-) -> list[str]:
-    """The listing ``Store.list_sessions`` defines, over ids in any order."""
-    needle = fold_ascii(search) if search else ""
-    found = sorted(
-        i
-        for i in ids
-        if i.startswith(prefix)
-        and (after is None or i > after)
-        and needle in fold_ascii(i[len(prefix) :])
-    )
-    return found if limit is None else found[:limit]
-
-
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-
-
-def fold_ascii(text: str) -> str:
-    """ASCII letters lowered, every other character kept: what SQL engines agree on."""
-    return text.translate(_ASCII_LOWER)
-
-
-def check_api_key(key: ApiKey) -> None:
-    """Refuse a key record no store should keep."""
-    if not isinstance(key, ApiKey):
-        raise InvalidInput(f"key must be an ApiKey, not {type(key).__name__}", field="key")
-    for name in ("id", "tenant", "secret_hash"):
-        value = getattr(key, name)
-        if not isinstance(value, str) or not value:
-            raise InvalidInput(f"key {name} must be a non-empty string", field=name)
+    return store

@@ -7,24 +7,25 @@ callback)``: PostgreSQL's ``LISTEN/NOTIFY`` or a queue has the same shape.
 
 - ``LocalWake`` fans out inside one process. Every handle on the same store
   (the same SQLite file, the same store object) shares one, through
-  ``wake_for``.
+  ``shared_wake``.
 - ``PollingWake`` adds what a file shared by processes cannot push: a daemon
   thread reads the last seq of each listened session every ``interval_s`` and
-  wakes listeners when another process appended.
-- A store that can push appends between processes itself hands out its wake
-  from a ``wake()`` method, and ``wake_for`` takes that one: PostgreSQL's
-  ``LISTEN/NOTIFY`` (``contextfold.store.postgres.wake``).
+  wakes listeners when another process appended (``SQLiteStore.wake``).
+- A store whose abilities declare ``wake_across_processes`` hands out its own
+  wake from ``wake()`` (``WakingStore``), and ``wake_for`` takes that one:
+  the SQLite file's poll, or PostgreSQL's ``LISTEN/NOTIFY``
+  (``contextfold.store.postgres.wake``). Any other store gets a local fan-out.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 from contextfold.core.events import log
+from contextfold.store.base import Store
 
 WakeCallback = Callable[[str], None]
 """Called with the session id whose log grew."""
@@ -129,23 +130,29 @@ _SHARED: weakref.WeakValueDictionary[str, LocalWake] = weakref.WeakValueDictiona
 _SHARED_LOCK = threading.Lock()
 
 
-def wake_for(store: Any) -> LocalWake:
-    """The wake every handle on ``store`` in this process shares (while one holds it).
+class WakingStore(Store, Protocol):
+    """A store that hands out its own wake (its abilities declare ``wake_across_processes``)."""
 
-    A store with its own ``wake()`` gives it; a store with a ``path`` (a file
-    other processes may write) is polled; an in-process store only needs the
-    local fan-out.
-    """
-    own = getattr(store, "wake", None)
-    if callable(own):
-        given = own()
-        if isinstance(given, LocalWake):
-            return given
-    path = getattr(store, "path", None)
-    key = f"file:{os.path.realpath(path)}" if isinstance(path, str) else f"object:{id(store)}"
+    def wake(self) -> LocalWake:
+        """The wake every handle on this store's data in this process shares."""
+        ...
+
+
+def shared_wake(key: str, make: Callable[[], LocalWake]) -> LocalWake:
+    """The one wake this process keeps for ``key`` (while a handle holds it), made if none."""
     with _SHARED_LOCK:
         wake = _SHARED.get(key)
         if wake is None:
-            wake = PollingWake(store.last_seq) if isinstance(path, str) else LocalWake()
-            _SHARED[key] = wake
+            wake = _SHARED[key] = make()
         return wake
+
+
+def wake_for(store: Store) -> LocalWake:
+    """The wake every handle on ``store`` in this process shares.
+
+    A store declaring ``wake_across_processes`` gives its own; any other store
+    only needs a fan-out within this process, one per store object.
+    """
+    if store.abilities.wake_across_processes:
+        return cast(WakingStore, store).wake()
+    return shared_wake(f"object:{id(store)}", LocalWake)

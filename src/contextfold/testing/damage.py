@@ -80,7 +80,7 @@ def build(memory: Memory, n: int) -> None:
         session.counter.message(message),
         placement="facts",
     )
-    memory.store.commit_folds(SESSION, VIEW, [facts], memory.store.fold_version(SESSION, VIEW))
+    memory.store.commit_folds(SESSION, VIEW, [facts], memory.store.head(SESSION, VIEW).fold_version)
     session.view(VIEW, preset="offline", budget=BUDGET).compact()
 
 

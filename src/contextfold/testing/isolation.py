@@ -19,7 +19,7 @@ import fastapi.routing
 from fastapi.testclient import TestClient
 
 from contextfold.server.keys import create_key
-from contextfold.store.base import Store
+from contextfold.store.base import ServiceStore
 
 API = "/api/v1/sessions"
 A_SESSION = "a-private"
@@ -135,7 +135,7 @@ def seed_a(client: TestClient, key: str) -> None:
         raise AssertionError("tenant A's view should have folded")
 
 
-def a_state(store: Store) -> Any:
+def a_state(store: ServiceStore) -> Any:
     """All that B's attempts must leave as it was."""
     sid = f"a/{A_SESSION}"
     return (
@@ -146,7 +146,7 @@ def a_state(store: Store) -> Any:
     )
 
 
-def cross_tenant(client: TestClient, store: Store) -> Isolation:
+def cross_tenant(client: TestClient, store: ServiceStore) -> Isolation:
     """Seed tenant A, then try every route as B, keyless and forged; what leaked."""
     found = Isolation()
     key_a, key_b = create_key(store, "a"), create_key(store, "b")

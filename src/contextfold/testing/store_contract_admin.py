@@ -16,7 +16,7 @@ import pytest
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.folds import Fold
 from contextfold.core.log import ApiKey, NewMessage
-from contextfold.store.base import Store
+from contextfold.store.base import ServiceStore, Store, service_port
 
 
 def _new(text: str, tokens: int = 3) -> NewMessage:
@@ -46,48 +46,58 @@ def _blank(field: str) -> dict[str, Any]:
 
 
 class SessionAdminContract:
-    """Listings, ``session_info``, ``delete_session``, API keys and ``keyed``."""
+    """Listings, ``session_info``, ``delete_session``, API keys and ``keyed``.
 
-    def test_keyed_finds_the_records_stored_under_keys(self, store: Store) -> None:
-        store.create_session("s", encoding="o200k_base")
-        logged = store.append(
+    The tests of the service's port (``ServiceStore``) ask for ``service``: the
+    store itself when its abilities declare ``service``, else they are skipped.
+    """
+
+    @pytest.fixture
+    def service(self, store: Store) -> ServiceStore:
+        if not store.abilities.service:
+            pytest.skip("this store does not declare the service's port")
+        return service_port(store)
+
+    def test_keyed_finds_the_records_stored_under_keys(self, service: ServiceStore) -> None:
+        service.create_session("s", encoding="o200k_base")
+        logged = service.append(
             "s", [_new("plain"), _keyed("a", "r:0"), _keyed("b", "r:1"), _keyed("c", "q:0")]
         )
-        found = store.keyed("s", ["r:0", "r:1", "r:2", "nope"])
+        found = service.keyed("s", ["r:0", "r:1", "r:2", "nope"])
         assert found == {"r:0": logged[1], "r:1": logged[2]}
-        assert store.keyed("s", ["q:0"]) == {"q:0": logged[3]}
-        assert store.keyed("s", []) == {}
-        assert store.keyed("s", ["r:0", "r:0"]) == {"r:0": logged[1]}
+        assert service.keyed("s", ["q:0"]) == {"q:0": logged[3]}
+        assert service.keyed("s", []) == {}
+        assert service.keyed("s", ["r:0", "r:0"]) == {"r:0": logged[1]}
 
-    def test_keyed_is_per_session_and_hands_out_copies(self, store: Store) -> None:
+    def test_keyed_is_per_session_and_hands_out_copies(self, service: ServiceStore) -> None:
         for sid in ("s", "t"):
-            store.create_session(sid, encoding="o200k_base")
-        store.append("s", [_keyed("mine", "k")])
-        assert store.keyed("t", ["k"]) == {}
-        store.keyed("s", ["k"])["k"].message["content"] = "edited"
-        assert store.keyed("s", ["k"])["k"].message["content"] == "mine"
-        assert store.keyed("s", ["k"])["k"].seq == 1
+            service.create_session(sid, encoding="o200k_base")
+        service.append("s", [_keyed("mine", "k")])
+        assert service.keyed("t", ["k"]) == {}
+        service.keyed("s", ["k"])["k"].message["content"] = "edited"
+        assert service.keyed("s", ["k"])["k"].message["content"] == "mine"
+        assert service.keyed("s", ["k"])["k"].seq == 1
         with pytest.raises(NotFound):
-            store.keyed("missing", ["k"])
+            service.keyed("missing", ["k"])
         with pytest.raises(NotFound):
-            store.keyed("missing", [])
+            service.keyed("missing", [])
 
-    def test_list_sessions_by_prefix_in_id_order(self, store: Store) -> None:
+    def test_list_sessions_by_prefix_in_id_order(self, service: ServiceStore) -> None:
         for sid in ("b/2", "a/3", "a/1", "a/10", "ab/1", "c"):
-            store.create_session(sid, encoding="o200k_base")
-        assert store.list_sessions() == ["a/1", "a/10", "a/3", "ab/1", "b/2", "c"]
-        assert store.list_sessions("a/") == ["a/1", "a/10", "a/3"]
-        assert store.list_sessions("zz/") == []
+            service.create_session(sid, encoding="o200k_base")
+        assert service.list_sessions() == ["a/1", "a/10", "a/3", "ab/1", "b/2", "c"]
+        assert service.list_sessions("a/") == ["a/1", "a/10", "a/3"]
+        assert service.list_sessions("zz/") == []
 
-    def test_list_sessions_paged_by_last_id(self, store: Store) -> None:
+    def test_list_sessions_paged_by_last_id(self, service: ServiceStore) -> None:
         ids = [f"t/s{i:03d}" for i in range(25)]
         for sid in reversed(ids):
-            store.create_session(sid, encoding="o200k_base")
-        store.create_session("u/s000", encoding="o200k_base")
+            service.create_session(sid, encoding="o200k_base")
+        service.create_session("u/s000", encoding="o200k_base")
         pages: list[list[str]] = []
         after: str | None = None
         while True:
-            page = store.list_sessions("t/", after=after, limit=10)
+            page = service.list_sessions("t/", after=after, limit=10)
             if not page:
                 break
             pages.append(page)
@@ -95,18 +105,20 @@ class SessionAdminContract:
         assert [len(p) for p in pages] == [10, 10, 5]
         assert [i for p in pages for i in p] == ids
 
-    def test_list_sessions_search_ignores_ascii_case_after_the_prefix(self, store: Store) -> None:
+    def test_list_sessions_search_ignores_ascii_case_after_the_prefix(
+        self, service: ServiceStore
+    ) -> None:
         for sid in ("t/Alpha-Chat", "t/beta", "t/ALPHABET", "t/alpha\u00c9", "u/alpha"):
-            store.create_session(sid, encoding="o200k_base")
-        assert store.list_sessions("t/", search="alpha") == [
+            service.create_session(sid, encoding="o200k_base")
+        assert service.list_sessions("t/", search="alpha") == [
             "t/ALPHABET",
             "t/Alpha-Chat",
             "t/alpha\u00c9",
         ]
-        assert store.list_sessions("t/", search="CHAT") == ["t/Alpha-Chat"]
-        assert store.list_sessions("t/", search="t/") == []  # the prefix is not searched
-        assert store.list_sessions("t/", search="\u00c9") == ["t/alpha\u00c9"]
-        assert store.list_sessions("t/", search="alpha", limit=1) == ["t/ALPHABET"]
+        assert service.list_sessions("t/", search="CHAT") == ["t/Alpha-Chat"]
+        assert service.list_sessions("t/", search="t/") == []  # the prefix is not searched
+        assert service.list_sessions("t/", search="\u00c9") == ["t/alpha\u00c9"]
+        assert service.list_sessions("t/", search="alpha", limit=1) == ["t/ALPHABET"]
 
     @pytest.mark.parametrize(
         ("kwargs", "field"),
@@ -120,45 +132,45 @@ class SessionAdminContract:
         ],
     )
     def test_list_sessions_arguments_checked(
-        self, store: Store, kwargs: dict[str, Any], field: str
+        self, service: ServiceStore, kwargs: dict[str, Any], field: str
     ) -> None:
         with pytest.raises(InvalidInput) as caught:
-            store.list_sessions(**kwargs)
+            service.list_sessions(**kwargs)
         assert caught.value.field == field
 
-    def test_session_info_counts_and_last_activity(self, store: Store) -> None:
-        record = store.create_session("s", encoding="o200k_base", meta={"app": "x"})
-        empty = store.session_info("s")
+    def test_session_info_counts_and_last_activity(self, service: ServiceStore) -> None:
+        record = service.create_session("s", encoding="o200k_base", meta={"app": "x"})
+        empty = service.session_info("s")
         assert (empty.last_seq, empty.messages, empty.tokens) == (0, 0, 0)
         assert empty.last_at == record.created_at
         assert empty.meta == {"app": "x"}
-        logged = store.append("s", [_new("a", 3), _new("b", 4)])
-        logged += store.append("s", [_new("c", 5)])
-        info = store.session_info("s")
+        logged = service.append("s", [_new("a", 3), _new("b", 4)])
+        logged += service.append("s", [_new("c", 5)])
+        info = service.session_info("s")
         assert (info.id, info.encoding) == ("s", "o200k_base")
         assert (info.last_seq, info.messages, info.tokens) == (3, 3, 12)
         assert info.last_at == logged[-1].created_at
         info.meta["app"] = "edited"
-        assert store.session_info("s").meta == {"app": "x"}
+        assert service.session_info("s").meta == {"app": "x"}
         with pytest.raises(NotFound):
-            store.session_info("missing")
+            service.session_info("missing")
 
-    def test_delete_session_removes_it_whole(self, store: Store) -> None:
-        store.create_session("gone", encoding="o200k_base")
-        store.create_session("kept", encoding="o200k_base")
+    def test_delete_session_removes_it_whole(self, service: ServiceStore) -> None:
+        service.create_session("gone", encoding="o200k_base")
+        service.create_session("kept", encoding="o200k_base")
         for sid in ("gone", "kept"):
-            store.append(sid, [_new(f"m{i}") for i in range(4)])
-            store.commit_folds(sid, "default", [_fold(1, 2)], 0)
-            store.put_view(sid, "default", {"preset": "offline"})
-            assert store.acquire_lease(sid, "default", "me")
-        assert store.delete_session("gone") is True
-        assert store.delete_session("gone") is False
-        assert "gone" not in store.list_sessions()
+            service.append(sid, [_new(f"m{i}") for i in range(4)])
+            service.commit_folds(sid, "default", [_fold(1, 2)], 0)
+            service.put_view(sid, "default", {"preset": "offline"})
+            assert service.acquire_lease(sid, "default", "me")
+        assert service.delete_session("gone") is True
+        assert service.delete_session("gone") is False
+        assert "gone" not in service.list_sessions()
         with pytest.raises(NotFound):
-            store.messages("gone")
-        kept = store.session_info("kept")
-        assert (kept.messages, len(store.folds("kept", "default"))) == (4, 1)
-        assert store.get_view("kept", "default") is not None
+            service.messages("gone")
+        kept = service.session_info("kept")
+        assert (kept.messages, len(service.folds("kept", "default"))) == (4, 1)
+        assert service.get_view("kept", "default") is not None
 
     def test_recreated_session_starts_a_new_log(self, store: Store) -> None:
         store.create_session("s", encoding="o200k_base")
@@ -173,32 +185,32 @@ class SessionAdminContract:
         assert store.get_view("s", "default") is None
         assert store.acquire_lease("s", "default", "me")
 
-    def test_api_keys_stored_by_id(self, store: Store) -> None:
+    def test_api_keys_stored_by_id(self, service: ServiceStore) -> None:
         first = ApiKey("k1", "acme", "hash-1", "ci", 10.0)
-        store.put_api_key(first)
-        store.put_api_key(ApiKey("k2", "other", "hash-2", "", 20.0))
-        store.put_api_key(ApiKey("k3", "acme", "hash-3", "", 30.0))
-        assert store.get_api_key("k1") == first
-        assert store.get_api_key("nope") is None
-        assert [k.id for k in store.list_api_keys()] == ["k1", "k2", "k3"]
-        assert [k.id for k in store.list_api_keys("acme")] == ["k1", "k3"]
+        service.put_api_key(first)
+        service.put_api_key(ApiKey("k2", "other", "hash-2", "", 20.0))
+        service.put_api_key(ApiKey("k3", "acme", "hash-3", "", 30.0))
+        assert service.get_api_key("k1") == first
+        assert service.get_api_key("nope") is None
+        assert [k.id for k in service.list_api_keys()] == ["k1", "k2", "k3"]
+        assert [k.id for k in service.list_api_keys("acme")] == ["k1", "k3"]
         with pytest.raises(InvalidInput) as caught:
-            store.put_api_key(ApiKey("k1", "evil", "hash-x"))
+            service.put_api_key(ApiKey("k1", "evil", "hash-x"))
         assert caught.value.field == "id"
-        assert store.get_api_key("k1") == first
+        assert service.get_api_key("k1") == first
 
-    def test_revoked_key_kept_and_marked(self, store: Store) -> None:
-        store.put_api_key(ApiKey("k1", "acme", "hash-1", "", 10.0))
-        assert store.revoke_api_key("k1") is True
-        assert store.revoke_api_key("k1") is False
-        assert store.revoke_api_key("missing") is False
-        revoked = store.get_api_key("k1")
+    def test_revoked_key_kept_and_marked(self, service: ServiceStore) -> None:
+        service.put_api_key(ApiKey("k1", "acme", "hash-1", "", 10.0))
+        assert service.revoke_api_key("k1") is True
+        assert service.revoke_api_key("k1") is False
+        assert service.revoke_api_key("missing") is False
+        revoked = service.get_api_key("k1")
         assert revoked is not None and revoked.revoked_at is not None
         assert revoked.secret_hash == "hash-1"
 
     @pytest.mark.parametrize("field", ["id", "tenant", "secret_hash"])
-    def test_api_key_fields_checked(self, store: Store, field: str) -> None:
+    def test_api_key_fields_checked(self, service: ServiceStore, field: str) -> None:
         with pytest.raises(InvalidInput) as caught:
-            store.put_api_key(replace(ApiKey("k", "t", "h"), **_blank(field)))
+            service.put_api_key(replace(ApiKey("k", "t", "h"), **_blank(field)))
         assert caught.value.field == field
-        assert store.list_api_keys() == []
+        assert service.list_api_keys() == []

@@ -26,6 +26,7 @@ import pytest
 from contextfold.core.errors import InvalidInput
 from contextfold.core.log import NewMessage
 from contextfold.store.base import Store
+from contextfold.testing.store_contract_common import ContractHooks
 
 ROUNDS = 30
 WAIT_S = 60.0
@@ -148,12 +149,8 @@ def race_rounds(
     return found._replace(refused=sum(len(r) for r in refusals))
 
 
-class ConcurrentContract:
+class ConcurrentContract(ContractHooks):
     """Two writers racing on one log, in threads and in processes."""
-
-    def store_url(self, store: Store) -> str | None:
-        """A URL that opens ``store`` in another process; None when it cannot be shared."""
-        return None
 
     def _race(self, store: Store, case: str, processes: bool) -> Outcome:
         url = self.store_url(store) if processes else None

@@ -17,7 +17,7 @@ import psycopg
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.log import ApiKey, SessionInfo
 from contextfold.store import rows
-from contextfold.store.base import fold_ascii
+from contextfold.store.checks import fold_ascii
 
 # Ids are in the "C" collation: they sort by code point, and lower() folds ASCII
 # letters only, which is what Store.list_sessions promises. ``below`` bounds the index

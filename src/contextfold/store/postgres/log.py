@@ -18,7 +18,7 @@ from typing import Any
 from contextfold.core.log import LoggedMessage, NewMessage
 from contextfold.core.order import Tail, needs_calls, open_calls
 from contextfold.store import rows
-from contextfold.store.base import check_batch
+from contextfold.store.checks import check_batch
 from contextfold.store.postgres import sql as q
 from contextfold.store.postgres.pool import Cursor, one_row, require
 from contextfold.store.search import index_text, term_counts

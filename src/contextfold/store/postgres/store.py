@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from contextfold.core.extras import needs_extra
@@ -51,10 +51,8 @@ from contextfold.core.log import (
     ViewRecord,
 )
 from contextfold.store import rows
-from contextfold.store.base import (
-    Head,
-    Quarantined,
-    SearchHit,
+from contextfold.store.base import Abilities, Head, Quarantined, SearchHit
+from contextfold.store.checks import (
     check_api_key,
     check_lease,
     check_listing,
@@ -90,6 +88,8 @@ from contextfold.store.search import (
 
 class PostgresStore:
     """The log, folds, views and leases in one PostgreSQL schema, shared by processes."""
+
+    abilities = Abilities(wake_across_processes=True, service=True)
 
     def __init__(self, url: str, *, pool_size: int | None = None) -> None:
         self.options: PostgresOptions = parse_url(url, pool_size=pool_size)
@@ -271,14 +271,6 @@ class PostgresStore:
             found = cur.execute(q.SEARCH_SQL, params, prepare=False).fetchall()
         return [SearchHit(int(seq), float(score)) for seq, score in found]
 
-    def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:
-        wanted = sorted({str(i) for i in ids})
-        with self._db.read() as cur:
-            found = cur.execute(q.CALLED_IDS_SQL, (session_id, wanted)).fetchall()
-            if not found:
-                require(cur, session_id)
-        return {row[0] for row in found}
-
     def keyed(self, session_id: str, keys: Sequence[str]) -> dict[str, LoggedMessage]:
         wanted = sorted(set(keys))
         with self._db.read() as cur:
@@ -319,11 +311,6 @@ class PostgresStore:
             if not found:
                 require(cur, session_id)
         return [Quarantined(str(fold_id), str(reason)) for fold_id, reason in found]
-
-    def fold_version(self, session_id: str, view: str) -> int:
-        params = {"session": session_id, "view": view}
-        with self._db.read() as cur:
-            return int(one_row(cur, q.FOLD_VERSION_SQL, params, session_id)[0] or 0)
 
     def head(self, session_id: str, view: str) -> Head:
         params = {"session": session_id, "view": view}

@@ -12,7 +12,7 @@ import bisect
 import json
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -36,10 +36,8 @@ from contextfold.core.log import (
     json_copy,
 )
 from contextfold.core.order import Tail, needs_calls, open_calls
-from contextfold.store.base import (
-    Head,
-    Quarantined,
-    SearchHit,
+from contextfold.store.base import Abilities, Head, Quarantined, SearchHit
+from contextfold.store.checks import (
     check_api_key,
     check_batch,
     check_lease,
@@ -53,6 +51,8 @@ from contextfold.store.search import MemoryIndex, search_terms
 
 class RAMStore:
     """Everything in dicts behind one lock; gone when the process ends."""
+
+    abilities = Abilities(in_process=True, service=True)
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -256,10 +256,6 @@ class RAMStore:
         with self._lock:
             return self._index.search(session_id, terms, limit, before)
 
-    def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:
-        self.get_session(session_id)
-        return set(ids) & self._calls[session_id]
-
     def keyed(self, session_id: str, keys: Sequence[str]) -> dict[str, LoggedMessage]:
         self.get_session(session_id)
         with self._lock:
@@ -325,10 +321,6 @@ class RAMStore:
         with self._lock:
             marks = self._quarantined.get((session_id, view), {})
             return [Quarantined(fold_id, reason) for fold_id, reason in marks.items()]
-
-    def fold_version(self, session_id: str, view: str) -> int:
-        self.get_session(session_id)
-        return self._versions.get((session_id, view), 0)
 
     def commit_folds(
         self, session_id: str, view: str, folds: Sequence[Fold], expected_version: int

@@ -13,7 +13,7 @@ import time
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.log import ApiKey, SessionInfo
 from contextfold.store import rows
-from contextfold.store.base import fold_ascii
+from contextfold.store.checks import fold_ascii
 from contextfold.store.search import SEQ_BITS
 
 # SQLite's lower() folds ASCII letters only, which is what Store.list_sessions promises.

@@ -17,7 +17,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -39,10 +39,8 @@ from contextfold.core.log import (
 )
 from contextfold.core.order import Tail, needs_calls, open_calls
 from contextfold.store import rows
-from contextfold.store.base import (
-    Head,
-    Quarantined,
-    SearchHit,
+from contextfold.store.base import Abilities, Head, Quarantined, SearchHit
+from contextfold.store.checks import (
     check_api_key,
     check_batch,
     check_lease,
@@ -64,6 +62,7 @@ from contextfold.store.search import (
 from contextfold.store.sqlite import admin as admin
 from contextfold.store.sqlite import sql as q
 from contextfold.store.sqlite.migrations import check_ours, migrate
+from contextfold.store.wake import LocalWake, PollingWake, shared_wake
 
 Durability = Literal["process", "full"]
 # What ``PRAGMA synchronous`` each durability sets (the class docstring says why).
@@ -96,6 +95,8 @@ class SQLiteStore:
     - ``"full"``: ``synchronous=FULL``. Every commit waits for the disk to
       flush (fsync), so it survives a power loss too, at a cost per write.
     """
+
+    abilities = Abilities(wake_across_processes=True, in_process=True, service=True)
 
     def __init__(
         self,
@@ -349,14 +350,6 @@ class SQLiteStore:
                 return []
             return fts5_search(conn, counts[0][0], searched, limit, before)
 
-    def called_ids(self, session_id: str, ids: Iterable[str]) -> set[str]:
-        wanted = json.dumps(sorted(set(ids)))
-        with self._read() as conn:
-            found = conn.execute(q.CALLED_IDS_SQL, (session_id, wanted)).fetchall()
-            if not found:
-                self._require(conn, session_id)
-        return {row[0] for row in found}
-
     def keyed(self, session_id: str, keys: Sequence[str]) -> dict[str, LoggedMessage]:
         wanted = json.dumps(sorted(set(keys)))
         with self._read() as conn:
@@ -390,11 +383,6 @@ class SQLiteStore:
             if not found:
                 self._require(conn, session_id)
         return [Quarantined(str(fold_id), str(reason)) for fold_id, reason in found]
-
-    def fold_version(self, session_id: str, view: str) -> int:
-        params = {"session": session_id, "view": view}
-        with self._read() as conn:
-            return int(self._row(conn, q.FOLD_VERSION_SQL, params, session_id)[0] or 0)
 
     def head(self, session_id: str, view: str) -> Head:
         params = {"session": session_id, "view": view}
@@ -513,6 +501,13 @@ class SQLiteStore:
     def revoke_api_key(self, key_id: str) -> bool:
         with self._write() as conn:
             return admin.revoke_api_key(conn, key_id)
+
+    def wake(self) -> LocalWake:
+        """Appends to this file by any process: every handle on it here shares one poll."""
+        return shared_wake(f"file:{os.path.realpath(self.path)}", self._polling)
+
+    def _polling(self) -> PollingWake:
+        return PollingWake(self.last_seq)
 
     def close(self) -> None:
         """Close the connection; later calls raise ``StoreError``."""
