@@ -19,6 +19,7 @@ from contextfold.core.errors import InvalidInput, StoreError
 from contextfold.core.folds import Fold
 from contextfold.core.log import NewMessage
 from contextfold.store import RAMStore, SQLiteStore, Store
+from contextfold.store.sqlite import store as sqlite_store
 from contextfold.store.sqlite.migrations import MIGRATIONS, migrate
 from contextfold.store.sqlite.sql import LAST_OF_ROLE_SQL, MESSAGES_BEFORE_SQL
 from contextfold.testing.store_contract import StoreContract
@@ -469,24 +470,23 @@ def test_processes_append_gapless(db: SQLiteStore, tmp_path: Path) -> None:
     _assert_gapless(db, writers, each)
 
 
-def test_a_commit_reads_the_folds_near_it_not_every_fold(db: SQLiteStore) -> None:
+def test_a_commit_reads_the_folds_near_it_not_every_fold(
+    db: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Linear commits at scale: no statement of a commit reads a fold's body, and the
     spans it reads are those around the new fold, however many folds the view holds."""
     db.append("s", [_user(str(i)) for i in range(3_000)])
     db.commit_folds("s", "default", [_fold(2 * i + 1, 2 * i + 2) for i in range(1_000)], 0)
     fetched: list[int] = []
-    original = SQLiteStore._spans_near
+    original = sqlite_store.spans_near
 
     def counted(*args: Any) -> Any:
         spans = original(*args)
         fetched.append(len(spans))
         return spans
 
-    SQLiteStore._spans_near = staticmethod(counted)  # type: ignore[method-assign]
-    try:
-        sent = _statements(db, lambda: db.commit_folds("s", "default", [_fold(1001, 1004)], 1))
-    finally:
-        SQLiteStore._spans_near = staticmethod(original)  # type: ignore[method-assign]
+    monkeypatch.setattr(sqlite_store, "spans_near", counted)
+    sent = _statements(db, lambda: db.commit_folds("s", "default", [_fold(1001, 1004)], 1))
     reads = [sql for sql in sent if sql.startswith("SELECT")]
     assert reads and not any("SELECT fold" in sql or "placement, fold" in sql for sql in reads)
     assert fetched == [3]  # the fold before the range and the two it covers

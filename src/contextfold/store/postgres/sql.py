@@ -151,7 +151,6 @@ LOCK_VERSION_SQL = (
 SET_VERSION_SQL = "UPDATE fold_versions SET version = %s WHERE session_id = %s AND view = %s"
 _FOLD_VERSION = "(SELECT version FROM fold_versions WHERE session_id = s.id AND view = %(view)s)"
 _VIEW_VERSION = "(SELECT version FROM views WHERE session_id = s.id AND name = %(view)s)"
-FOLD_VERSION_SQL = f"SELECT {_FOLD_VERSION} FROM sessions AS s WHERE s.id = %(session)s"
 HEAD_SQL = (
     f"SELECT s.last_seq, {_FOLD_VERSION}, {_VIEW_VERSION} FROM sessions AS s "
     "WHERE s.id = %(session)s"

@@ -40,7 +40,7 @@ with needs_extra("the PostgreSQL store", "postgres"):  # here, where a missing o
     import psycopg  # noqa: F401
     import psycopg_pool  # noqa: F401
 
-from contextfold.core.errors import FoldConflict, InvalidInput, ViewConflict
+from contextfold.core.errors import FoldConflict, InvalidInput
 from contextfold.core.folds import Fold, plan_commit
 from contextfold.core.log import (
     ApiKey,
@@ -69,20 +69,16 @@ from contextfold.store.postgres.pool import (
     NUL,
     Connections,
     Cursor,
-    not_found,
     nul_free,
     one_row,
     require,
     session_must_exist,
 )
+from contextfold.store.postgres.search import ranked
+from contextfold.store.postgres.views import stored_view
 from contextfold.store.postgres.wake import PostgresWake, channel_for
 from contextfold.store.search import (
-    CANDIDATES,
     search_terms,
-    searched_terms,
-    seq_bound,
-    session_tag,
-    tsquery,
 )
 
 
@@ -246,30 +242,7 @@ class PostgresStore:
     ) -> list[SearchHit]:
         terms = search_terms(query, limit, before)
         with self._db.read() as cur:
-            counts = cur.execute(q.TERM_COUNTS_SQL, {"session": session_id, "terms": terms})
-            held = counts.fetchall()
-            if not held:
-                raise not_found(session_id)
-            searched = searched_terms(terms, {t: n for _, t, n in held if t is not None})
-            if not searched.terms:
-                return []
-            tag = session_tag(held[0][0])
-            params = {
-                "query": tsquery(tag + term for term in searched.terms),
-                "session": session_id,
-                "before": seq_bound(before),
-                "limit": limit,
-                "skip": CANDIDATES - 1,
-                "floor": 0,
-            }
-            # Planned for each call's words (never a prepared generic plan): a plan
-            # that does not know how rare they are reads the whole session instead
-            # of the index, over 100 ms at a 100k log.
-            if searched.newest_only:
-                row = cur.execute(q.FLOOR_SQL, params, prepare=False).fetchone()
-                params["floor"] = 0 if row is None else row[0]
-            found = cur.execute(q.SEARCH_SQL, params, prepare=False).fetchall()
-        return [SearchHit(int(seq), float(score)) for seq, score in found]
+            return ranked(cur, session_id, terms, limit, before)
 
     def keyed(self, session_id: str, keys: Sequence[str]) -> dict[str, LoggedMessage]:
         wanted = sorted(set(keys))
@@ -349,24 +322,8 @@ class PostgresStore:
         nul_free(view=name)
         now = time.time()
         with self._db.write() as cur:
-            with session_must_exist(session_id):
-                if expected_version is None:
-                    row = cur.execute(
-                        q.UPSERT_VIEW_SQL, (session_id, name, config_json, now)
-                    ).fetchone()
-                elif expected_version == 0:
-                    row = cur.execute(
-                        q.CREATE_VIEW_SQL, (session_id, name, config_json, now)
-                    ).fetchone()
-                else:
-                    row = cur.execute(
-                        q.UPDATE_VIEW_SQL, (config_json, now, session_id, name, expected_version)
-                    ).fetchone()
-            if row is None:
-                params = {"session": session_id, "view": name}
-                actual = one_row(cur, q.VIEW_VERSION_SQL, params, session_id)[0]
-                raise ViewConflict(name, int(expected_version or 0), int(actual or 0))
-        return ViewRecord(session_id, name, json.loads(config_json), int(row[0]), now)
+            version = stored_view(cur, session_id, name, config_json, expected_version, now)
+        return ViewRecord(session_id, name, json.loads(config_json), version, now)
 
     def get_view(self, session_id: str, name: str) -> ViewRecord | None:
         params = {"session": session_id, "view": name}

@@ -17,7 +17,6 @@ from dataclasses import replace
 from typing import Any
 
 from contextfold.core.errors import (
-    DamagedFold,
     FoldConflict,
     InvalidInput,
     NotFound,
@@ -25,7 +24,6 @@ from contextfold.core.errors import (
 )
 from contextfold.core.folds import Fold, plan_commit
 from contextfold.core.log import (
-    ApiKey,
     LoggedMessage,
     NewMessage,
     SessionInfo,
@@ -35,10 +33,8 @@ from contextfold.core.log import (
     copies,
     json_copy,
 )
-from contextfold.core.order import Tail, needs_calls, open_calls
 from contextfold.store.base import Abilities, Head, Quarantined, SearchHit
 from contextfold.store.checks import (
-    check_api_key,
     check_batch,
     check_lease,
     check_listing,
@@ -46,15 +42,19 @@ from contextfold.store.checks import (
     system_prompt,
     view_config_json,
 )
+from contextfold.store.ram.folds import fold_copy, fold_id_of, readable
+from contextfold.store.ram.keys import KeyRing
+from contextfold.store.ram.log import calls_of, tail_of
 from contextfold.store.search import MemoryIndex, search_terms
 
 
-class RAMStore:
+class RAMStore(KeyRing):
     """Everything in dicts behind one lock; gone when the process ends."""
 
     abilities = Abilities(in_process=True, service=True)
 
     def __init__(self) -> None:
+        super().__init__()
         self._lock = threading.Lock()
         self._sessions: dict[str, SessionRecord] = {}
         self._log: dict[str, list[LoggedMessage]] = {}
@@ -67,7 +67,6 @@ class RAMStore:
         self._versions: dict[tuple[str, str], int] = {}
         self._leases: dict[tuple[str, str], tuple[str, float]] = {}
         self._views: dict[str, dict[str, ViewRecord]] = {}
-        self._api_keys: dict[str, ApiKey] = {}
         self._index = MemoryIndex()
 
     def create_session(
@@ -93,7 +92,7 @@ class RAMStore:
                 self._last_by_role[session_id] = {}
                 self._views[session_id] = {}
             if prompt:
-                self._append(session_id, prompt, _calls_of(prompt))
+                self._append(session_id, prompt, calls_of(prompt))
             return self._sessions[session_id]
 
     def get_session(self, session_id: str) -> SessionRecord:
@@ -152,7 +151,7 @@ class RAMStore:
 
     def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
         self.get_session(session_id)
-        calls = _calls_of(batch)
+        calls = calls_of(batch)
         with self._lock:
             return self._append(session_id, batch, calls)
 
@@ -161,7 +160,9 @@ class RAMStore:
     ) -> list[LoggedMessage]:
         """Check the batch against the log's tail and log it; the caller holds the lock."""
         log, keys = self._log[session_id], self._keys[session_id]
-        check_batch(self._tail(session_id, batch), batch)
+        check_batch(
+            tail_of(log, keys, self._calls[session_id], self._last[session_id], batch), batch
+        )
         out: list[LoggedMessage] = []
         fresh: list[LoggedMessage] = []
         added: dict[str, LoggedMessage] = {}
@@ -184,24 +185,6 @@ class RAMStore:
         keys.update(added)
         self._last_by_role[session_id].update((m.role, m) for m in fresh)
         return out
-
-    def _tail(self, session_id: str, batch: Sequence[NewMessage]) -> Tail:
-        """What ``first_violation`` needs of the log before ``batch``; under the lock."""
-        log = self._log[session_id]
-        keys = self._keys[session_id]
-        messages = [new.message for new in batch]
-        if not needs_calls(messages):
-            pending: frozenset[str] = frozenset()
-            called: frozenset[str] = frozenset()
-        else:
-            start = len(log)
-            while start > 0 and log[start - 1].role == "tool":
-                start -= 1
-            pending = open_calls(m.message for m in log[max(start - 1, 0) :])
-            answered = {str(m.get("tool_call_id")) for m in messages}
-            called = frozenset(answered & self._calls[session_id])
-        keyed = {new.key: keys[new.key].message for new in batch if new.key and new.key in keys}
-        return Tail(self._last[session_id], pending, called, keyed)
 
     def messages(
         self, session_id: str, start: int = 1, end: int | None = None
@@ -273,42 +256,15 @@ class RAMStore:
             gone = dict(self._quarantined.get((session_id, view), {}))
         # Folds are frozen and replaced, never edited: they are copied outside the
         # lock, so a background reader does not hold up a turn's append.
-        out = self._readable(session_id, view, kept, gone, raising=True)
+        out = readable(session_id, view, kept, gone, raising=True)
         return sorted(out, key=lambda f: (f.start, f.created_at))
-
-    def _readable(
-        self,
-        session_id: str,
-        view: str,
-        kept: Sequence[tuple[int, Any]],
-        gone: Mapping[str, str],
-        *,
-        raising: bool,
-    ) -> list[Fold]:
-        """Copies of the view's unquarantined folds, each read back as a stored row is.
-
-        A fold that does not read back is ``DamagedFold`` when ``raising``, else left out.
-        """
-        out: list[Fold] = []
-        for index, item in kept:
-            fold_id = _id_of(item, index)
-            if fold_id in gone:
-                continue
-            try:
-                if not isinstance(item, Fold):
-                    raise InvalidInput(f"a stored fold is a {type(item).__name__}", field="fold")
-                out.append(_fold_copy(item))
-            except (InvalidInput, TypeError, ValueError, AttributeError) as exc:
-                if raising:
-                    raise DamagedFold(session_id, view, fold_id, str(exc)) from exc
-        return out
 
     def quarantine_fold(self, session_id: str, view: str, fold_id: str, reason: str) -> int:
         self.get_session(session_id)
         with self._lock:
             key = (session_id, view)
             version = self._versions.get(key, 0)
-            ids = [_id_of(item, i) for i, item in enumerate(self._folds.get(key, []))]
+            ids = [fold_id_of(item, i) for i, item in enumerate(self._folds.get(key, []))]
             marks = self._quarantined.setdefault(key, {})
             if fold_id not in ids or fold_id in marks:
                 return version
@@ -332,18 +288,16 @@ class RAMStore:
             if version != expected_version:
                 raise FoldConflict(view, expected_version, version)
             current = list(self._folds.get(key, []))
-            stored = {_id_of(f, i) for i, f in enumerate(current)}
+            stored = {fold_id_of(f, i) for i, f in enumerate(current)}
             if any(f.id in stored for f in folds):
                 raise InvalidInput("fold id is already stored", field="id")
             marked = self._quarantined.get(key, {})
-            readable = self._readable(
-                session_id, view, list(enumerate(current)), marked, raising=False
-            )
-            active = [f for f in readable if f.superseded_by is None]
+            found = readable(session_id, view, list(enumerate(current)), marked, raising=False)
+            active = [f for f in found if f.superseded_by is None]
             superseded: dict[str, str] = {}
             for fold, gone in plan_commit(active, view, folds, self._last[session_id]):
                 superseded.update((old, fold.id) for old in gone)
-                current.append(_fold_copy(fold))
+                current.append(fold_copy(fold))
             self._folds[key] = [
                 replace(f, superseded_by=superseded[f.id])
                 if isinstance(f, Fold) and f.id in superseded
@@ -415,30 +369,6 @@ class RAMStore:
             del self._leases[(session_id, view)]
             return True
 
-    def put_api_key(self, key: ApiKey) -> None:
-        check_api_key(key)
-        with self._lock:
-            if key.id in self._api_keys:
-                raise InvalidInput(f"an API key with id {key.id!r} exists", field="id")
-            self._api_keys[key.id] = key
-
-    def get_api_key(self, key_id: str) -> ApiKey | None:
-        with self._lock:
-            return self._api_keys.get(key_id)
-
-    def list_api_keys(self, tenant: str | None = None) -> list[ApiKey]:
-        with self._lock:
-            keys = list(self._api_keys.values())
-        return [k for k in keys if tenant is None or k.tenant == tenant]
-
-    def revoke_api_key(self, key_id: str) -> bool:
-        with self._lock:
-            key = self._api_keys.get(key_id)
-            if key is None or key.revoked_at is not None:
-                return False
-            self._api_keys[key_id] = replace(key, revoked_at=time.time())
-            return True
-
     def close(self) -> None:
         """Nothing to release: the search index's in-memory database goes with the store."""
 
@@ -447,30 +377,6 @@ def _seq(logged: LoggedMessage) -> int:
     return logged.seq
 
 
-def _id_of(item: Any, index: int) -> str:
-    """A stored fold's id, or where it lies when it has none to read."""
-    fold_id = item.get("id") if isinstance(item, Mapping) else getattr(item, "id", None)
-    return fold_id if isinstance(fold_id, str) else f"#{index}"
-
-
-def _fold_copy(fold: Fold) -> Fold:
-    """The fold read back through ``Fold.from_dict``: checked like a stored row, and a copy."""
-    return Fold.from_dict(json_copy(fold.to_dict()))
-
-
 def _copied(record: ViewRecord) -> ViewRecord:
     """A record whose configuration the caller may change without changing the store."""
     return replace(record, config=json_copy(record.config))
-
-
-def _calls_of(batch: Sequence[NewMessage]) -> list[list[str]]:
-    """Each message's tool-call ids, checked before the log is touched."""
-    return [_call_ids(i, new) for i, new in enumerate(batch)]
-
-
-def _call_ids(index: int, new: NewMessage) -> list[str]:
-    """Tool-call ids of a message, checked before the log is touched."""
-    try:
-        return [str(call["id"]) for call in new.message.get("tool_calls") or ()]
-    except (KeyError, TypeError) as exc:
-        raise InvalidInput("tool call without an id", index=index, field="tool_calls") from exc
