@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from contextfold.testing.damage import CASES, Case, run, template
+from contextfold.testing.damage import run, template
+from contextfold.testing.damage_cases import CASES
+from contextfold.testing.damage_target import Case
 
 N = 120
 

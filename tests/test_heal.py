@@ -14,7 +14,8 @@ from contextfold import Memory
 from contextfold.core.errors import StoreError
 from contextfold.core.events import Event
 from contextfold.store import RAMStore
-from contextfold.testing.damage import BUDGET, SESSION, VIEW, build
+from contextfold.testing.damage import build
+from contextfold.testing.damage_target import BUDGET, SESSION, VIEW
 
 
 @pytest.fixture
