@@ -36,16 +36,6 @@ class MeteredModel:
     ) -> Completion:
         return self._count(self.inner.complete(messages, max_tokens=max_tokens, schema=schema))
 
-    async def acomplete(
-        self,
-        messages: Sequence[Message],
-        *,
-        max_tokens: int | None = None,
-        schema: Mapping[str, Any] | None = None,
-    ) -> Completion:
-        completion = await self.inner.acomplete(messages, max_tokens=max_tokens, schema=schema)
-        return self._count(completion)
-
     def _count(self, completion: Completion) -> Completion:
         self.calls += completion.usage.calls
         self.tokens += completion.usage.input_tokens + completion.usage.output_tokens

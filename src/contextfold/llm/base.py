@@ -1,8 +1,10 @@
 """The model protocol, its records, and the retry loop every adapter shares.
 
 An ``LLM`` takes messages and returns a ``Completion``: text, parsed JSON when a
-``schema`` was asked for, and ``Usage`` (tokens, model, latency). Sync and async
-twins behave the same. ``Model`` is the base the adapters build on: it owns
+``schema`` was asked for, and ``Usage`` (tokens, model, latency). The protocol
+is what the library calls of a model, ``name`` and ``complete``, so a user's
+model needs nothing more. ``Model`` is the base the adapters build on: it adds
+``acomplete``, the async twin that behaves the same, and it owns
 timeouts, retries with exponential backoff and jitter on 429/5xx/timeouts
 (honouring ``Retry-After``), and the per-call token cap, so an adapter only
 translates one request and maps its SDK's errors to ``ModelError``
@@ -90,19 +92,15 @@ class Completion:
 
 @runtime_checkable
 class LLM(Protocol):
-    """Messages in, text (or parsed JSON when ``schema`` is given) and usage out."""
+    """Messages in, text (or parsed JSON when ``schema`` is given) and usage out.
+
+    Only what compaction, recall and evaluation call; ``Model.acomplete`` is
+    the adapters' async twin for callers of a model itself.
+    """
 
     name: str
 
     def complete(
-        self,
-        messages: Sequence[Message],
-        *,
-        max_tokens: int | None = None,
-        schema: Mapping[str, Any] | None = None,
-    ) -> Completion: ...
-
-    async def acomplete(
         self,
         messages: Sequence[Message],
         *,

@@ -16,7 +16,6 @@ The cycle leaves the offline stand-in unguarded: it is local and cannot hang.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -45,25 +44,6 @@ class Guarded:
         return self._within_deadline(
             lambda: self.llm.complete(messages, max_tokens=max_tokens, schema=schema)
         )
-
-    async def acomplete(
-        self,
-        messages: Sequence[Message],
-        *,
-        max_tokens: int | None = None,
-        schema: Mapping[str, Any] | None = None,
-    ) -> Completion:
-        self._admit()
-        call = self.llm.acomplete(messages, max_tokens=max_tokens, schema=schema)
-        try:
-            return await asyncio.wait_for(call, self.budget.left())
-        except TimeoutError:
-            raise self._out_of_time() from None
-        except Exception as exc:
-            failure = self._failure(exc)
-            if failure is exc:
-                raise
-            raise failure from exc
 
     def _admit(self) -> None:
         """A ``Model`` charges each attempt itself; any other LLM is charged here, once a call."""

@@ -239,7 +239,7 @@ class Session:
         check_name(name, "view")
         if pipeline is not None and not isinstance(pipeline, Pipeline):
             raise InvalidInput("pipeline must be a Pipeline", field="pipeline")
-        if not (llm is None or isinstance(llm, str) or callable(getattr(llm, "complete", None))):
+        if not (llm is None or isinstance(llm, str | LLM)):
             raise InvalidInput(
                 f"llm must be a model (an LLM) or a get_model string, not {type(llm).__name__}",
                 field="llm",
