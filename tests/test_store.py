@@ -68,12 +68,25 @@ class TestContract(StoreContract):
 _AUTHOR_TESTS = """
 import pytest
 from contextfold.store import RAMStore
+from contextfold.store.base import Abilities
+from contextfold.store.wake import LocalWake
 from contextfold.testing.store_contract import StoreContract
 
 
 class Forgetful(RAMStore):
     def head(self, session_id, view):
         return super().head(session_id, view)._replace(view_version=0)
+
+
+class LibraryOnly(RAMStore):
+    abilities = Abilities(in_process=True)
+
+
+class Boastful(RAMStore):
+    abilities = Abilities(wake_across_processes=True, in_process=True, service=True)
+
+    def wake(self):
+        return LocalWake()
 
 
 class TestMyStore(StoreContract):
@@ -86,6 +99,18 @@ class TestForgetfulStore(StoreContract):
     @pytest.fixture
     def store(self):
         return Forgetful()
+
+
+class TestLibraryOnlyStore(StoreContract):
+    @pytest.fixture
+    def store(self):
+        return LibraryOnly()
+
+
+class TestBoastfulStore(StoreContract):
+    @pytest.fixture
+    def store(self):
+        return Boastful()
 """
 
 
@@ -98,14 +123,32 @@ def test_a_backend_author_runs_the_shipped_contract(tmp_path: Path) -> None:
         capture_output=True,
     )
     results: dict[str, dict[str, bool]] = {}
+    skipped: dict[str, set[str]] = {}
     for case in ElementTree.parse(tmp_path / "out.xml").iter("testcase"):
         passed = case.find("failure") is None and case.find("error") is None
         results.setdefault(case.get("classname", ""), {})[case.get("name", "")] = passed
-    mine, forgetful = (
+        if case.find("skipped") is not None:
+            skipped.setdefault(case.get("classname", ""), set()).add(case.get("name", ""))
+    mine, forgetful, library_only, boastful = (
         results.pop("test_mystore.TestMyStore"),
         results.pop("test_mystore.TestForgetfulStore"),
+        results.pop("test_mystore.TestLibraryOnlyStore"),
+        results.pop("test_mystore.TestBoastfulStore"),
     )
     assert results == {}
+    # A store serving the library alone passes, the service's port skipped; one
+    # claiming a wake across processes it cannot give fails that check alone.
+    assert all(library_only.values())
+    service_tests = {
+        name.partition("[")[0]
+        for name in skipped["test_mystore.TestLibraryOnlyStore"]
+        - skipped["test_mystore.TestMyStore"]
+    }
+    assert "test_api_keys_stored_by_id" in service_tests
+    assert "test_recreated_session_starts_a_new_log" not in service_tests
+    assert sorted(name for name, ok in boastful.items() if not ok) == [
+        "test_a_declared_cross_process_wake_hears_another_process"
+    ]
     contract = {name for name in dir(StoreContract) if name.startswith("test_")}
     assert {name.partition("[")[0] for name in mine} == contract
     assert all(mine.values())

@@ -2,7 +2,7 @@
 
 A request's ``Idempotency-Key: K`` becomes the store key ``K:i`` of its message
 ``i``. Before appending, the store is asked which of ``K:0`` .. ``K:n`` it holds
-(``Store.keyed``; ``K:n`` tells whether the key came with more messages):
+(``ServiceStore.keyed``; ``K:n`` tells whether the key came with more messages):
 
 - none: the batch is appended under its keys;
 - ``K:0`` .. ``K:n-1`` and not ``K:n``, holding the request's messages: a retry;

@@ -20,7 +20,7 @@ from contextfold.store import rows
 from contextfold.store.checks import fold_ascii
 
 # Ids are in the "C" collation: they sort by code point, and lower() folds ASCII
-# letters only, which is what Store.list_sessions promises. ``below`` bounds the index
+# letters only, which is what ServiceStore.list_sessions promises. ``below`` bounds the index
 # scan to the prefix's range, so a small tenant in a large table is read alone.
 LIST_SQL = (
     "SELECT id FROM sessions WHERE id >= %(prefix)s "

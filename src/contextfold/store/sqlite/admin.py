@@ -16,7 +16,7 @@ from contextfold.store import rows
 from contextfold.store.checks import fold_ascii
 from contextfold.store.search import SEQ_BITS
 
-# SQLite's lower() folds ASCII letters only, which is what Store.list_sessions promises.
+# SQLite's lower() folds ASCII letters only, which is what ServiceStore.list_sessions promises.
 LIST_SQL = (
     "SELECT id FROM sessions WHERE id >= :prefix AND substr(id, 1, :n) = :prefix "
     "AND (:after IS NULL OR id > :after) "
