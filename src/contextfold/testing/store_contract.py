@@ -1,7 +1,8 @@
 """The Store contract as pytest tests, shipped so that any backend can prove itself.
 
-A backend keeps the promises of ``contextfold.store.base.Store`` when a subclass
-of ``StoreContract`` passes. The subclass supplies a ``store`` fixture that
+A backend keeps the promises of ``contextfold.store.base.Store`` (and of
+``ServiceStore`` when its ``abilities`` declare ``service``; those tests are
+skipped otherwise) when a subclass of ``StoreContract`` passes. The subclass supplies a ``store`` fixture that
 gives each test a fresh store with no sessions in it::
 
     import pytest
@@ -17,7 +18,14 @@ author knows: override ``delete_message`` (remove a logged row, as a careless
 hand in the database would) and ``damage_fold`` (make a fold unreadable);
 left alone, the tests that need them are skipped. The concurrent cases run
 two writers in threads, and in processes when ``store_url`` gives a URL that
-opens the same store in another process (``open_store``).
+opens the same store in another process (``open_store``); a store declaring
+``wake_across_processes`` must give one, and its wake must hear such a process.
+
+The promises are grouped by theme: the log here, folds (``store_contract_folds``),
+views and leases (``store_contract_views``), the order rules
+(``store_contract_order``), racing writers (``store_contract_concurrent``),
+search (``store_contract_search``), the service's port (``store_contract_admin``)
+and the declared abilities (``store_contract_abilities``).
 
 Run it with ``pytest``. For pytest's detailed assertion messages, add
 ``pytest.register_assert_rewrite("contextfold.testing.store_contract")`` to
