@@ -13,7 +13,7 @@
    is dropped with ``SummaryRejected``: the view keeps its previous folds, and
    no rejected answer ever becomes a fold.
 3. Must-keep items are extracted deterministically from the folded range with
-   the same extractor the offline strategy uses (``core.artifacts.must_keep``:
+   the same extractor the offline strategy uses (``extract.artifacts.find_facts``:
    paths, URLs, identifiers with their key, quantities, dates, error lines,
    user constraints); every item missing from the answer is appended verbatim in
    a ``Pinned`` list. Pins get as many characters as the answer may have
@@ -29,10 +29,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contextfold.core.artifacts import Artifact, find_facts, missing_artifacts
 from contextfold.core.errors import ModelError
 from contextfold.core.messages import Message
 from contextfold.core.tokens import TokenCounter
+from contextfold.extract.artifacts import Artifact, find_facts, missing_artifacts
 from contextfold.llm.base import LLM, Completion, Usage
 from contextfold.strategies.answers import Expected, judge, material_of
 
