@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from contextfold.core.entries import Entry
 from contextfold.core.log import LoggedMessage
-from contextfold.core.recall import Block, Candidate, RecallSettings, fit
+from contextfold.core.recall import Block, Recallable, RecallSettings, fit_block
 from contextfold.core.render import Rendered
 from contextfold.core.tokens import TokenCounter
 from contextfold.core.units import unit_spans
@@ -57,7 +57,7 @@ def recall_block(
     if room is not None and room <= 0:
         return None
     ranked = [
-        Candidate.of(unit)
+        Recallable.of(unit)
         for unit in found_units(
             store,
             session_id,
@@ -67,7 +67,7 @@ def recall_block(
             keep=keep,
         )
     ]
-    return fit(outside(ranked, rendered), room, settings.limit, counter)
+    return fit_block(outside(ranked, rendered), room, settings.limit, counter)
 
 
 def still_fits(rendered: Rendered, block: Block) -> bool:
@@ -78,7 +78,7 @@ def still_fits(rendered: Rendered, block: Block) -> bool:
     return (room is None or block.tokens <= room) and not set(block.seqs) & set(rendered.shown)
 
 
-def outside(ranked: Sequence[Candidate], rendered: Rendered) -> list[Candidate]:
+def outside(ranked: Sequence[Recallable], rendered: Rendered) -> list[Recallable]:
     """The units none of whose messages ``rendered`` shows."""
     shown = set(rendered.shown)
     return [c for c in ranked if not any(m.seq in shown for m in c.messages)]

@@ -54,7 +54,7 @@ class SummaryRejected(ModelError):
 
 
 @dataclass(frozen=True)
-class Checked:
+class CheckedAnswer:
     """An accepted answer: its text with pins appended, parsed data, pins, total usage."""
 
     text: str
@@ -78,7 +78,7 @@ def summarize_checked(
     accept: Callable[[Completion], str | None] | None = None,
     tokens_before: int | None = None,
     counter: TokenCounter | None = None,
-) -> Checked:
+) -> CheckedAnswer:
     """Ask ``llm``, judge the answer, pin what it dropped from ``source``.
 
     ``accept`` adds a strategy's own check (it returns a reason to reject);
@@ -115,7 +115,7 @@ def summarize_checked(
             if pin
             else ((), 0)
         )
-        return Checked(
+        return CheckedAnswer(
             with_pins(answer.text.strip(), pinned),
             answer.data,
             pinned,
