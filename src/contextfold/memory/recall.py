@@ -6,7 +6,7 @@ unit (a tool call and all its results, or one message), and keeps the units
 none of whose raw messages the prompt shows, that the view's filter keeps, and
 that hold no system message. A fold may quote part of a unit (the masking fold
 keeps a call and masks its output): such a unit comes back whole, for what the
-fold left out. ``contextfold.core.recall`` fits them into one block.
+fold left out. ``contextfold.memory.recalled`` fits them into one block.
 
 The room: what the prompt leaves free under the budget, and at most ``share``
 of the budget. Recall never makes room by cutting: room taken from the folds
@@ -24,11 +24,11 @@ from collections.abc import Sequence
 
 from contextfold.core.entries import Entry
 from contextfold.core.log import LoggedMessage
-from contextfold.core.recall import Block, Recallable, RecallSettings, fit_block
 from contextfold.core.render import Rendered
 from contextfold.core.tokens import TokenCounter
 from contextfold.core.units import unit_spans
 from contextfold.memory.filters import MessageFilter
+from contextfold.memory.recalled import Block, Recallable, RecallSettings, fit_block
 from contextfold.store.base import Store
 
 # Messages read back from a tool result to find its call, at first and at most.

@@ -3,7 +3,8 @@
 The log keeps everything, so what compaction folded away can still be found
 (the store's full-text search does the finding, ``contextfold.memory.recall``).
 This module is the pure part: the settings, which found units fit the room
-left, how they read, and where the block goes.
+left, how they read, and where the block goes. Render only leaves the place
+(``Rendered.recall_at``), so this lives beside the view's recall, not in core.
 
 The block is one ``system`` message, like render's own markers (every adapter
 takes a system message mid-conversation)::
