@@ -4,7 +4,8 @@ Every module under ``src/contextfold`` gets a layer from the folder it sits in
 (a module with no layer fails the suite), and is read with ``ast`` (imports
 inside functions and ``TYPE_CHECKING`` blocks count too)::
 
-    interfaces   cli · options (where a command's settings come from) · testing/ · integrations/ (TaskWeaver hooks) · server/ · workers/ ·
+    interfaces   cli · options (where a command's settings come from) · redact (passwords out of
+                 what is shown) · testing/ · integrations/ (TaskWeaver hooks) · server/ · workers/ ·
                  evaluation/ (contextfold eval)
     runtime      runtime/
     memory       memory/
@@ -39,7 +40,7 @@ RANK = {
     "interfaces": 6,
 }
 FOLDERS = {"core", "formats", "extract", "llm", "store", "strategies", "memory", "runtime"}
-TOP_LEVEL_INTERFACES = {"cli", "options"}
+TOP_LEVEL_INTERFACES = {"cli", "options", "redact"}
 INTERFACE_FOLDERS = {"evaluation", "integrations", "server", "testing", "workers"}
 # What a strategy may know of the ports: the LLM protocol, nothing concrete.
 STRATEGY_PORTS = {"contextfold.llm.base"}
