@@ -24,7 +24,7 @@ import time
 
 from _common import parse_args, report
 
-from contextfold.testing.damage import CASES, run_all
+from contextfold.testing.damage_cases import CASES, run_all
 
 
 def main() -> None:

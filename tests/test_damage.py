@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from contextfold.testing.damage import CASES, Case, run, template
+from contextfold.testing.damage import Case, run, template
+from contextfold.testing.damage_cases import CASES
 
 N = 120
 
