@@ -129,3 +129,14 @@ def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
         "contextfold.strategies.probe", probe, module_of_path="contextfold.strategies.probe"
     )
     assert found == ["contextfold.llm.offline", "contextfold.runtime.thread"]
+
+
+def test_the_shared_layers_never_import_each_other(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from contextfold.extract.salience import key_sentences\n"
+        "from contextfold.core.messages import Message\n"
+        "from contextfold.llm.base import LLM\n"
+    )
+    found = upward("contextfold.formats.probe", probe, module_of_path="contextfold.formats.probe")
+    assert found == ["contextfold.extract.salience", "contextfold.llm.base"]
