@@ -4,8 +4,8 @@ A provider answers a malformed prompt with an HTTP 400, after the upload and
 the wait. ``prompt_faults`` finds the same faults first, each naming the
 message index and field; ``check_prompt`` raises the first as ``InvalidInput``.
 Each provider's rules are its own module (``openai_checks``,
-``anthropic_checks``), listed in ``CHECKS``: a new format is its module and one
-line here.
+``anthropic_checks``), listed in ``CHECKS``: a new format's checks are one more
+module and one more line here.
 
 Not checked: what depends on the request beyond its messages (the ``tools``
 list, the model's own limits) and provider features contextfold never writes.
