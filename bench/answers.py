@@ -28,11 +28,11 @@ from typing import Any
 from _common import conversations, parse_args, report
 
 from contextfold import Memory, preset_names
-from contextfold.core.artifacts import extract_artifacts
 from contextfold.core.entries import Entry
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, text_of
 from contextfold.core.tokens import get_counter
+from contextfold.extract.artifacts import extract_artifacts
 from contextfold.llm.base import Completion, Usage, material, parse_json
 from contextfold.llm.offline import OfflineModel
 from contextfold.strategies import describe_presets

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 
 from _common import conversations, parse_args, report
 
-from contextfold.core.artifacts import missing_artifacts
 from contextfold.core.entries import Entry
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message
 from contextfold.core.tokens import get_counter
+from contextfold.extract.artifacts import missing_artifacts
 from contextfold.llm.base import Completion
 from contextfold.strategies.answers import Expected, judge
 from contextfold.strategies.checked import SummaryRejected, must_keep_facts, summarize_checked

@@ -44,10 +44,10 @@ from _common import conversations, parse_args, report
 
 from contextfold import Memory, View
 from contextfold.core.errors import BudgetError
-from contextfold.core.recall import HEADER
 from contextfold.evaluation.replay import asked_prompt
 from contextfold.evaluation.retention import keyed_questions, prompt_words, recall
 from contextfold.evaluation.split import HALVES, rows_of
+from contextfold.memory.recalled import HEADER
 
 BUDGETS = {"5pct": 0.05, "10pct": 0.10, "20pct": 0.20}
 PRESETS = {"offline": "offline", "keep_recent": "keep-recent"}

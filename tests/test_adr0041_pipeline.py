@@ -20,10 +20,10 @@ from test_goal_batch import ADR_PARAGRAPHS, KEYS, history_of
 from test_tool_calls import EPISODIC, group_histories
 
 from contextfold import Memory, View
-from contextfold.core.artifacts import extract_artifacts
 from contextfold.core.events import Event
 from contextfold.core.messages import Message
 from contextfold.core.units import tool_unit_faults
+from contextfold.extract.artifacts import extract_artifacts
 from contextfold.strategies import Pipeline
 from contextfold.strategies.goal_batch import GoalBatchCompaction
 from contextfold.strategies.threshold import ThresholdSummarization

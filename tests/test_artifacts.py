@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from contextfold.core.artifacts import (
+from contextfold.extract.artifacts import (
     KINDS,
     extract_artifacts,
     find_artifacts,

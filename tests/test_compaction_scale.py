@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-import contextfold.core.artifacts as artifacts
-import contextfold.core.salience as salience
+import contextfold.extract.artifacts as artifacts
+import contextfold.extract.candidates as reading
 from contextfold import Memory
 from contextfold.core.messages import Message
-from contextfold.core.salience import Source, candidates_of
 from contextfold.core.tokens import FunctionTokenizer, TokenCounter, get_counter
+from contextfold.extract.candidates import Source, candidates_of
 
 
 def agent_log(n: int) -> list[Message]:
@@ -41,13 +41,13 @@ def agent_log(n: int) -> list[Message]:
 
 def test_a_repeated_text_is_scanned_once(monkeypatch: pytest.MonkeyPatch) -> None:
     scanned: list[str] = []
-    real = salience.find_artifacts
+    real = reading.find_artifacts
 
     def spy(text: str, kinds: Any = artifacts.KINDS) -> list[artifacts.Artifact]:
         scanned.append(text)
         return real(text, kinds)
 
-    monkeypatch.setattr(salience, "find_artifacts", spy)
+    monkeypatch.setattr(reading, "find_artifacts", spy)
     text = "FAILED tests/test_a.py::test_x - AssertionError: 1 != 2\nThe build 4711 broke."
     sources = [Source(None, "tool", text, False) for _ in range(50)]
     candidates = candidates_of(sources, get_counter())
@@ -96,7 +96,7 @@ def _first_compaction_work(
         work["chars"] += len(text)
         return -(-len(text) // 4)
 
-    real = salience.find_artifacts
+    real = reading.find_artifacts
 
     def scan(text: str, kinds: Any = artifacts.KINDS) -> list[artifacts.Artifact]:
         work["scans"] += 1
@@ -109,7 +109,7 @@ def _first_compaction_work(
     view = session.view("default", preset="offline", budget=2_000)
     work.update(chars=0, scans=0)
     with monkeypatch.context() as patched:
-        patched.setattr(salience, "find_artifacts", scan)
+        patched.setattr(reading, "find_artifacts", scan)
         made = view.compact()
     memory.close()
     assert made.folds and made.tokens_after <= 2_000

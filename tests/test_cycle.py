@@ -10,10 +10,10 @@ from conftest import load_rows
 from contextfold import BudgetError, Memory, ModelError
 from contextfold.core.events import Event
 from contextfold.core.messages import Message
-from contextfold.core.recall import HEADER
 from contextfold.core.units import tool_unit_faults
 from contextfold.memory.cache import PromptCache, StateCache
 from contextfold.memory.cycle import RESCUE, compact, plan
+from contextfold.memory.recalled import HEADER
 from contextfold.strategies import Pipeline, RollingCompactor, preset_names
 from contextfold.testing import ScriptedModel
 

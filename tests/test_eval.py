@@ -12,10 +12,11 @@ import pytest
 from contextfold.cli import main
 from contextfold.core.errors import InvalidInput
 from contextfold.evaluation.budgets import parse_budget, parse_budgets
-from contextfold.evaluation.inputs import Conversation, load_conversations
+from contextfold.evaluation.inputs import load_conversations
 from contextfold.evaluation.replay import replay, sample_turns
 from contextfold.evaluation.results import skip_summary, summarize
 from contextfold.evaluation.retention import answer_keys
+from contextfold.memory.conversation_file import FileConversation
 
 FILLER = [
     "Work was busy this week, lots of meetings and long emails to answer.",
@@ -114,9 +115,9 @@ def test_json_list_object_and_jsonl_are_read(tmp_path: Path) -> None:
     ("second_line", "named"),
     [
         ("{not json", ["line 2", "malformed JSON"]),
-        ('["a list"]', ["line 2", "'messages'"]),
+        ('["a list"]', ["line 2", "message 0"]),
         ('{"id": "x"}', ["line 2", "'messages'"]),
-        ('{"messages": []}', ["line 2", "'messages'", "empty"]),
+        ('{"messages": []}', ["line 2", "'messages'", "no messages"]),
         ('{"messages": [{"role": "wizard", "content": "hi"}]}', ["line 2", "message 0"]),
         ('{"messages": [{"role": "user", "content": "hi"}], "questions": {}}', ["'questions'"]),
         (
@@ -164,7 +165,7 @@ def test_key_words_are_the_rare_answer_words_the_question_does_not_give() -> Non
 
 def test_retention_counts_the_answer_kept_and_not_the_one_dropped() -> None:
     row = trip()
-    conversation = Conversation(row["id"], row["messages"], row["questions"][:2])
+    conversation = FileConversation(row["id"], row["messages"], "trip", row["questions"][:2])
     result = replay(conversation, ["keep-recent"], parse_budgets("200"), samples=4)
     (arm,) = result.arms
     assert result.full_recalls == [1.0, 1.0]
@@ -187,7 +188,7 @@ def test_a_recalling_view_is_scored_with_each_question_as_its_query() -> None:
         {"question": f"Which pie did I taste on trip {n}?", "answer": foods[n - 1]}
         for n in (3, 17, 29)
     ]
-    conversation = Conversation("pies", messages, questions)
+    conversation = FileConversation("pies", messages, "pies", questions)
     result = replay(conversation, ["offline", "keep-recent"], parse_budgets("300"), samples=2)
     offline, keep = result.arms
     assert keep.recalls == [0.0, 0.0, 0.0]

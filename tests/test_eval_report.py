@@ -70,7 +70,11 @@ def test_the_export_zip_is_read_like_its_conversations_json(tmp_path: Path) -> N
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr("chat.html", "<html></html>")
         z.writestr("conversations.json", EXPORT.read_text("utf-8"))
-    assert load_conversations(archive) == load_conversations(EXPORT)
+    zipped, unzipped = load_conversations(archive), load_conversations(EXPORT)
+    assert (zipped.format, zipped.skipped) == (unzipped.format, unzipped.skipped)
+    read = [[(c.id, c.title, c.messages) for c in i.conversations] for i in (zipped, unzipped)]
+    assert read[0] == read[1]
+    assert zipped.conversations[0].source.startswith(f"{archive}, conversation ")
     empty = tmp_path / "empty.zip"
     with zipfile.ZipFile(empty, "w") as z:
         z.writestr("chat.html", "<html></html>")

@@ -8,11 +8,12 @@ import pytest
 from conftest import load_rows
 
 from contextfold import Memory, Session, View
-from contextfold.core.artifacts import sentences
 from contextfold.core.folds import Fold
 from contextfold.core.messages import text_of
-from contextfold.core.salience import Source, candidates_of, select, weigh
 from contextfold.core.tokens import get_counter
+from contextfold.extract.artifacts import sentences
+from contextfold.extract.candidates import Source, candidates_of
+from contextfold.extract.salience import select, weigh
 from contextfold.strategies import Pipeline
 from contextfold.strategies.extractive import ExtractiveSummary
 from contextfold.strategies.triggers import Rounds

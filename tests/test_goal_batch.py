@@ -11,11 +11,11 @@ import pytest
 from test_tool_calls import EPISODIC, group_histories, grouped, tool_unit
 
 from contextfold import InvalidInput, Memory, Session, View
-from contextfold.core.artifacts import extract_artifacts
 from contextfold.core.events import Event
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message
 from contextfold.core.units import tool_unit_faults
+from contextfold.extract.artifacts import extract_artifacts
 from contextfold.strategies import Pipeline
 from contextfold.strategies.goal_batch import SCHEMA, SECTIONS, GoalBatchCompaction
 from contextfold.strategies.tool_calls import ToolCallSummarization

@@ -4,15 +4,19 @@ Every module under ``src/contextfold`` gets a layer from the folder it sits in
 (a module with no layer fails the suite), and is read with ``ast`` (imports
 inside functions and ``TYPE_CHECKING`` blocks count too)::
 
-    interfaces   cli · options (where a command's settings come from) · testing/ · integrations/ (TaskWeaver hooks) · server/ · workers/ ·
+    interfaces   cli · options (where a command's settings come from) · redact (passwords out of
+                 what is shown) · testing/ · integrations/ (TaskWeaver hooks) · server/ · workers/ ·
                  evaluation/ (contextfold eval)
     runtime      runtime/
     memory       memory/
     strategies   strategies/          (of the ports: the LLM protocol only)
     ports        llm/ · store/        (never each other)
-    core         core/
+    shared       formats/ (provider formats and prompt checks) ·
+                 extract/ (key sentences and must-keep items)     (never each other)
+    core         core/                (the vocabulary: messages, units, folds, tokens, render, errors)
 
-A module may import its own layer and the layers below it. Only the package
+A module may import its own layer and the layers below it; two layers of one
+rank (the ports, the shared layers) never import each other. Only the package
 root, which re-exports the public face, may import from every layer.
 """
 
@@ -26,15 +30,17 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "contextfold"
 RANK = {
     "core": 0,
-    "llm": 1,
-    "store": 1,
-    "strategies": 2,
-    "memory": 3,
-    "runtime": 4,
-    "interfaces": 5,
+    "formats": 1,
+    "extract": 1,
+    "llm": 2,
+    "store": 2,
+    "strategies": 3,
+    "memory": 4,
+    "runtime": 5,
+    "interfaces": 6,
 }
-FOLDERS = {"core", "llm", "store", "strategies", "memory", "runtime", "integrations"}
-TOP_LEVEL_INTERFACES = {"cli", "options"}
+FOLDERS = {"core", "formats", "extract", "llm", "store", "strategies", "memory", "runtime"}
+TOP_LEVEL_INTERFACES = {"cli", "options", "redact"}
 INTERFACE_FOLDERS = {"evaluation", "integrations", "server", "testing", "workers"}
 # What a strategy may know of the ports: the LLM protocol, nothing concrete.
 STRATEGY_PORTS = {"contextfold.llm.base"}
@@ -87,7 +93,7 @@ def test_every_layer_has_modules() -> None:
 
 
 def upward(module: str, path: Path, *, module_of_path: str | None = None) -> list[str]:
-    """What ``path`` imports from above its layer, from a sibling port, or from the root."""
+    """What ``path`` imports from above its layer, from a sibling of its rank, or from the root."""
     layer = layer_of(module)
     assert layer is not None
     bad = []
@@ -96,7 +102,7 @@ def upward(module: str, path: Path, *, module_of_path: str | None = None) -> lis
         if (
             other is None
             or RANK[other] > RANK[layer]
-            or (RANK[other] == RANK[layer] == 1 and other != layer)
+            or (RANK[other] == RANK[layer] and other != layer)
             or (
                 layer == "strategies" and other in ("llm", "store") and target not in STRATEGY_PORTS
             )
@@ -123,3 +129,14 @@ def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
         "contextfold.strategies.probe", probe, module_of_path="contextfold.strategies.probe"
     )
     assert found == ["contextfold.llm.offline", "contextfold.runtime.thread"]
+
+
+def test_the_shared_layers_never_import_each_other(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from contextfold.extract.salience import key_sentences\n"
+        "from contextfold.core.messages import Message\n"
+        "from contextfold.llm.base import LLM\n"
+    )
+    found = upward("contextfold.formats.probe", probe, module_of_path="contextfold.formats.probe")
+    assert found == ["contextfold.extract.salience", "contextfold.llm.base"]

@@ -12,7 +12,6 @@ from conftest import load_rows
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import (
     for_model,
-    load_messages,
     text_of,
     validate_message,
     validate_messages,
@@ -288,13 +287,3 @@ def test_text_of_joins_parts_and_calls() -> None:
 def test_for_model_drops_meta_only() -> None:
     msg = {"role": "user", "content": "x", "name": "ann", "meta": {"k": 1}}
     assert for_model(msg) == {"role": "user", "content": "x", "name": "ann"}
-
-
-def test_load_messages_takes_a_list_or_an_object() -> None:
-    assert load_messages([USER]) == [USER]
-    assert load_messages({"id": "x", "messages": [USER]}) == [USER]
-    with pytest.raises(InvalidInput, match=r"upload\.json"):
-        load_messages({"turns": [USER]}, source="upload.json")
-    with pytest.raises(InvalidInput) as info:
-        load_messages([USER, {"role": "bot", "content": "x"}])
-    assert (info.value.index, info.value.field) == (1, "role")

@@ -5,8 +5,8 @@ import json
 from typing import Any
 
 from contextfold.core.messages import Message
-from contextfold.core.salience import key_sentences
 from contextfold.core.tokens import get_counter
+from contextfold.extract.salience import key_sentences
 from contextfold.llm.base import LLM
 from contextfold.llm.offline import OfflineModel, assignments, history_of, model_or_offline
 from contextfold.strategies.transcript import material

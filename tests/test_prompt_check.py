@@ -9,7 +9,7 @@ import pytest
 from conftest import load_rows
 
 from contextfold import BudgetError, InvalidInput, Memory, check_prompt, prompt_faults
-from contextfold.core.convert import to_anthropic
+from contextfold.formats.anthropic import to_anthropic
 from contextfold.strategies import preset_names
 
 

@@ -48,9 +48,9 @@ from prompt_checks import anthropic_faults, message_tokens, pairing_faults, prom
 from strategies_conv import Conversation, budgets, conversations
 
 from contextfold import Memory
-from contextfold.core.convert import to_anthropic
 from contextfold.core.errors import BudgetError, InvalidInput
 from contextfold.core.messages import for_model
+from contextfold.formats.anthropic import to_anthropic
 from contextfold.llm.base import Completion
 from contextfold.strategies.presets import preset_names
 from contextfold.testing import ScriptedModel

@@ -15,11 +15,11 @@ from test_determinism import assert_same, under_each_seed
 from contextfold import BudgetError, Fold, Memory, Session
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message, for_model
-from contextfold.core.recall import HEADER, RecallSettings
 from contextfold.core.render import Rendered
 from contextfold.core.units import tool_unit_faults
 from contextfold.memory.cache import PromptCache
 from contextfold.memory.config import ViewConfig
+from contextfold.memory.recalled import HEADER, RecallSettings
 from contextfold.store import RAMStore, SQLiteStore, Store
 from contextfold.store.base import SearchHit
 

@@ -19,7 +19,7 @@ from server_harness import free_port
 from test_serve_config import WAIT_S, printed, serving
 from workers_harness import REDIS, fresh_queue, require_redis
 
-from contextfold.core.redact import redact
+from contextfold.redact import redact
 
 PASSWORD = "s3cret"
 KEY = "sk-upstream-k3y"

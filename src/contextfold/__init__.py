@@ -11,7 +11,6 @@ underneath (``core``, ``llm``, ``store``, ``memory``, ``runtime``) are importabl
 too, for those who extend them.
 """
 
-from contextfold.core.convert import from_anthropic, to_anthropic
 from contextfold.core.errors import (
     BudgetError,
     ContextfoldError,
@@ -25,9 +24,12 @@ from contextfold.core.errors import (
 )
 from contextfold.core.events import Event
 from contextfold.core.folds import Fold
-from contextfold.core.prompt_check import PromptFault, check_prompt, prompt_faults
 from contextfold.core.render import Rendered, render
 from contextfold.core.tokens import TokenCounter, get_counter
+from contextfold.formats.anthropic import to_anthropic
+from contextfold.formats.anthropic_read import from_anthropic
+from contextfold.formats.checks import check_prompt, prompt_faults
+from contextfold.formats.fault import PromptFault
 from contextfold.llm import LLM, Completion, Usage, get_model, register_provider
 from contextfold.llm.budget import JobLimits, JobStopped
 from contextfold.memory.compact import CompactResult, compact_messages

@@ -38,10 +38,8 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 from rich.text import Text
 
-from contextfold.core.checks import positive_int
 from contextfold.core.errors import ContextfoldError
 from contextfold.core.messages import Message, text_of
-from contextfold.core.redact import redact
 from contextfold.evaluation.commands import add_eval_command
 from contextfold.llm.budget import JobLimits
 from contextfold.memory.compact import (
@@ -51,6 +49,8 @@ from contextfold.memory.compact import (
     compact_messages,
     write_prompt,
 )
+from contextfold.options import positive_int
+from contextfold.redact import redact
 from contextfold.server.commands import add_commands
 from contextfold.strategies.presets import DEFAULT_PRESET, describe_presets
 from contextfold.workers.commands import add_worker_command

@@ -13,7 +13,8 @@ default value. ``resolve`` fills every flag and remembers where each value came
 from, so a later check can name the variable or the file. A value that cannot
 be read, or a key no flag has, is an ``InvalidInput`` naming the key and where it
 came from (the CLI prints it on one line and exits 2). Values are never echoed
-for text flags: a database URL may carry a password.
+for text flags: a database URL may carry a password. ``positive_int`` is the
+whole-number flag type every subcommand shares.
 """
 
 from __future__ import annotations
@@ -219,3 +220,14 @@ def _typed(spec: Option, raw: str, where: str) -> Any:
     except (ValueError, TypeError, argparse.ArgumentTypeError):
         kind = {int: "an integer", float: "a number"}.get(spec.convert, "valid")  # type: ignore[call-overload]
         raise InvalidInput(f"{where} must be {kind}, not {raw!r}", field=spec.name) from None
+
+
+def positive_int(text: str) -> int:
+    """A command-line argument that must be a whole number above 0 (an argparse ``type``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {value}")
+    return value

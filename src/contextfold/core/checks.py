@@ -3,13 +3,11 @@ refuses a bad value the same way: ``InvalidInput`` naming the field.
 
 Messages have their own module (``contextfold.core.messages``); these are the
 scalars and collections around them: budgets, idempotency keys, ids, and the
-iterable a batch of messages comes in, and the one number type the command
-line's subcommands share.
+iterable a batch of messages comes in.
 """
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -59,14 +57,3 @@ def batch_of(items: Any, field: str) -> list[Any]:
     if not isinstance(items, Iterable):
         raise InvalidInput(f"{field} must be iterable, not {type(items).__name__}", field=field)
     return list(items)
-
-
-def positive_int(text: str) -> int:
-    """A command-line argument that must be a whole number above 0 (an argparse ``type``)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {value}")
-    return value

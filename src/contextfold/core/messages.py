@@ -15,7 +15,6 @@ What may follow what (a tool result after its call, once) is the rule of
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -341,16 +340,3 @@ def text_of(message: Mapping[str, Any]) -> str:
 def for_model(message: Mapping[str, Any]) -> Message:
     """A copy without ``meta``: what a provider is sent."""
     return {k: v for k, v in message.items() if k != "meta"}
-
-
-def load_messages(data: Any, *, source: str = "input") -> list[Message]:
-    """Accept a list of messages or an object with a ``messages`` list."""
-    if isinstance(data, Mapping):
-        data = data.get("messages")
-    if not isinstance(data, list):
-        raise InvalidInput(f"{source}: expected a list of messages or an object with 'messages'")
-    return validate_messages(data)
-
-
-def dumps(message: Mapping[str, Any]) -> str:
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"))

@@ -50,7 +50,7 @@ class Rendered:
     """Seqs of the raw messages in the prompt (whole or clipped): what recall leaves out."""
     recall_at: int | None = None
     """Where a recall block goes in ``messages``: after the folds, before the run of
-    recent raw messages that ends the prompt (``contextfold.core.recall``)."""
+    recent raw messages that ends the prompt (``contextfold.memory.recalled``)."""
     recalled: tuple[int, ...] = ()
     """Seqs of the logged messages recalled into the prompt, in log order."""
 

@@ -20,13 +20,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from contextfold.core.checks import positive_int
 from contextfold.core.errors import InvalidInput
 from contextfold.evaluation.budgets import parse_budgets
 from contextfold.evaluation.inputs import load_conversations
 from contextfold.evaluation.plots import require_matplotlib
 from contextfold.evaluation.report import column_notes, table_rows, write_report
 from contextfold.evaluation.run import EvalSettings, evaluate, total_steps
+from contextfold.options import positive_int
 from contextfold.strategies.presets import preset_names
 
 

@@ -40,12 +40,12 @@ from typing import Any
 from contextfold.core.errors import BudgetError
 from contextfold.core.messages import Message
 from contextfold.evaluation.budgets import Budget
-from contextfold.evaluation.inputs import Conversation
 from contextfold.evaluation.judge import QAJudge, judged_questions
 from contextfold.evaluation.metered import MeteredModel
 from contextfold.evaluation.retention import keyed_questions, prompt_words, recall
 from contextfold.llm.base import LLM
 from contextfold.llm.offline import OFFLINE
+from contextfold.memory.conversation_file import FileConversation
 from contextfold.memory.session import Memory
 from contextfold.memory.view import View
 
@@ -113,7 +113,7 @@ def sample_turns(messages: int, samples: int) -> list[int]:
 
 
 def replay(
-    conversation: Conversation,
+    conversation: FileConversation,
     presets: Sequence[str],
     budgets: Sequence[Budget],
     *,

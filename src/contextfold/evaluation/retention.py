@@ -32,16 +32,16 @@ STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 _WORD = re.compile(r"[a-z0-9]+")
 
 
-def words(text: str) -> set[str]:
+def word_set(text: str) -> set[str]:
     return set(_WORD.findall(text.lower()))
 
 
 def key_words(question: Mapping[str, Any], df: Counter[str], limit: float) -> set[str]:
     """The rare words of ``question``'s gold answer that the question does not give away."""
-    asked = words(str(question["question"]))
+    asked = word_set(str(question["question"]))
     return {
         w
-        for w in words(str(question["answer"]))
+        for w in word_set(str(question["answer"]))
         if w not in STOPWORDS and w not in asked and df[w] <= limit
     }
 
@@ -51,7 +51,7 @@ def keyed_questions(
 ) -> list[tuple[Mapping[str, Any], set[str]]]:
     """Each question with a gold answer and its key words over the whole conversation;
     questions with no key word are left out."""
-    df = Counter(w for m in messages for w in words(text_of(m)))
+    df = Counter(w for m in messages for w in word_set(text_of(m)))
     limit = max(3.0, 0.01 * len(messages))
     return [
         (q, keys) for q in questions if "answer" in q for keys in [key_words(q, df, limit)] if keys
@@ -70,7 +70,7 @@ def recall(keys: set[str], vocabulary: set[str]) -> float:
 
 
 def prompt_words(messages: Iterable[Message]) -> set[str]:
-    return words("\n".join(text_of(m) for m in messages))
+    return word_set("\n".join(text_of(m) for m in messages))
 
 
 def retention(prompt_recalls: Sequence[float], full_recalls: Sequence[float]) -> float | None:

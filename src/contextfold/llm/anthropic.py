@@ -1,7 +1,7 @@
 """Anthropic's Messages API through the ``anthropic`` SDK.
 
 ``AnthropicProvider`` is who we talk to: base URL, key, and the SDK clients.
-``AnthropicModel`` is how: ``contextfold.core.convert.to_anthropic`` turns the
+``AnthropicModel`` is how: ``contextfold.formats.anthropic.to_anthropic`` turns the
 OpenAI-format messages into Anthropic's (system prompt apart, tool calls as
 ``tool_use`` and ``tool_result`` blocks), and the text blocks of the answer
 are read back. The API requires ``max_tokens``, so the per-call cap is always
@@ -21,9 +21,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextfold.core.convert import to_anthropic
 from contextfold.core.errors import ModelError
 from contextfold.core.messages import Message
+from contextfold.formats.anthropic import to_anthropic
 from contextfold.llm.base import (
     Completion,
     Model,

@@ -48,10 +48,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextfold.core.artifacts import extract_artifacts
 from contextfold.core.messages import Message, text_of
-from contextfold.core.salience import key_sentences
 from contextfold.core.tokens import TokenCounter, get_counter
+from contextfold.extract.artifacts import extract_artifacts
+from contextfold.extract.salience import key_sentences
 from contextfold.llm.base import HISTORY_CLOSE, HISTORY_OPEN, LLM, Completion, Usage
 
 OFFLINE = "offline"

@@ -25,10 +25,10 @@ from typing import Generic, TypeVar
 from contextfold.core.entries import Entry
 from contextfold.core.log import LoggedMessage, json_copy
 from contextfold.core.messages import for_model
-from contextfold.core.recall import Block
 from contextfold.core.render import Rendered
 from contextfold.core.units import answers_tail, waits_for_results
 from contextfold.memory.filters import MessageFilter
+from contextfold.memory.recalled import Block
 from contextfold.store.base import Head
 from contextfold.strategies.base import ViewState
 

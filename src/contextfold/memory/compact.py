@@ -1,11 +1,10 @@
 """Compact one conversation read from a file: the one library call behind the CLI.
 
-``load_conversation`` reads JSON (a list of messages, or an object with a
-``messages`` list) or JSONL (one such object a line, the layout of the shared
-evaluation data); every error names the file and the line and column, or the
-line, message index and field. ``compact_messages`` logs the messages in an
-in-memory session, lets a preset fold the default view until the prompt fits
-the budget, renders it, and says what it did in a ``CompactResult``.
+``conversation_file.load_conversation`` reads the file (JSON or JSONL, every
+error naming the file and the line and column, or the line, message index and
+field). ``compact_messages`` logs the messages in an in-memory session, lets a
+preset fold the default view until the prompt fits the budget, renders it, and
+says what it did in a ``CompactResult``.
 """
 
 from __future__ import annotations
@@ -22,9 +21,10 @@ from typing import Any
 from contextfold.core.checks import batch_of, check_budget
 from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold
-from contextfold.core.messages import Message, validate_messages
+from contextfold.core.messages import Message
 from contextfold.core.tokens import REPLY_PRIMING
 from contextfold.llm.budget import DEFAULT_LIMITS, JobLimits
+from contextfold.memory.conversation_file import load_conversation
 from contextfold.memory.session import Memory
 from contextfold.strategies.presets import DEFAULT_PRESET
 
@@ -32,15 +32,6 @@ ProgressCallback = Callable[[str, int, int], None]
 """Called with a stage name, the work done and the work in all (for a progress bar)."""
 
 _BATCH = 500
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """Messages read from a file, and where from (``source`` names file and line)."""
-
-    messages: list[Message]
-    source: str
-    id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,104 +130,6 @@ def fold_summary(fold: Fold) -> dict[str, Any]:
         "tokens_after": fold.tokens_after,
         "usage": dict(fold.usage) if fold.usage is not None else None,
     }
-
-
-def load_conversation(path: str | Path, *, index: int | None = None) -> Conversation:
-    """Read one conversation; ``index`` picks a line of a JSONL file (default the first)."""
-    if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
-        raise InvalidInput(f"--index must be a whole number, not {index!r}", field="index")
-    if not isinstance(path, str | os.PathLike):
-        raise InvalidInput(
-            f"path must be a string or a path, not {type(path).__name__}", field="path"
-        )
-    p = Path(path)
-    text = read_text(p)
-    if index is not None and index < 0:
-        raise InvalidInput(f"--index must be 0 or more, got {index}")
-    if not text.strip():
-        raise InvalidInput(f"{p}: the file is empty", field="messages")
-    if p.suffix == ".jsonl":
-        return _from_jsonl(p, text, index or 0)
-    try:
-        data = _json(text, str(p))
-    except json.JSONDecodeError as exc:
-        if exc.msg == "Extra data" and _parses(text.split("\n", 1)[0]):
-            return _from_jsonl(p, text, index or 0)
-        raise InvalidInput(
-            f"{p}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from exc
-    if index:
-        raise InvalidInput(f"{p} holds one conversation: --index picks a line of a JSONL file")
-    return _conversation(data, str(p), str(p))
-
-
-def read_text(p: Path) -> str:
-    """A conversation file's text; ``InvalidInput`` naming the file when it cannot be read."""
-    try:
-        return p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{p}: not UTF-8 text (byte {exc.start})") from exc
-    except OSError as exc:
-        raise InvalidInput(f"cannot read {p}: {exc.strerror or exc}") from exc
-
-
-def _json(text: str, where: str) -> Any:
-    """``json.loads``, with the JSON it cannot take as data refused by name.
-
-    ``json.JSONDecodeError`` passes through for the caller to place; nesting
-    too deep for the parser and integers too long to read are ``InvalidInput``.
-    """
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        raise
-    except RecursionError:
-        raise InvalidInput(f"{where}: JSON nested too deeply to read") from None
-    except ValueError as exc:  # an integer over Python's 4,300-digit limit
-        raise InvalidInput(f"{where}: JSON holds a value that cannot be read: {exc}") from None
-
-
-def _parses(text: str) -> bool:
-    try:
-        _json(text, "")
-    except (json.JSONDecodeError, InvalidInput):
-        return False
-    return True
-
-
-def _from_jsonl(p: Path, text: str, index: int) -> Conversation:
-    rows = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
-    if index >= len(rows):
-        raise InvalidInput(
-            f"{p}: --index {index} is out of range, the file holds {len(rows)} conversations"
-        )
-    lineno, line = rows[index]
-    where = f"{p}, line {lineno}"
-    try:
-        data = _json(line, where)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{where}: malformed JSON at column {exc.colno}: {exc.msg}") from exc
-    return _conversation(data, where, f"{p}:{lineno}")
-
-
-def _conversation(data: Any, where: str, source: str) -> Conversation:
-    conv_id = None
-    if isinstance(data, Mapping):
-        raw_id = data.get("id")
-        conv_id = None if raw_id is None else str(raw_id)
-        data = data.get("messages")
-    if not isinstance(data, list):
-        raise InvalidInput(
-            f"{where}: expected a list of messages or an object with a 'messages' list",
-            field="messages",
-        )
-    try:
-        messages = validate_messages(data)
-    except InvalidInput as exc:
-        raise InvalidInput(f"{where}: {exc}") from exc
-    if not messages:
-        raise InvalidInput(f"{where}: the conversation has no messages", field="messages")
-    return Conversation(messages, source, conv_id)
 
 
 def compact_messages(

@@ -21,8 +21,8 @@ from typing import Any
 
 from contextfold.core.checks import check_budget
 from contextfold.core.errors import InvalidInput
-from contextfold.core.recall import RecallSettings
 from contextfold.memory.filters import MessageFilter, check_filter, compile_filter
+from contextfold.memory.recalled import RecallSettings
 from contextfold.strategies.base import HIGH_WATER, LOW_WATER
 from contextfold.strategies.pipeline import Pipeline
 from contextfold.strategies.presets import DEFAULT_PRESET, check_preset, get_preset

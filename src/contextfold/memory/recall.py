@@ -6,7 +6,7 @@ unit (a tool call and all its results, or one message), and keeps the units
 none of whose raw messages the prompt shows, that the view's filter keeps, and
 that hold no system message. A fold may quote part of a unit (the masking fold
 keeps a call and masks its output): such a unit comes back whole, for what the
-fold left out. ``contextfold.core.recall`` fits them into one block.
+fold left out. ``contextfold.memory.recalled`` fits them into one block.
 
 The room: what the prompt leaves free under the budget, and at most ``share``
 of the budget. Recall never makes room by cutting: room taken from the folds
@@ -24,11 +24,11 @@ from collections.abc import Sequence
 
 from contextfold.core.entries import Entry
 from contextfold.core.log import LoggedMessage
-from contextfold.core.recall import Block, Candidate, RecallSettings, fit
 from contextfold.core.render import Rendered
 from contextfold.core.tokens import TokenCounter
 from contextfold.core.units import unit_spans
 from contextfold.memory.filters import MessageFilter
+from contextfold.memory.recalled import Block, Recallable, RecallSettings, fit_block
 from contextfold.store.base import Store
 
 # Messages read back from a tool result to find its call, at first and at most.
@@ -57,7 +57,7 @@ def recall_block(
     if room is not None and room <= 0:
         return None
     ranked = [
-        Candidate.of(unit)
+        Recallable.of(unit)
         for unit in found_units(
             store,
             session_id,
@@ -67,7 +67,7 @@ def recall_block(
             keep=keep,
         )
     ]
-    return fit(outside(ranked, rendered), room, settings.limit, counter)
+    return fit_block(outside(ranked, rendered), room, settings.limit, counter)
 
 
 def still_fits(rendered: Rendered, block: Block) -> bool:
@@ -78,7 +78,7 @@ def still_fits(rendered: Rendered, block: Block) -> bool:
     return (room is None or block.tokens <= room) and not set(block.seqs) & set(rendered.shown)
 
 
-def outside(ranked: Sequence[Candidate], rendered: Rendered) -> list[Candidate]:
+def outside(ranked: Sequence[Recallable], rendered: Rendered) -> list[Recallable]:
     """The units none of whose messages ``rendered`` shows."""
     shown = set(rendered.shown)
     return [c for c in ranked if not any(m.seq in shown for m in c.messages)]

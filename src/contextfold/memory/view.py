@@ -26,7 +26,6 @@ from contextfold.core.events import EventCallback
 from contextfold.core.folds import Fold, active_facts, active_in_place
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, text_of
-from contextfold.core.recall import with_block
 from contextfold.core.render import Rendered, floor, render
 from contextfold.core.units import answer_missing, whole_units
 from contextfold.llm.base import LLM
@@ -40,6 +39,7 @@ from contextfold.memory.filters import MessageFilter
 from contextfold.memory.heal import Checked, sound_folds
 from contextfold.memory.leases import held_lease
 from contextfold.memory.recall import recall_block, still_fits
+from contextfold.memory.recalled import with_block
 from contextfold.store.base import Head, Store
 from contextfold.store.wake import LocalWake
 from contextfold.strategies.base import ViewState

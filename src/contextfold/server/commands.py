@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.extras import needs_extra
-from contextfold.core.redact import redact
 from contextfold.llm.windows import check_windows
 from contextfold.options import configurable, named, resolve
+from contextfold.redact import redact
 from contextfold.store.base import service_port
 from contextfold.store.registry import open_store
 

@@ -48,7 +48,7 @@ from contextfold.core.errors import (
     StoreError,
     VersionConflict,
 )
-from contextfold.core.redact import redact
+from contextfold.redact import redact
 
 log = logging.getLogger("contextfold.server")
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import httpx
 
 from contextfold.core.errors import InvalidInput
-from contextfold.core.redact import redact
+from contextfold.redact import redact
 
 SCHEME = "openai-compatible:"
 # Headers of an upstream answer worth passing on: the body's type, the request

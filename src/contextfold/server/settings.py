@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from contextfold.core.errors import InvalidInput
-from contextfold.core.redact import redact
 from contextfold.llm.registry import provider_names
 from contextfold.llm.windows import Window
+from contextfold.redact import redact
 from contextfold.server.proxy_upstream import parse_upstream
 from contextfold.strategies.presets import DEFAULT_PRESET, check_preset
 

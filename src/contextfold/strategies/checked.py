@@ -13,7 +13,7 @@
    is dropped with ``SummaryRejected``: the view keeps its previous folds, and
    no rejected answer ever becomes a fold.
 3. Must-keep items are extracted deterministically from the folded range with
-   the same extractor the offline strategy uses (``core.artifacts.must_keep``:
+   the same extractor the offline strategy uses (``extract.artifacts.find_facts``:
    paths, URLs, identifiers with their key, quantities, dates, error lines,
    user constraints); every item missing from the answer is appended verbatim in
    a ``Pinned`` list. Pins get as many characters as the answer may have
@@ -29,10 +29,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contextfold.core.artifacts import Artifact, find_facts, missing_artifacts
 from contextfold.core.errors import ModelError
 from contextfold.core.messages import Message
 from contextfold.core.tokens import TokenCounter
+from contextfold.extract.artifacts import Artifact, find_facts, missing_artifacts
 from contextfold.llm.base import LLM, Completion, Usage
 from contextfold.strategies.answers import Expected, judge, material_of
 
@@ -54,7 +54,7 @@ class SummaryRejected(ModelError):
 
 
 @dataclass(frozen=True)
-class Checked:
+class CheckedAnswer:
     """An accepted answer: its text with pins appended, parsed data, pins, total usage."""
 
     text: str
@@ -78,7 +78,7 @@ def summarize_checked(
     accept: Callable[[Completion], str | None] | None = None,
     tokens_before: int | None = None,
     counter: TokenCounter | None = None,
-) -> Checked:
+) -> CheckedAnswer:
     """Ask ``llm``, judge the answer, pin what it dropped from ``source``.
 
     ``accept`` adds a strategy's own check (it returns a reason to reject);
@@ -115,7 +115,7 @@ def summarize_checked(
             if pin
             else ((), 0)
         )
-        return Checked(
+        return CheckedAnswer(
             with_pins(answer.text.strip(), pinned),
             answer.data,
             pinned,

@@ -6,7 +6,7 @@ rounds ``1..N`` whose text starts with ``[Conversation History Summary (Rounds
 1-N)]``, superseded by the next one (incremental: the new fold re-selects from
 the old fold's sentences plus the rounds folded since).
 
-Sentences are chosen by ``contextfold.core.salience`` for what they add per token,
+Sentences are chosen by ``contextfold.extract.salience`` for what they add per token,
 must-keep items first (up to ``must_share`` of the fold). Kept sentences stay
 in log order, prefixed with their speaker, under the date of their session, so
 the fold reads as prose and "last week" can be placed in time. Message meta is
@@ -39,16 +39,9 @@ from typing import Any
 from contextfold.core.entries import Entry
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message, text_of
-from contextfold.core.salience import (
-    Candidate,
-    Frequencies,
-    Source,
-    candidates_of,
-    compose,
-    select,
-    weigh,
-)
 from contextfold.core.tokens import TokenCounter
+from contextfold.extract.candidates import Candidate, Source, candidates_of
+from contextfold.extract.salience import Frequencies, compose, select, weigh
 from contextfold.llm.base import LLM
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
 from contextfold.strategies.triggers import OverBudget, Trigger

@@ -386,8 +386,8 @@ def whole_history(**options: Any) -> Pipeline:
     return Pipeline([WholeHistory(**options)], name="whole-history")
 
 
-def retrieve_facts(concepts: Sequence[Concept], **options: Any) -> Pipeline:
-    """Koog's retrieve-facts compression with the given concepts."""
+def retrieve_facts(concepts: Sequence[Concept] = CODE_AGENT_CONCEPTS, **options: Any) -> Pipeline:
+    """Koog's retrieve-facts compression, with the code-agent concepts unless others are given."""
     return Pipeline([RetrieveFacts(concepts, **options)], name="retrieve-facts")
 
 

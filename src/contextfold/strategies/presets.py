@@ -22,11 +22,11 @@ from contextfold.strategies.extractive import ExtractiveSummary
 from contextfold.strategies.goal_batch import GoalBatchCompaction
 from contextfold.strategies.keep_recent import KeepRecent
 from contextfold.strategies.koog import (
-    CODE_AGENT_CONCEPTS,
     Concept,
     RetrieveFacts,
     WholeHistory,
     code_agent,
+    retrieve_facts,
 )
 from contextfold.strategies.masking import ObservationMasking
 from contextfold.strategies.pipeline import Pipeline
@@ -151,12 +151,6 @@ def adr_0041(
         ],
         name="adr-0041",
     )
-
-
-def retrieve_facts(**options: Any) -> Pipeline:
-    """Koog's retrieve-facts, with the code-agent concepts unless ``concepts`` is given."""
-    options.setdefault("concepts", CODE_AGENT_CONCEPTS)
-    return Pipeline([RetrieveFacts(**options)], name="retrieve-facts")
 
 
 for _type_name, _cls in {

@@ -33,12 +33,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from contextfold.core.artifacts import missing_artifacts
 from contextfold.core.entries import Entry
 from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message
 from contextfold.core.tokens import TokenCounter
+from contextfold.extract.artifacts import missing_artifacts
 from contextfold.llm.base import LLM, Completion
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
 from contextfold.strategies.checked import newest_within, summarize_checked, with_pins

@@ -3,7 +3,7 @@
 Each ``Case`` (``contextfold.testing.damage_cases``) damages a compacted
 session the way a careless hand or a foreign tool would. ``run``
 then uses the session as a user would (history, render, compact, render) and
-judges every prompt independently of the stored counts (``prompt_faults``).
+judges every prompt independently of the stored counts (``rendered_faults``).
 
 What each outcome must be:
 
@@ -80,7 +80,7 @@ def build(memory: Memory, n: int) -> None:
 
 
 @dataclass
-class Outcome:
+class CaseOutcome:
     case: str
     expect: str
     raw_errors: list[str] = field(default_factory=list)
@@ -98,7 +98,7 @@ class Outcome:
         return not self.clear_errors and self.recovered
 
 
-def prompt_faults(prompt: list[Message], log: list[Message], budget: int) -> list[str]:
+def rendered_faults(prompt: list[Message], log: list[Message], budget: int) -> list[str]:
     """What is wrong with ``prompt`` for ``log``, judged without the stored counts."""
     faults: list[str] = []
     tokens = get_counter("o200k_base").messages(prompt)
@@ -120,13 +120,13 @@ def prompt_faults(prompt: list[Message], log: list[Message], budget: int) -> lis
     return faults
 
 
-def run(case: Case, n: int, template: str, workdir: str) -> Outcome:
+def run(case: Case, n: int, template: str, workdir: str) -> CaseOutcome:
     """Damage a fresh copy of the compacted session and use it as a user would.
 
     ``template`` is a SQLite file made by ``build`` (copied for each SQLite case);
     RAM cases build their own store.
     """
-    outcome = Outcome(case.name, case.expect)
+    outcome = CaseOutcome(case.name, case.expect)
     if case.backend == "file":
         return _file_case(case, outcome, template, workdir)
     opened: Callable[[], Memory]
@@ -154,7 +154,7 @@ def _log(store: SQLiteStore | RAMStore) -> list[Message]:
     return [m.message for m in store.messages(SESSION)]
 
 
-def _use(opened: Callable[[], Memory], log: list[Message], last: int, outcome: Outcome) -> None:
+def _use(opened: Callable[[], Memory], log: list[Message], last: int, outcome: CaseOutcome) -> None:
     """History, render, compact, append, render: every step judged on its own."""
 
     def step(name: str, call: Callable[[], Any]) -> Any:
@@ -184,7 +184,7 @@ def _use(opened: Callable[[], Memory], log: list[Message], last: int, outcome: O
         outcome.wrong.append("history differs from the log")
     first = step("render", view.render_report)
     if first is not None:
-        outcome.wrong += [f"render: {f}" for f in prompt_faults(first.messages, log, BUDGET)]
+        outcome.wrong += [f"render: {f}" for f in rendered_faults(first.messages, log, BUDGET)]
     step("compact", view.compact)
     new = {"role": "user", "content": "One more thing: run the whole suite."}
     appended = step("append", lambda: session.append(new))
@@ -192,13 +192,13 @@ def _use(opened: Callable[[], Memory], log: list[Message], last: int, outcome: O
         outcome.wrong.append(f"append reused seq {appended.seq}")
     after = step("render after compact", view.render_report)
     if after is not None:
-        faults = prompt_faults(after.messages, [*log, new], BUDGET)
+        faults = rendered_faults(after.messages, [*log, new], BUDGET)
         outcome.wrong += [f"render after compact: {f}" for f in faults]
         outcome.recovered = not faults and after.omitted == 0 and not outcome.clear_errors
     memory.close()
 
 
-def _file_case(case: Case, outcome: Outcome, template: str, workdir: str) -> Outcome:
+def _file_case(case: Case, outcome: CaseOutcome, template: str, workdir: str) -> CaseOutcome:
     path = os.path.join(workdir, f"{case.name}.db")
     shutil.copyfile(template, path)
     target = Target([], [], path=path)
@@ -229,7 +229,7 @@ def template(n: int, workdir: str) -> str:
     return path
 
 
-def run_all(n: int, cases: list[Case] | None = None) -> list[Outcome]:
+def run_all(n: int, cases: list[Case] | None = None) -> list[CaseOutcome]:
     with tempfile.TemporaryDirectory() as workdir:
         made = template(n, workdir)
         return [run(case, n, made, workdir) for case in (CASES if cases is None else cases)]

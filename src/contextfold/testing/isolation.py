@@ -93,7 +93,7 @@ class Isolation:
     b_lists_only_own: bool = False
 
 
-def bearer(key: str) -> dict[str, str]:
+def bearer_header(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
@@ -116,7 +116,7 @@ def routes(client: TestClient) -> list[tuple[str, str]]:
 
 def seed_a(client: TestClient, key: str) -> None:
     """Tenant A's session: the marker in its system prompt, metadata and log, and a fold."""
-    h = bearer(key)
+    h = bearer_header(key)
     made = client.post(
         API, json={"id": A_SESSION, "system": A_SECRET, "meta": {"s": A_SECRET}}, headers=h
     )
@@ -154,7 +154,7 @@ def cross_tenant(client: TestClient, store: ServiceStore) -> Isolation:
     before = a_state(store)
     for method, path in routes(client):
         if path in PUBLIC:
-            answer = client.request(method, path, headers=bearer(key_b))
+            answer = client.request(method, path, headers=bearer_header(key_b))
             _check(found, method, path, answer, None)
             continue
         attempt = ATTEMPTS.get((method, path))
@@ -163,7 +163,7 @@ def cross_tenant(client: TestClient, store: ServiceStore) -> Isolation:
             continue
         url = path.replace("{sid}", A_SESSION).replace("{name}", A_VIEW)
         tries: list[tuple[dict[str, str], dict[str, str], frozenset[int]]] = [
-            (bearer(key_b), {}, attempt.expect),
+            (bearer_header(key_b), {}, attempt.expect),
             ({}, {}, frozenset({401})),
             (FORGED, {}, frozenset({401})),
         ]
@@ -179,7 +179,7 @@ def cross_tenant(client: TestClient, store: ServiceStore) -> Isolation:
             )
             _check(found, method, path, answer, expect)
     found.a_unchanged = a_state(store) == before
-    listed = client.get(API, headers=bearer(key_b)).json()["sessions"]
+    listed = client.get(API, headers=bearer_header(key_b)).json()["sessions"]
     found.b_lists_only_own = {s["id"] for s in listed} <= {
         "b-own",
         A_SESSION,

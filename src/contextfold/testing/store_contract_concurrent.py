@@ -32,7 +32,7 @@ ROUNDS = 30
 WAIT_S = 60.0
 
 
-class Outcome(NamedTuple):
+class RaceOutcome(NamedTuple):
     """What a race did to the logs: rounds out of order or answered twice (both must be
     0), and how many appends were refused."""
 
@@ -98,7 +98,7 @@ def _process_writer(
         store.close()
 
 
-def faults(store: Store, prefix: str, rounds: int) -> Outcome:
+def faults(store: Store, prefix: str, rounds: int) -> RaceOutcome:
     """Count the rounds whose log breaks the order, read back as a provider would."""
     out_of_place = twice = 0
     for r in range(rounds):
@@ -120,7 +120,7 @@ def faults(store: Store, prefix: str, rounds: int) -> Outcome:
             answered.add(call_id)
         out_of_place += bad
         twice += double
-    return Outcome(out_of_place, twice, 0)
+    return RaceOutcome(out_of_place, twice, 0)
 
 
 def race_rounds(
@@ -130,7 +130,7 @@ def race_rounds(
     store: Store,
     url: str | None = None,
     prefix: str = "race",
-) -> Outcome:
+) -> RaceOutcome:
     """Run ``rounds`` races of ``case`` on ``store``: in two threads sharing it, or,
     with ``url``, in two spawned processes each opening the store by URL."""
     if url is None:
@@ -152,7 +152,7 @@ def race_rounds(
 class ConcurrentContract(ContractHooks):
     """Two writers racing on one log, in threads and in processes."""
 
-    def _race(self, store: Store, case: str, processes: bool) -> Outcome:
+    def _race(self, store: Store, case: str, processes: bool) -> RaceOutcome:
         url = self.store_url(store) if processes else None
         if processes and url is None:
             pytest.skip("this store cannot be shared between processes")

@@ -31,7 +31,7 @@ import redis
 from kombu.exceptions import OperationalError
 
 from contextfold.core.errors import InvalidInput
-from contextfold.core.redact import redact
+from contextfold.redact import redact
 
 if TYPE_CHECKING:
     from celery import Celery

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.extras import needs_extra
-from contextfold.core.redact import redact
 from contextfold.options import configurable, named, resolve
+from contextfold.redact import redact
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -83,7 +83,7 @@ return 1
 """Set the pending mark unless a fresh one stands (one round trip, atomic in Redis)."""
 
 
-def field_of(session: str, view: str) -> str:
+def queue_field(session: str, view: str) -> str:
     return json.dumps([session, view])
 
 
@@ -122,13 +122,13 @@ class WorkQueue:
         now = time.time()
         value = json.dumps({"since": since, "marked": now})
         found = self.redis.eval(
-            _MARK, 1, self._key("pending"), field_of(session, view), value, now - self.stale_s
+            _MARK, 1, self._key("pending"), queue_field(session, view), value, now - self.stale_s
         )
         return bool(found)
 
     def unmark(self, session: str, view: str) -> None:
         """Undo ``mark`` when the job could not be sent."""
-        self.redis.hdel(self._key("pending"), field_of(session, view))
+        self.redis.hdel(self._key("pending"), queue_field(session, view))
 
     def start(self, session: str, view: str, worker: str, since: float) -> float:
         """The job starts: not pending any more, running on ``worker``; the ``since`` it covers.
@@ -136,7 +136,7 @@ class WorkQueue:
         A job redelivered after its worker died finds no pending mark and
         keeps the ``since`` it was sent with.
         """
-        field = field_of(session, view)
+        field = queue_field(session, view)
         with self.redis.pipeline() as pipe:
             pipe.hget(self._key("pending"), field)
             pipe.hdel(self._key("pending"), field)
@@ -149,7 +149,7 @@ class WorkQueue:
 
     def finish(self, session: str, view: str, worker: str) -> None:
         """The job ended on ``worker`` (a job that took its place since is left alone)."""
-        field = field_of(session, view)
+        field = queue_field(session, view)
         raw = self.redis.hget(self._key("running"), field)
         if raw is not None and json.loads(raw).get("worker") == worker:
             self.redis.hdel(self._key("running"), field)
@@ -158,14 +158,14 @@ class WorkQueue:
 
     def failed(self, session: str, view: str) -> int:
         """Count a failure in a row; the count so far."""
-        return int(self.redis.hincrby(self._key("failing"), field_of(session, view), 1))
+        return int(self.redis.hincrby(self._key("failing"), queue_field(session, view), 1))
 
     def rest(self, session: str, view: str, seconds: float) -> None:
         """No job of the view runs for ``seconds`` (it failed; the retry is sent)."""
-        self.redis.hset(self._key("backoff"), field_of(session, view), time.time() + seconds)
+        self.redis.hset(self._key("backoff"), queue_field(session, view), time.time() + seconds)
 
     def succeeded(self, session: str, view: str) -> None:
-        field = field_of(session, view)
+        field = queue_field(session, view)
         with self.redis.pipeline() as pipe:
             pipe.hdel(self._key("failing"), field)
             pipe.hdel(self._key("backoff"), field)
@@ -173,12 +173,12 @@ class WorkQueue:
 
     def resting(self, session: str, view: str) -> float:
         """Seconds the view still rests after its last failure (0 when it may run)."""
-        until = self.redis.hget(self._key("backoff"), field_of(session, view))
+        until = self.redis.hget(self._key("backoff"), queue_field(session, view))
         return 0.0 if until is None else max(0.0, float(until) - time.time())
 
     def park(self, session: str, view: str, *, version: int, failures: int, reason: str) -> None:
         """Queue nothing more for the view until its configuration (``version``) changes."""
-        field = field_of(session, view)
+        field = queue_field(session, view)
         record = {"since": time.time(), "version": version, "failures": failures, "reason": reason}
         with self.redis.pipeline() as pipe:
             pipe.hset(self._key("parked"), field, json.dumps(record))
@@ -188,17 +188,17 @@ class WorkQueue:
 
     def parked_at(self, session: str, view: str) -> int | None:
         """The configuration version the view was parked at, or None."""
-        raw = self.redis.hget(self._key("parked"), field_of(session, view))
+        raw = self.redis.hget(self._key("parked"), queue_field(session, view))
         return None if raw is None else int(json.loads(raw)["version"])
 
     def unpark(self, session: str, view: str) -> bool:
-        return bool(self.redis.hdel(self._key("parked"), field_of(session, view)))
+        return bool(self.redis.hdel(self._key("parked"), queue_field(session, view)))
 
     # -- what the page shows ----------------------------------------------
 
     def state(self, session: str, view: str) -> JobState | None:
         """The view's job: running, pending, parked or failing (in that order), or None."""
-        field = field_of(session, view)
+        field = queue_field(session, view)
         with self.redis.pipeline() as pipe:
             for part in ("running", "pending", "parked", "failing"):
                 pipe.hget(self._key(part), field)

@@ -37,7 +37,7 @@ from contextfold.integrations.taskweaver.compactor import (
     read_prompt,
 )
 from contextfold.integrations.taskweaver.config import CompactionSettings, load_config
-from contextfold.integrations.taskweaver.memory import Conversation, Memory
+from contextfold.integrations.taskweaver.memory import Memory, TaskWeaverConversation
 from contextfold.integrations.taskweaver.rounds import Post, Round, RoundLog
 
 __all__ = [
@@ -46,11 +46,11 @@ __all__ = [
     "CompactionSettings",
     "CompactorConfig",
     "ContextCompactor",
-    "Conversation",
     "Memory",
     "Post",
     "Round",
     "RoundLog",
+    "TaskWeaverConversation",
     "load_config",
     "read_prompt",
 ]

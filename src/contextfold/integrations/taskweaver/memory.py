@@ -27,14 +27,14 @@ from contextfold.store.base import Store
 
 
 @dataclass
-class Conversation:
+class TaskWeaverConversation:
     """The rounds of a session, in order; append-only."""
 
     id: str
     rounds: list[Round] = field(default_factory=list)
 
     @classmethod
-    def init(cls) -> Conversation:
+    def init(cls) -> TaskWeaverConversation:
         return cls(f"conv-{uuid.uuid4().hex[:12]}")
 
     def add_round(self, round: Round) -> None:
@@ -59,7 +59,7 @@ class Memory:
                 f"session {session_id!r} already has messages; a TaskWeaver memory starts empty",
                 field="session_id",
             )
-        self.conversation = Conversation.init()
+        self.conversation = TaskWeaverConversation.init()
         self._log = RoundLog(self.session)
         self._lock = threading.RLock()
         self._compaction_providers: dict[str, CompactionProvider] = {}

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 from conftest import load_rows
 
-from contextfold.core.convert import LEADING_USER_TEXT, from_anthropic, to_anthropic
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message, validate_messages
-from contextfold.core.prompt_check import check_prompt, prompt_faults
+from contextfold.formats.anthropic import LEADING_USER_TEXT, to_anthropic
+from contextfold.formats.anthropic_read import from_anthropic
+from contextfold.formats.checks import check_prompt, prompt_faults
 
 
 def call(call_id: str, name: str = "lookup", arguments: str = "{}") -> dict[str, Any]:

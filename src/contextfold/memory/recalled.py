@@ -3,7 +3,8 @@
 The log keeps everything, so what compaction folded away can still be found
 (the store's full-text search does the finding, ``contextfold.memory.recall``).
 This module is the pure part: the settings, which found units fit the room
-left, how they read, and where the block goes.
+left, how they read, and where the block goes. Render only leaves the place
+(``Rendered.recall_at``), so this lives beside the view's recall, not in core.
 
 The block is one ``system`` message, like render's own markers (every adapter
 takes a system message mid-conversation)::
@@ -134,26 +135,26 @@ def block_of(units: Sequence[Sequence[LoggedMessage]]) -> Message:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class Recallable:
     """A unit that may be recalled, and about what its lines cost.
 
     The estimate is each message's stored count (its per-message overhead pays
     for the newline) plus its short prefix at a token per three characters (digits
     and dates cut finer than words; words take about four): nothing is tokenized
-    per candidate, only the block ``fit`` returns, once.
+    per candidate, only the block ``fit_block`` returns, once.
     """
 
     messages: tuple[LoggedMessage, ...]
     cost: int
 
     @classmethod
-    def of(cls, unit: Sequence[LoggedMessage]) -> Candidate:
+    def of(cls, unit: Sequence[LoggedMessage]) -> Recallable:
         cost = sum(m.tokens + len(prefix_of(m)) // 3 + 1 for m in unit)
         return cls(tuple(unit), cost)
 
 
-def fit(
-    ranked: Sequence[Candidate], room: int | None, limit: int, counter: TokenCounter
+def fit_block(
+    ranked: Sequence[Recallable], room: int | None, limit: int, counter: TokenCounter
 ) -> Block | None:
     """The best-ranked whole units that fit ``room`` tokens as one block (None: none fits).
 

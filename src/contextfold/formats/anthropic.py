@@ -21,13 +21,15 @@ each rule below exists because its API refuses the plain translation:
 - A final assistant turn is a prefill and must not end with whitespace: its
   last text is stripped on the right.
 
+``from_anthropic`` (``anthropic_read``) reads an Anthropic conversation back.
 ``meta`` is never sent and ``name`` has no Anthropic equivalent; both are
 dropped, except that ``meta["is_error"]`` on a tool message becomes the
 ``is_error`` flag of its ``tool_result``, and back again. An assistant's
 refusal part is sent as text, and its ``refusal`` field too when it has no
 text of its own.
 
-What comes out passes ``prompt_check.prompt_faults(..., "anthropic")``.
+
+What comes out passes ``checks.prompt_faults(..., "anthropic")``.
 """
 
 from __future__ import annotations
@@ -38,15 +40,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
-from contextfold.core.messages import Message, validate_messages
+from contextfold.core.messages import validate_messages
 
 Block = dict[str, Any]
 
 _SYSTEM_ROLES = ("system", "developer")
 _ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
-# Anthropic's reasoning blocks: OpenAI chat format has nowhere to keep them.
-_DROPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
-_JOIN = "\n"  # as ``text_of`` joins text parts, so a round trip keeps the text
+PART_JOIN = "\n"
+"""How text parts are joined, as ``text_of`` joins them, so a round trip keeps the text."""
 LEADING_USER_TEXT = "[contextfold: the conversation so far]"
 """The user turn put first when a prompt would open with an assistant turn."""
 
@@ -95,43 +96,6 @@ def to_anthropic(
     return ("\n\n".join(system) or None), turns
 
 
-def from_anthropic(
-    system: str | Sequence[Mapping[str, Any]] | None,
-    messages: Sequence[Mapping[str, Any]],
-) -> list[Message]:
-    """Anthropic ``(system, messages)`` as OpenAI chat messages.
-
-    Text blocks become a content string, ``tool_use`` blocks ``tool_calls``
-    and each ``tool_result`` block a tool message. Errors name the index and
-    field in the Anthropic input.
-    """
-    out: list[Message] = []
-    system_text = _system_text(system)
-    if system_text:
-        out.append({"role": "system", "content": system_text})
-    names: dict[str, str] = {}
-    for index, raw in enumerate(messages):
-        if not isinstance(raw, Mapping):
-            raise InvalidInput(f"expected an object, got {type(raw).__name__}", index=index)
-        role = raw.get("role")
-        if role not in ("user", "assistant"):
-            raise InvalidInput(
-                f"unknown role {role!r} (expected assistant or user)", index=index, field="role"
-            )
-        content = raw.get("content")
-        if isinstance(content, str):
-            out.append({"role": role, "content": content})
-        elif not isinstance(content, list):
-            raise InvalidInput(
-                "content must be a string or a list of blocks", index=index, field="content"
-            )
-        elif role == "assistant":
-            out.append(_assistant(content, index, names))
-        else:
-            out.extend(_user(content, index, names))
-    return out
-
-
 class _CallIds:
     """Unique Anthropic ids for OpenAI call ids, which real logs reuse."""
 
@@ -166,7 +130,7 @@ def _add(turns: list[dict[str, Any]], role: str, blocks: list[Block]) -> None:
 def _plain_text(content: str | list[dict[str, Any]]) -> str:
     if isinstance(content, str):
         return content
-    return _JOIN.join(part["text"] for part in content if part["text"])
+    return PART_JOIN.join(part["text"] for part in content if part["text"])
 
 
 def _content_blocks(content: str | list[dict[str, Any]] | None, index: int) -> list[Block]:
@@ -243,158 +207,3 @@ def _tool_result(msg: Mapping[str, Any], ids: _CallIds) -> Block:
     if msg.get("meta", {}).get("is_error") is True:
         block["is_error"] = True
     return block
-
-
-def _system_text(system: str | Sequence[Mapping[str, Any]] | None) -> str:
-    if system is None or isinstance(system, str):
-        return system or ""
-    texts: list[str] = []
-    for j, block in enumerate(system):
-        if not isinstance(block, Mapping) or block.get("type") != "text":
-            raise InvalidInput("system blocks must be text", field=f"system[{j}].type")
-        texts.append(_block_text(block, None, f"system[{j}].text"))
-    return _JOIN.join(texts)
-
-
-def _block_text(block: Mapping[str, Any], index: int | None, field: str) -> str:
-    text = block.get("text")
-    if not isinstance(text, str):
-        raise InvalidInput("text block needs a 'text' string", index=index, field=field)
-    return text
-
-
-def _block_type(block: Any, index: int, j: int) -> str:
-    if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
-        raise InvalidInput("each block needs a 'type'", index=index, field=f"content[{j}].type")
-    return str(block["type"])
-
-
-def _assistant(content: list[Any], index: int, names: dict[str, str]) -> Message:
-    texts: list[str] = []
-    calls: list[dict[str, Any]] = []
-    for j, block in enumerate(content):
-        kind = _block_type(block, index, j)
-        if kind == "text":
-            texts.append(_block_text(block, index, f"content[{j}].text"))
-        elif kind == "tool_use":
-            call_id, name = block.get("id"), block.get("name")
-            if not isinstance(call_id, str) or not call_id:
-                raise InvalidInput("tool_use needs an 'id'", index=index, field=f"content[{j}].id")
-            if not isinstance(name, str) or not name:
-                raise InvalidInput(
-                    "tool_use needs a 'name'", index=index, field=f"content[{j}].name"
-                )
-            arguments = json.dumps(block.get("input", {}), ensure_ascii=False)
-            calls.append(
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": name, "arguments": arguments},
-                }
-            )
-            names[call_id] = name
-        elif kind not in _DROPPED_BLOCKS:
-            raise InvalidInput(
-                f"block of type {kind!r} cannot be an OpenAI assistant message",
-                index=index,
-                field=f"content[{j}].type",
-            )
-    msg: Message = {
-        "role": "assistant",
-        "content": _JOIN.join(texts) if texts or not calls else None,
-    }
-    if calls:
-        msg["tool_calls"] = calls
-    return msg
-
-
-def _user(content: list[Any], index: int, names: dict[str, str]) -> list[Message]:
-    out: list[Message] = []
-    parts: list[dict[str, Any]] = []
-    for j, block in enumerate(content):
-        kind = _block_type(block, index, j)
-        if kind == "text":
-            parts.append({"type": "text", "text": _block_text(block, index, f"content[{j}].text")})
-        elif kind == "image":
-            parts.append(_image_part(block, index, j))
-        elif kind == "tool_result":
-            out.extend(_user_message(parts))
-            parts = []
-            out.append(_tool_message(block, index, j, names))
-        else:
-            raise InvalidInput(
-                f"block of type {kind!r} cannot be an OpenAI user message",
-                index=index,
-                field=f"content[{j}].type",
-            )
-    out.extend(_user_message(parts))
-    return out
-
-
-def _user_message(parts: list[dict[str, Any]]) -> list[Message]:
-    if not parts:
-        return []
-    if all(p["type"] == "text" for p in parts):
-        return [{"role": "user", "content": _JOIN.join(p["text"] for p in parts)}]
-    return [{"role": "user", "content": parts}]
-
-
-def _image_part(block: Mapping[str, Any], index: int, j: int) -> dict[str, Any]:
-    source = block.get("source")
-    kind = source.get("type") if isinstance(source, Mapping) else None
-    if kind == "url" and isinstance(source, Mapping) and isinstance(source.get("url"), str):
-        url = source["url"]
-    elif kind == "base64" and isinstance(source, Mapping):
-        media_type, data = source.get("media_type"), source.get("data")
-        if not isinstance(media_type, str) or not isinstance(data, str):
-            raise InvalidInput(
-                "base64 image needs 'media_type' and 'data' strings",
-                index=index,
-                field=f"content[{j}].source",
-            )
-        url = f"data:{media_type};base64,{data}"
-    else:
-        raise InvalidInput(
-            "image source must be a url or base64 source", index=index, field=f"content[{j}].source"
-        )
-    return {"type": "image_url", "image_url": {"url": url}}
-
-
-def _tool_message(block: Mapping[str, Any], index: int, j: int, names: dict[str, str]) -> Message:
-    call_id = block.get("tool_use_id")
-    if not isinstance(call_id, str) or call_id not in names:
-        raise InvalidInput(
-            f"tool_result answers id {call_id!r}, which no earlier tool_use called",
-            index=index,
-            field=f"content[{j}].tool_use_id",
-        )
-    content = block.get("content")
-    if content is None:
-        text = ""
-    elif isinstance(content, str):
-        text = content
-    elif isinstance(content, list):
-        texts: list[str] = []
-        for k, inner in enumerate(content):
-            where = f"content[{j}].content[{k}]"
-            if not isinstance(inner, Mapping) or inner.get("type") != "text":
-                raise InvalidInput(
-                    "an OpenAI tool message holds text only", index=index, field=f"{where}.type"
-                )
-            texts.append(_block_text(inner, index, f"{where}.text"))
-        text = _JOIN.join(texts)
-    else:
-        raise InvalidInput(
-            "tool_result content must be a string or a list of text blocks",
-            index=index,
-            field=f"content[{j}].content",
-        )
-    msg: Message = {
-        "role": "tool",
-        "tool_call_id": call_id,
-        "name": names[call_id],
-        "content": text,
-    }
-    if block.get("is_error") is True:
-        msg["meta"] = {"is_error": True}
-    return msg

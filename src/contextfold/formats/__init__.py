@@ -1,0 +1,15 @@
+"""Provider formats: how contextfold's messages meet each provider's wire shape.
+
+contextfold keeps OpenAI chat messages (``contextfold.core.messages``). A
+format module converts them to and from another provider's request shape
+(``anthropic``: ``to_anthropic``; ``anthropic_read``: ``from_anthropic``), and a
+checks module finds what that provider would refuse before it is sent
+(``openai_checks``, ``anthropic_checks``, both yielding ``fault.PromptFault``
+and sharing ``fault.pairing_faults``). ``checks`` is the one entry point,
+``prompt_faults(messages, provider)``, with a table of the providers it knows.
+
+A new format (the Responses API, say) is a converter module, a checks module
+and one line in ``checks.CHECKS``. This layer sits above ``core`` and below the
+ports: the model adapters (``llm/``) and the service's proxy use it, and it
+knows no store, model or HTTP.
+"""
