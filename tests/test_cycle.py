@@ -76,6 +76,24 @@ def test_over_budget_the_rescue_folds_what_render_would_cut() -> None:
     assert any("[Folded to fit the token budget" in str(m["content"]) for m in rendered.messages)
 
 
+def test_the_rescue_folds_down_to_its_mark_of_the_room_beside_the_system_prompt() -> None:
+    session = Memory().session("s", system="rules " * 900)  # most of the budget
+    session.extend(chat(30, words=60))
+    state = session.view("v", preset="disabled", budget=2500).state()
+    job = RESCUE.plan(state)
+    assert job is not None
+    target = state.mark(2500, min(RESCUE.depth, state.low_water))
+    assert state.fixed < target < state.fixed + int(2500 * RESCUE.depth)  # not of the budget
+    user = state.latest_user
+    folded = [i for i, e in enumerate(state.entries) if job.start <= e.start <= job.end]
+    kept = state.tokens - sum(state.entries[i].tokens for i in folded if i != user)
+    assert kept + job.params["fold_tokens"] <= target
+    # The job is as short as that allows: one unit fewer would stay above the mark.
+    first, _ = next(u for u in reversed(state.units) if u[1] == folded[-1])
+    last_unit = sum(state.entries[i].tokens for i in range(first, folded[-1] + 1) if i != user)
+    assert kept + last_unit + job.params["fold_tokens"] > target
+
+
 def test_when_the_model_fails_the_rescue_folds_extractively() -> None:
     session = Memory().session("s", system="sys")
     session.extend(chat(30))
