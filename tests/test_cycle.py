@@ -13,7 +13,7 @@ from contextfold.core.messages import Message
 from contextfold.core.recall import HEADER
 from contextfold.core.units import tool_unit_faults
 from contextfold.memory.cache import PromptCache, StateCache
-from contextfold.memory.cycle import RESCUE, compact, plan
+from contextfold.memory.cycle import RESCUE, plan, run_cycle
 from contextfold.strategies import Pipeline, RollingCompactor, preset_names
 from contextfold.testing import ScriptedModel
 
@@ -38,7 +38,7 @@ def test_each_event_comes_once_from_the_cycle() -> None:
     session.extend(chat(8))
     view = session.view("v", pipeline=Pipeline([RollingCompactor(threshold=3, retain_recent=1)]))
     view.on_event.append(events.append)
-    report = compact(view)
+    report = run_cycle(view)
     assert [e.kind for e in events] == ["planned", "started", "committed"]
     assert len(report.folds) == 1 and report.failed == ()
 

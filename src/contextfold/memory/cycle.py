@@ -1,6 +1,6 @@
 """The one compaction cycle: plan, run, check and commit jobs for one view.
 
-``View.compact``, every runner and a remote worker call ``compact`` and
+``View.compact``, every runner and a remote worker call ``run_cycle`` and
 nothing else, so each event is emitted here and only here:
 
 - ``planned`` and ``started`` for each job;
@@ -103,7 +103,7 @@ class CompactionReport:
         return bool(self.failed)
 
 
-def compact(
+def run_cycle(
     view: CompactedView,
     *,
     budget: int | None = None,

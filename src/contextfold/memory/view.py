@@ -34,7 +34,7 @@ from contextfold.llm.budget import DEFAULT_LIMITS, JobLimits
 from contextfold.llm.registry import get_model
 from contextfold.memory.cache import PromptCache, StateCache
 from contextfold.memory.config import ViewConfig
-from contextfold.memory.cycle import CompactionReport, SessionSide, compact
+from contextfold.memory.cycle import CompactionReport, SessionSide, run_cycle
 from contextfold.memory.figures import log_tokens
 from contextfold.memory.filters import MessageFilter
 from contextfold.memory.heal import Checked, sound_folds
@@ -417,7 +417,7 @@ class View:
         their jobs at once, in one process or across processes.
         """
         store, sid, name = self._store, self.session.id, self.name
-        return compact(
+        return run_cycle(
             self,
             budget=check_budget(budget),
             limits=limits,
