@@ -154,7 +154,7 @@ def test_cached_prompts_and_states_equal_fresh_ones(preset: str) -> None:
             cached = view.render_report()
             state = view.state()
             view.binding.prompts = PromptCache()
-            view.binding.states = StateCache()
+            view.binding.reading.states = StateCache()
             fresh = view.render_report()
             if view.config.recall_settings is None:
                 assert fresh == cached
