@@ -19,7 +19,7 @@ this process, shared by every handle that Memory gives out.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, Unpack
 
 from contextfold.core.checks import check_budget
@@ -186,15 +186,8 @@ class View:
         head = self._reader.head()
         configured = self._configured(head.view_version)
         config = configured.config
-        live = self._reader.live_state(head, configured.filter)
-        return ViewState(
-            session_id=live.session_id,
-            view=self.name,
-            version=live.version,
-            system=live.system,
-            entries=live.entries,
-            facts=live.facts,
-            counter=self.session.counter,
+        return replace(
+            self._reader.live_state(head, configured.filter),
             budget=budget if budget is not None else config.budget,
             high_water=config.high_water,
             low_water=config.low_water,
