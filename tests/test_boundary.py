@@ -21,7 +21,7 @@ import pytest
 from contextfold import InvalidInput, Memory, Session, compact_messages
 from contextfold.cli import main
 from contextfold.core.units import NO_RESULT, tool_unit_faults
-from contextfold.memory.compact import load_conversation
+from contextfold.memory.one_shot import load_conversation
 from contextfold.strategies import ObservationMasking, Pipeline
 from contextfold.strategies.templates import fill
 

@@ -30,9 +30,9 @@ from contextfold.core.render import Rendered, render
 from contextfold.core.tokens import TokenCounter, get_counter
 from contextfold.llm import LLM, Completion, Usage, get_model, register_provider
 from contextfold.llm.budget import JobLimits, JobStopped
-from contextfold.memory.compact import CompactResult, compact_messages
 from contextfold.memory.config import ViewConfig
 from contextfold.memory.cycle import CompactionReport
+from contextfold.memory.one_shot import CompactResult, compact_messages
 from contextfold.memory.session import Memory, Session
 from contextfold.memory.view import View
 from contextfold.runtime import (

@@ -21,7 +21,7 @@ from typing import Any
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message, validate_messages
 from contextfold.evaluation.chatgpt import export_conversations, is_export, read_export_zip
-from contextfold.memory.compact import read_text
+from contextfold.memory.one_shot import read_text
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,13 @@
-"""Compact one conversation read from a file: the one library call behind the CLI.
+"""One-shot compaction of one conversation read from a file: the library call behind
+``contextfold compact``.
 
 ``load_conversation`` reads JSON (a list of messages, or an object with a
 ``messages`` list) or JSONL (one such object a line, the layout of the shared
 evaluation data); every error names the file and the line and column, or the
 line, message index and field. ``compact_messages`` logs the messages in an
-in-memory session, lets a preset fold the default view until the prompt fits
-the budget, renders it, and says what it did in a ``CompactResult``.
+in-memory session, compacts its default view (``View.compact``, the one
+compaction cycle) until the prompt fits the budget, renders it, and says what
+it did in a ``CompactResult``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ _BATCH = 500
 
 
 @dataclass(frozen=True)
-class Conversation:
+class LoadedConversation:
     """Messages read from a file, and where from (``source`` names file and line)."""
 
     messages: list[Message]
@@ -141,7 +143,7 @@ def fold_summary(fold: Fold) -> dict[str, Any]:
     }
 
 
-def load_conversation(path: str | Path, *, index: int | None = None) -> Conversation:
+def load_conversation(path: str | Path, *, index: int | None = None) -> LoadedConversation:
     """Read one conversation; ``index`` picks a line of a JSONL file (default the first)."""
     if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
         raise InvalidInput(f"--index must be a whole number, not {index!r}", field="index")
@@ -204,7 +206,7 @@ def _parses(text: str) -> bool:
     return True
 
 
-def _from_jsonl(p: Path, text: str, index: int) -> Conversation:
+def _from_jsonl(p: Path, text: str, index: int) -> LoadedConversation:
     rows = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
     if index >= len(rows):
         raise InvalidInput(
@@ -219,7 +221,7 @@ def _from_jsonl(p: Path, text: str, index: int) -> Conversation:
     return _conversation(data, where, f"{p}:{lineno}")
 
 
-def _conversation(data: Any, where: str, source: str) -> Conversation:
+def _conversation(data: Any, where: str, source: str) -> LoadedConversation:
     conv_id = None
     if isinstance(data, Mapping):
         raw_id = data.get("id")
@@ -236,7 +238,7 @@ def _conversation(data: Any, where: str, source: str) -> Conversation:
         raise InvalidInput(f"{where}: {exc}") from exc
     if not messages:
         raise InvalidInput(f"{where}: the conversation has no messages", field="messages")
-    return Conversation(messages, source, conv_id)
+    return LoadedConversation(messages, source, conv_id)
 
 
 def compact_messages(
