@@ -58,7 +58,9 @@ class Binding:
     grouped by the part that uses it."""
 
     configuration: Configuration = field(default_factory=Configuration)
+    """Configuration's: the objects given here, and the record last read."""
     reading: ReadCaches = field(default_factory=ReadCaches)
+    """Reading's: the last live state, and the folds found sound."""
     prompts: PromptCache = field(default_factory=PromptCache)
     """Rendering's: the last prompt and recall block."""
     on_event: list[EventCallback] = field(default_factory=list)
