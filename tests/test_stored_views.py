@@ -212,6 +212,9 @@ def test_settings_are_typed_where_they_are_changed() -> None:
             view.update(**changes)
         assert caught.value.field == field
     assert (view.version, view.budget) == (1, 500)
+    with pytest.raises(InvalidInput) as caught:
+        Memory().session("s").view("v", budget=1).update(budget=True)  # equal, not a budget
+    assert caught.value.field == "budget"
 
 
 def test_triggers_are_stored_as_data_and_rebuilt() -> None:

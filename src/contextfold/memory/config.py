@@ -231,7 +231,7 @@ class ViewConfig:
         unknown = sorted(set(changes) - set(SETTINGS))
         if unknown:
             raise InvalidInput(f"unknown view setting {unknown[0]!r}", field=unknown[0])
-        if all(getattr(self, name) == value for name, value in changes.items()):
+        if all(_same(getattr(self, name), value) for name, value in changes.items()):
             return self
         return replace(self, **changes)
 
@@ -251,3 +251,8 @@ class ViewConfig:
         if unknown:
             raise InvalidInput(f"unknown view setting {unknown[0]!r}", field=unknown[0])
         return cls(**{**data, "options": data.get("options") or {}})
+
+
+def _same(stored: object, given: object) -> bool:
+    """Equal and of one type: ``True`` is not the budget 1, it is refused as a budget."""
+    return type(stored) is type(given) and stored == given
