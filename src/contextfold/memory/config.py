@@ -9,6 +9,10 @@ model, and so does a record stored that way by an earlier version (set
 ``preset="disabled"`` for a view that only renders). Everything in
 it is JSON; ``from_data`` checks a stored or posted record field by field, so a
 bad record is refused with the field named and nothing stored changes.
+
+Changes travel typed (``ViewChanges``, one key per setting) from
+``Session.view`` through ``View.update`` to ``ViewConfig.changed``. Checking
+a config builds its pipeline, and the config keeps what it built.
 """
 
 from __future__ import annotations
