@@ -67,7 +67,7 @@ def corpus_figures(presets: Sequence[str]) -> dict[str, Any]:
             for model in (ScriptedModel(default=case), SchemaFilling(case)):
                 name = f"{preset}-{n}-{type(model).__name__}"
                 view = session.view(name, preset=preset, budget=budget, **KOOG.get(preset, {}))
-                view.binding.llm = model
+                view.binding.configuration.give(llm=model)
                 report = view.compact()
                 tried += 1
                 unasked += not report.failed and not report.folds

@@ -53,7 +53,7 @@ from contextfold.core.events import Event
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message, text_of
 from contextfold.llm.base import LLM, Completion
-from contextfold.memory.cycle import compact
+from contextfold.memory.cycle import run_cycle
 from contextfold.strategies.extractive import ExtractiveSummary
 from contextfold.strategies.keep_recent import KeepRecent
 from contextfold.strategies.masking import ObservationMasking
@@ -233,7 +233,7 @@ def run_preset(
             break
         session.append(message)
         appended += 1
-        cycle = compact(view, may_plan=lambda: time.monotonic() < deadline, limits=limits)
+        cycle = run_cycle(view, may_plan=lambda: time.monotonic() < deadline, limits=limits)
         folds.extend(cycle.folds)
     elapsed = time.monotonic() - started
     result = summary(names, recorder, tally, folds, view.state(budget).tokens, appended, elapsed)

@@ -60,7 +60,7 @@ def test_no_bad_answer_becomes_a_fold_in_any_model_preset(preset: str) -> None:
         for model in (ScriptedModel(default=case), SchemaFilling(case)):
             name = f"v{n}-{type(model).__name__}"
             view = session.view(name, preset=preset, budget=budget, **OPTIONS.get(preset, {}))
-            view.binding.llm = model
+            view.binding.configuration.give(llm=model)
             report = view.compact()
             asked = len(model.calls) if isinstance(model, ScriptedModel) else model.calls
             assert asked > 0, (preset, case)

@@ -244,7 +244,7 @@ def test_shipped_demo_session_is_a_long_valid_agent_run() -> None:
     from importlib.resources import files
 
     from contextfold.core.messages import validate_messages
-    from contextfold.memory.compact import compact_messages
+    from contextfold.memory.one_shot import compact_messages
 
     messages = json.loads(files("contextfold").joinpath("data/demo_session.json").read_text())
     validate_messages(messages)

@@ -15,12 +15,12 @@ import pytest
 
 from contextfold.core.errors import InvalidInput
 from contextfold.evaluation.inputs import load_conversations
-from contextfold.memory.compact import compact_file
 from contextfold.memory.conversation_file import (
     FileConversation,
     load_conversation,
     open_conversations,
 )
+from contextfold.memory.one_shot import compact_file
 
 USER = {"role": "user", "content": "Plan a trip to Lisbon."}
 ASSISTANT = {"role": "assistant", "content": "Three days: Alfama, Belem, Sintra."}

@@ -12,7 +12,7 @@ from contextfold.core.events import Event
 from contextfold.core.messages import Message
 from contextfold.core.units import tool_unit_faults
 from contextfold.memory.cache import PromptCache, StateCache
-from contextfold.memory.cycle import RESCUE, compact, plan
+from contextfold.memory.cycle import RESCUE, plan, run_cycle
 from contextfold.memory.recalled import HEADER
 from contextfold.strategies import Pipeline, RollingCompactor, preset_names
 from contextfold.testing import ScriptedModel
@@ -38,7 +38,7 @@ def test_each_event_comes_once_from_the_cycle() -> None:
     session.extend(chat(8))
     view = session.view("v", pipeline=Pipeline([RollingCompactor(threshold=3, retain_recent=1)]))
     view.on_event.append(events.append)
-    report = compact(view)
+    report = run_cycle(view)
     assert [e.kind for e in events] == ["planned", "started", "committed"]
     assert len(report.folds) == 1 and report.failed == ()
 
@@ -74,6 +74,24 @@ def test_over_budget_the_rescue_folds_what_render_would_cut() -> None:
     assert rendered.omitted == 0 and rendered.tokens <= 1500
     assert rendered.messages[-1]["content"].startswith("answer 29")
     assert any("[Folded to fit the token budget" in str(m["content"]) for m in rendered.messages)
+
+
+def test_the_rescue_folds_down_to_its_mark_of_the_room_beside_the_system_prompt() -> None:
+    session = Memory().session("s", system="rules " * 900)  # most of the budget
+    session.extend(chat(30, words=60))
+    state = session.view("v", preset="disabled", budget=2500).state()
+    job = RESCUE.plan(state)
+    assert job is not None
+    target = state.mark(2500, min(RESCUE.depth, state.low_water))
+    assert state.fixed < target < state.fixed + int(2500 * RESCUE.depth)  # not of the budget
+    user = state.latest_user
+    folded = [i for i, e in enumerate(state.entries) if job.start <= e.start <= job.end]
+    kept = state.tokens - sum(state.entries[i].tokens for i in folded if i != user)
+    assert kept + job.params["fold_tokens"] <= target
+    # The job is as short as that allows: one unit fewer would stay above the mark.
+    first, _ = next(u for u in reversed(state.units) if u[1] == folded[-1])
+    last_unit = sum(state.entries[i].tokens for i in range(first, folded[-1] + 1) if i != user)
+    assert kept + last_unit + job.params["fold_tokens"] > target
 
 
 def test_when_the_model_fails_the_rescue_folds_extractively() -> None:
@@ -136,7 +154,7 @@ def test_cached_prompts_and_states_equal_fresh_ones(preset: str) -> None:
             cached = view.render_report()
             state = view.state()
             view.binding.prompts = PromptCache()
-            view.binding.states = StateCache()
+            view.binding.reading.states = StateCache()
             fresh = view.render_report()
             if view.config.recall_settings is None:
                 assert fresh == cached

@@ -26,7 +26,7 @@ import json, sys
 from contextfold import Memory
 from contextfold.core.errors import BudgetError
 from contextfold.core.tokens import get_counter
-from contextfold.memory.compact import compact_messages
+from contextfold.memory.one_shot import compact_messages
 
 VOLATILE = {"id", "created_at", "superseded_by"}
 

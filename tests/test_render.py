@@ -14,7 +14,7 @@ from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message
 from contextfold.core.tokens import REPLY_PRIMING
 from contextfold.core.units import tool_unit_faults
-from contextfold.memory.view import _PAGE
+from contextfold.memory.reading import PAGE
 from contextfold.store import RAMStore
 
 SYSTEM = {"role": "system", "content": "You are a careful assistant."}
@@ -305,7 +305,7 @@ def test_render_reads_grow_with_what_it_returns_not_with_history() -> None:
             assert report.tokens <= 2000
             # The first read of the summary fold checks the log at its two edges (memory/heal).
             assert store.read_range <= 8 + 2 * folded
-            assert store.read_before <= len(report.messages) + _PAGE
+            assert store.read_before <= len(report.messages) + PAGE
             reads[rounds, name] = store.read_before
     assert reads[500, "raw"] == reads[10_000, "raw"]
     assert reads[500, "folded"] == reads[10_000, "folded"]

@@ -6,12 +6,16 @@ import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_cycle import chat
 
 from contextfold import InvalidInput, Memory, ViewConfig, ViewConflict
+from contextfold.memory import config
+from contextfold.memory.config import SETTINGS
 from contextfold.memory.filters import compile_filter
 from contextfold.strategies import (
     DEFAULT_PRESET,
@@ -152,6 +156,67 @@ def test_a_view_stored_without_a_pipeline_reads_as_the_default_preset() -> None:
     assert session.store.get_view(session.id, "old").config["preset"] == DEFAULT_PRESET
 
 
+def test_each_configuration_version_is_built_once_in_a_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    built: list[str] = []
+    by_preset, by_data = config.get_preset, config.pipeline_from_data
+
+    def preset(name: str, **options: Any) -> Pipeline:
+        built.append(name)
+        return by_preset(name, **options)
+
+    def data(record: Any) -> Pipeline:
+        built.append("data")
+        return by_data(record)
+
+    monkeypatch.setattr(config, "get_preset", preset)
+    monkeypatch.setattr(config, "pipeline_from_data", data)
+    memory = Memory()
+    session = memory.session("s", system="sys")
+    session.extend(chat(20))
+    view = session.view("v", preset="offline", budget=2000)
+    for _ in range(2):  # checking, reading, rendering and compacting version 1
+        _ = (view.config, view.pipeline, view.state(), view.floor())
+        view.render()
+        view.compact()
+        session.view("v").render()
+    assert (view.version, built) == (1, ["offline"])
+    view.update(budget=1800)
+    view.compact()
+    view.render()
+    assert (view.version, built) == (2, ["offline"] * 2)
+    view.update(budget=1800)  # changes nothing: no version, nothing built
+    session.view("v", budget=1800)
+    assert (view.version, built) == (2, ["offline"] * 2)
+    given = session.view("w", pipeline=Pipeline([WholeHistory(trigger=MessageCount(30))]))
+    given.render()
+    assert built == ["offline"] * 2 + ["data"]  # checked once; the object given runs
+    Memory(memory.store).session("s").view("v").render()  # another process's side
+    assert built == ["offline"] * 2 + ["data", "offline"]
+
+
+def test_settings_are_typed_where_they_are_changed() -> None:
+    assert set(SETTINGS) == {f.name for f in fields(ViewConfig) if f.init}
+    assert set(SETTINGS) == set(ViewConfig().to_data())
+    view = Memory().session("s").view("v", budget=500)
+    for changes, field in [
+        ({"colour": 1}, "colour"),
+        ({"options": [1]}, "options"),
+        ({"pipeline": "rolling"}, "pipeline"),
+        ({"local": "yes"}, "local"),
+        ({"preset": 7}, "preset"),
+        ({"high_water": True}, "high_water"),
+    ]:
+        with pytest.raises(InvalidInput) as caught:
+            view.update(**changes)
+        assert caught.value.field == field
+    assert (view.version, view.budget) == (1, 500)
+    with pytest.raises(InvalidInput) as caught:
+        Memory().session("s").view("v", budget=1).update(budget=True)  # equal, not a budget
+    assert caught.value.field == "budget"
+
+
 def test_triggers_are_stored_as_data_and_rebuilt() -> None:
     session = Memory().session("s")
     trigger = Tokens(3000) | MessageCount(40)
@@ -245,6 +310,8 @@ def test_forgetting_a_view_drops_only_this_process_side_and_keeps_what_is_stored
     memory.forget("s", "v")
     again = session.view("v")
     assert again.binding is not view.binding
-    assert again.binding.llm is None  # the bound object lived only in the forgotten binding
+    assert (
+        again.binding.configuration.llm is None
+    )  # the bound object lived only in the forgotten binding
     assert again.config == view.config
     assert again.render() == before

@@ -32,9 +32,9 @@ from contextfold.formats.checks import check_prompt, prompt_faults
 from contextfold.formats.fault import PromptFault
 from contextfold.llm import LLM, Completion, Usage, get_model, register_provider
 from contextfold.llm.budget import JobLimits, JobStopped
-from contextfold.memory.compact import CompactResult, compact_messages
 from contextfold.memory.config import ViewConfig
 from contextfold.memory.cycle import CompactionReport
+from contextfold.memory.one_shot import CompactResult, compact_messages
 from contextfold.memory.session import Memory, Session
 from contextfold.memory.view import View
 from contextfold.runtime import (

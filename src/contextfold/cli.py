@@ -42,7 +42,7 @@ from contextfold.core.errors import ContextfoldError
 from contextfold.core.messages import Message, text_of
 from contextfold.evaluation.commands import add_eval_command
 from contextfold.llm.budget import JobLimits
-from contextfold.memory.compact import (
+from contextfold.memory.one_shot import (
     CompactResult,
     ProgressCallback,
     compact_file,

@@ -9,7 +9,7 @@ When folds alone do not fit, a deterministic last-resort cut keeps the newest
 whole units and puts one marker where the older ones were (counts are of
 logged messages, found from ``seq`` numbers without reading them). It never
 drops the system prompt, the latest user message or part of a tool unit. The
-newest unit that does not fit is clipped with a visible marker instead of
+newest unit that does not fit is clipped (``contextfold.core.clip``) instead of
 dropped, when the room left is worth using; the log keeps it whole. Room for
 the markers is held back while reading, so the prompt never exceeds the budget.
 """
@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from contextfold.core.clip import changed_seqs, clip_messages, clip_unit
 from contextfold.core.entries import Entry
 from contextfold.core.errors import BudgetError
 from contextfold.core.folds import Fold
@@ -88,137 +89,189 @@ def render(
     head = [for_model(m) for m in system]
     if system_tokens is None:
         system_tokens = sum(counter.message(m) for m in head)
-    head_tokens = REPLY_PRIMING + system_tokens
     least = floor(system_tokens, latest_user)
-    user_tokens = least - head_tokens
+    if budget is not None and least > budget:
+        raise BudgetError(budget, least)
+    room = None if budget is None else budget - least
     marker_tokens = _marker_cost(counter)
-    facts_msgs = [for_model(m) for m in facts.messages] if facts else []
-    facts_tokens = facts.tokens_after if facts else 0
-    left: int | None = None
-    shortened = False
-    if budget is not None:
-        if least > budget:
-            raise BudgetError(budget, least)
-        room = budget - least
-        if facts is not None and facts.tokens_after > room - 2 * marker_tokens:
-            facts_msgs, facts_tokens = _clip_messages(
-                facts_msgs, room - 2 * marker_tokens, counter
-            ) or ([], 0)
-            shortened = True
-        left = room - facts_tokens
-
-    taken: list[list[Message]] = []
-    raw_units: list[bool] = []  # per taken unit: it holds no fold
-    shown: set[int] = set()
-    taken_tokens = 0
-    fold_ids: list[str] = [facts.id] if facts is not None and facts_msgs else []
-    clipped: list[int] = []
-    edge: int | None = None  # lowest seq rendered from the entries so far
-    user_seen = latest_user is None
-
-    def holds_user(unit: Sequence[Entry]) -> bool:
-        return latest_user is not None and any(
-            e.fold is None and e.start == latest_user.start for e in unit
-        )
-
-    def cost_of(unit: Sequence[Entry]) -> int:
-        return sum(e.tokens for e in unit) - (user_tokens if holds_user(unit) else 0)
-
-    def take(unit: Sequence[Entry], fitted: tuple[list[Message], int] | None = None) -> None:
-        """Take a unit whole, or as ``fitted`` (clipped messages and their exact cost)."""
-        nonlocal edge, user_seen, taken_tokens, shortened
-        if fitted is None:
-            taken.append([for_model(m) for e in unit for m in e.messages])
-            taken_tokens += sum(e.tokens for e in unit)
-        else:
-            shortened = True
-            taken.append(fitted[0])
-            taken_tokens += fitted[1]
-        fold_ids.extend(e.fold.id for e in unit if e.fold is not None)
-        raw_units.append(all(e.fold is None for e in unit))
-        shown.update(e.start for e in unit if e.fold is None)
-        edge = unit[0].start
-        user_seen = user_seen or holds_user(unit)
-
-    cut = False
-    units = units_newest_first(newest_first)
-    for unit in units:
-        cost = cost_of(unit)
-        if left is None:
-            take(unit)
-            continue
-        # Hold back room for the markers a cut further back would need.
-        markers = marker_tokens * (1 if user_seen or holds_user(unit) else 2)
-        if cost + markers <= left:
-            take(unit)
-            left -= cost
-            continue
-        # Everything older, if it fits in what is left at all (read once, bounded by it).
-        rest = _rest_within(units, left, cost_of)
-        rest_cost = None if rest is None else sum(cost_of(u) for u in rest)
-        # It fits only in that room: take it if everything older fits as well.
-        if rest is not None and rest_cost is not None and cost + rest_cost <= left:
-            for older in (unit, *rest):
-                take(older)
-            break
-        # Too big beside what is older: clip it rather than cut the older entries,
-        # which are mostly folds saying what happened before.
-        if rest and rest_cost is not None and not holds_user(unit):
-            room_left = left - rest_cost
-            fitted = _clip_unit(unit, room_left, counter) if room_left >= MIN_CLIP_TOKENS else None
-            if fitted is not None:
-                take(unit, fitted)
-                clipped.extend(_changed(unit, fitted[0]))
-                for older in rest:
-                    take(older)
-                break
-        cut = True
-        if edge is None:
-            edge = unit[-1].end + 1
-        room_left = left - markers
-        if not holds_user(unit) and (room_left >= MIN_CLIP_TOKENS or (not taken and room_left > 0)):
-            fitted = _clip_unit(unit, room_left, counter)
-            if fitted is not None:
-                take(unit, fitted)
-                clipped.extend(_changed(unit, fitted[0]))
-        break
-
-    before = after = 0
-    pinned: list[Message] = []
-    if latest_user is not None and not user_seen:
-        pinned = [for_model(latest_user.messages[0])]
-        shown.add(latest_user.start)
-        if edge is not None:
-            after = max(edge - 1 - latest_user.start, 0)
-        before = max(latest_user.start - first_seq, 0) if cut else 0
-    elif cut and edge is not None:
-        before = max(edge - first_seq, 0)
-    tail = [m for unit_msgs in reversed(taken) for m in unit_msgs]
-    body_tokens = head_tokens + facts_tokens + taken_tokens + (user_tokens if pinned else 0)
+    facts_msgs, facts_tokens, facts_clipped = _fit_facts(facts, room, marker_tokens, counter)
+    taken = _Taken(
+        latest_user,
+        user_tokens=least - REPLY_PRIMING - system_tokens,
+        shortened=facts_clipped,
+        fold_ids=[facts.id] if facts is not None and facts_msgs else [],
+    )
+    left = None if room is None else room - facts_tokens
+    cut = _take_newest(units_newest_first(newest_first), taken, left, marker_tokens, counter)
+    before, pinned, after = _pin_latest_user(taken, cut, first_seq)
+    tail = [m for unit in reversed(taken.units) for m in unit]
+    body_tokens = least - taken.user_tokens + facts_tokens + taken.tokens
+    body_tokens += taken.user_tokens if pinned else 0
     out = _assemble(head + facts_msgs, before, pinned, after, tail)
-    marker_costs = [counter.message(_marker(n)) for n in (before, after) if n]
-    total = body_tokens + sum(marker_costs)
+    total = body_tokens + sum(counter.message(_marker(n)) for n in (before, after) if n)
     if budget is not None and total > budget:
         # Only when the budget left no room for markers at all: the prompt goes without them.
         out = head + facts_msgs + pinned + tail
         total = body_tokens
-    whole = not shortened and before + after == 0
-    recent = 0  # messages in the newest units holding no fold
-    for unit_msgs, raw in zip(taken, raw_units, strict=True):
-        if not raw:
-            break
-        recent += len(unit_msgs)
     return Rendered(
         out,
         total,
         before + after,
-        tuple(sorted(clipped)),
-        tuple(fold_ids),
-        whole,
+        tuple(sorted(taken.clipped)),
+        tuple(taken.fold_ids),
+        not taken.shortened and before + after == 0,
         budget,
-        tuple(sorted(shown)),
-        len(out) - recent,
+        tuple(sorted(taken.shown)),
+        len(out) - taken.recent(),
     )
+
+
+def _fit_facts(
+    facts: Fold | None, room: int | None, marker_tokens: int, counter: TokenCounter
+) -> tuple[list[Message], int, bool]:
+    """The facts fold's messages and their cost, clipped to leave room for two markers
+    when they do not fit beside them; and whether they were clipped."""
+    if facts is None:
+        return [], 0, False
+    msgs = [for_model(m) for m in facts.messages]
+    if room is None or facts.tokens_after <= room - 2 * marker_tokens:
+        return msgs, facts.tokens_after, False
+    fitted = clip_messages(msgs, room - 2 * marker_tokens, counter) or ([], 0)
+    return fitted[0], fitted[1], True
+
+
+@dataclass
+class _Taken:
+    """What render took from the entries so far, newest unit first, and what that did."""
+
+    latest_user: Entry | None
+    user_tokens: int
+    """The latest user message's tokens, already counted in render's floor."""
+    shortened: bool
+    fold_ids: list[str]
+    units: list[list[Message]] = field(default_factory=list)
+    raw: list[bool] = field(default_factory=list)
+    """Per taken unit: it holds no fold."""
+    shown: set[int] = field(default_factory=set)
+    tokens: int = 0
+    clipped: list[int] = field(default_factory=list)
+    edge: int | None = None
+    """The lowest seq rendered from the entries so far."""
+    user_seen: bool = False
+
+    def __post_init__(self) -> None:
+        self.user_seen = self.latest_user is None
+
+    def holds_user(self, unit: Sequence[Entry]) -> bool:
+        user = self.latest_user
+        return user is not None and any(e.fold is None and e.start == user.start for e in unit)
+
+    def cost_of(self, unit: Sequence[Entry]) -> int:
+        """What taking ``unit`` adds: the latest user message is paid for in the floor."""
+        return sum(e.tokens for e in unit) - (self.user_tokens if self.holds_user(unit) else 0)
+
+    def take(self, unit: Sequence[Entry], fitted: tuple[list[Message], int] | None = None) -> None:
+        """Take a unit whole, or as ``fitted`` (clipped messages and their exact cost)."""
+        if fitted is None:
+            self.units.append([for_model(m) for e in unit for m in e.messages])
+            self.tokens += sum(e.tokens for e in unit)
+        else:
+            self.shortened = True
+            self.units.append(fitted[0])
+            self.tokens += fitted[1]
+        self.fold_ids.extend(e.fold.id for e in unit if e.fold is not None)
+        self.raw.append(all(e.fold is None for e in unit))
+        self.shown.update(e.start for e in unit if e.fold is None)
+        self.edge = unit[0].start
+        self.user_seen = self.user_seen or self.holds_user(unit)
+
+    def clip(self, unit: Sequence[Entry], room: int, counter: TokenCounter) -> bool:
+        """Take ``unit`` clipped to ``room``; False (nothing taken) when it cannot be."""
+        fitted = clip_unit(unit, room, counter)
+        if fitted is None:
+            return False
+        self.take(unit, fitted)
+        self.clipped.extend(changed_seqs(unit, fitted[0]))
+        return True
+
+    def recent(self) -> int:
+        """Messages in the newest units that hold no fold: where a recall block goes before."""
+        count = 0
+        for unit, raw in zip(self.units, self.raw, strict=True):
+            if not raw:
+                break
+            count += len(unit)
+        return count
+
+
+def _take_newest(
+    units: Iterator[list[Entry]],
+    taken: _Taken,
+    left: int | None,
+    marker_tokens: int,
+    counter: TokenCounter,
+) -> bool:
+    """Take units newest first while they fit in ``left`` tokens; True when older ones
+    were cut. Room for the markers a cut further back would need is held back."""
+    for unit in units:
+        cost = taken.cost_of(unit)
+        if left is None:
+            taken.take(unit)
+            continue
+        markers = marker_tokens * (1 if taken.user_seen or taken.holds_user(unit) else 2)
+        if cost + markers > left:
+            return _take_last(unit, units, taken, left, markers, counter)
+        taken.take(unit)
+        left -= cost
+    return False
+
+
+def _take_last(
+    unit: list[Entry],
+    older: Iterator[list[Entry]],
+    taken: _Taken,
+    left: int,
+    markers: int,
+    counter: TokenCounter,
+) -> bool:
+    """The first unit that does not fit beside the markers: taken with everything older
+    when all of it fits, clipped when only it is too big, else cut there (True)."""
+    # Everything older, if it fits in what is left at all (read once, bounded by it).
+    rest = _rest_within(older, left, taken.cost_of)
+    if rest is not None:
+        rest_cost = sum(taken.cost_of(u) for u in rest)
+        if taken.cost_of(unit) + rest_cost <= left:
+            for each in (unit, *rest):
+                taken.take(each)
+            return False
+        # Too big beside what is older: clip it rather than cut the older entries,
+        # which are mostly folds saying what happened before.
+        room = left - rest_cost
+        clippable = rest and not taken.holds_user(unit) and room >= MIN_CLIP_TOKENS
+        if clippable and taken.clip(unit, room, counter):
+            for each in rest:
+                taken.take(each)
+            return False
+    if taken.edge is None:
+        taken.edge = unit[-1].end + 1
+    room = left - markers
+    if not taken.holds_user(unit) and (room >= MIN_CLIP_TOKENS or (not taken.units and room > 0)):
+        taken.clip(unit, room, counter)
+    return True
+
+
+def _pin_latest_user(taken: _Taken, cut: bool, first_seq: int) -> tuple[int, list[Message], int]:
+    """The markers' counts, before and after the latest user message, and that message
+    when it was not taken with its unit (it is pinned where it stands)."""
+    user = taken.latest_user
+    if user is not None and not taken.user_seen:
+        taken.shown.add(user.start)
+        after = 0 if taken.edge is None else max(taken.edge - 1 - user.start, 0)
+        before = max(user.start - first_seq, 0) if cut else 0
+        return before, [for_model(user.messages[0])], after
+    if cut and taken.edge is not None:
+        return max(taken.edge - first_seq, 0), [], 0
+    return 0, [], 0
 
 
 @functools.lru_cache(maxsize=16)
@@ -262,88 +315,3 @@ def _marker(count: int) -> Message:
         "role": "system",
         "content": f"[contextfold: {count} earlier {noun} left out to fit the token budget]",
     }
-
-
-def _changed(unit: Sequence[Entry], fitted: Sequence[Message]) -> list[int]:
-    """Seqs of the raw messages in ``unit`` that clipping shortened."""
-    seqs: list[int] = []
-    i = 0
-    for entry in unit:
-        if entry.fold is None and fitted[i] != for_model(entry.messages[0]):
-            seqs.append(entry.start)
-        i += len(entry.messages)
-    return seqs
-
-
-def _clip_unit(
-    unit: Sequence[Entry], room: int, counter: TokenCounter
-) -> tuple[list[Message], int] | None:
-    msgs = [for_model(m) for e in unit for m in e.messages]
-    # A raw message's count is stored: a huge tool output is not tokenized again here.
-    known = [e.tokens if e.fold is None else None for e in unit for _ in e.messages]
-    return _clip_messages(msgs, room, counter, known)
-
-
-def _clip_messages(
-    msgs: list[Message],
-    room: int,
-    counter: TokenCounter,
-    known: Sequence[int | None] | None = None,
-) -> tuple[list[Message], int] | None:
-    """Shorten the longest string contents until ``msgs`` cost at most ``room``: the
-    messages and their exact cost, or None if impossible.
-
-    ``known`` holds counts already known per message (None where not); a
-    shortened message is counted afresh, so the cost follows what is kept.
-    """
-    msgs = [dict(m) for m in msgs]
-    costs = [
-        counter.message(m) if known is None or known[i] is None else int(known[i] or 0)
-        for i, m in enumerate(msgs)
-    ]
-    for _ in range(8):
-        over = sum(costs) - room
-        if over <= 0:
-            return msgs, sum(costs)
-        sized = [
-            (costs[i] - counter.message({**m, "content": ""}), i)
-            for i, m in enumerate(msgs)
-            if isinstance(m.get("content"), str)
-        ]
-        if not sized:
-            return None
-        size, i = max(sized)
-        marker_cost = 40
-        keep = size - over - marker_cost
-        if keep <= 0:
-            if size == 0:
-                return None
-            keep = 0
-        overhead = costs[i] - size
-        msgs[i]["content"], kept = _clipped(msgs[i]["content"], keep, size, counter)
-        costs[i] = overhead + kept
-    return (msgs, sum(costs)) if sum(costs) <= room else None
-
-
-def clip_text(text: str, keep_tokens: int, total_tokens: int, counter: TokenCounter) -> str:
-    """The head of ``text`` worth about ``keep_tokens``, then a marker saying what was cut."""
-    return _clipped(text, keep_tokens, total_tokens, counter)[0]
-
-
-def _clipped(
-    text: str, keep_tokens: int, total_tokens: int, counter: TokenCounter
-) -> tuple[str, int]:
-    """``clip_text`` and the exact tokens of what it returns, counted once in the usual case."""
-    cut = max(0, int(len(text) * keep_tokens / max(total_tokens, 1)))
-    while True:
-        head = text[:cut]
-        marker = _clip_marker(total_tokens - keep_tokens)
-        clipped = head + marker
-        tokens = counter.text(clipped)
-        if not head or tokens - counter.text(marker) <= keep_tokens:
-            return clipped, tokens
-        cut = int(cut * 0.9)
-
-
-def _clip_marker(left_out: int) -> str:
-    return f"\n[contextfold: clipped, {left_out} tokens of this message left out; the log keeps it whole]"

@@ -9,19 +9,22 @@ model, and so does a record stored that way by an earlier version (set
 ``preset="disabled"`` for a view that only renders). Everything in
 it is JSON; ``from_data`` checks a stored or posted record field by field, so a
 bad record is refused with the field named and nothing stored changes.
+
+Changes travel typed (``ViewChanges``, one key per setting) from
+``Session.view`` through ``View.update`` to ``ViewConfig.changed``. Checking
+a config builds its pipeline, and the config keeps what it built.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
-from functools import cached_property
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from contextfold.core.checks import check_budget
 from contextfold.core.errors import InvalidInput
-from contextfold.memory.filters import MessageFilter, check_filter, compile_filter
+from contextfold.memory.filters import MessageFilter, compile_filter
 from contextfold.memory.recalled import RecallSettings
 from contextfold.strategies.base import HIGH_WATER, LOW_WATER
 from contextfold.strategies.pipeline import Pipeline
@@ -51,9 +54,85 @@ def _takes_default(preset: str | None, pipeline: Any, local: bool) -> bool:
     return preset is None and pipeline is None and not local
 
 
+class ViewChanges(TypedDict, total=False):
+    """Stored settings to change (``View.update``); those left out keep their stored value.
+
+    One key per ``ViewConfig`` field, typed as the field is, so a caller's
+    checker sees a wrong name or type; at run time either is ``InvalidInput``
+    naming the setting.
+    """
+
+    preset: str | None
+    options: Mapping[str, Any]
+    pipeline: Mapping[str, Any] | None
+    budget: int | None
+    filter: Mapping[str, Any] | None
+    model: str | None
+    high_water: float
+    low_water: float
+    local: bool
+    recall: Mapping[str, Any] | bool | None
+
+
+SETTINGS: tuple[str, ...] = tuple(ViewChanges.__annotations__)
+"""The names of a view's stored settings, in the order a record lists them."""
+
+
+def folding_changes(
+    *,
+    preset: str | None,
+    pipeline: Pipeline | None,
+    options: Mapping[str, Any],
+    local: bool,
+) -> ViewChanges:
+    """The changes that store how a view folds: a preset and its options, or a pipeline,
+    written as data here (nothing is built). With ``local`` nothing of the pipeline is
+    written: it holds Python code (a predicate, an unregistered strategy) and runs only
+    in this process."""
+    if local:
+        return ViewChanges(preset=None, options={}, pipeline=None, local=True)
+    return ViewChanges(
+        preset=preset,
+        options=to_data(dict(options), "options"),
+        pipeline=None if pipeline is None else pipeline_to_data(pipeline),
+        local=False,
+    )
+
+
+def given_changes(
+    *,
+    budget: int | None,
+    filter: Mapping[str, Any] | None,
+    model: str | None,
+    high_water: float | None,
+    low_water: float | None,
+    recall: Mapping[str, Any] | bool | None,
+) -> ViewChanges:
+    """The settings a caller gave (``Session.view``), None meaning not given."""
+    changes = ViewChanges()
+    if budget is not None:
+        changes["budget"] = budget
+    if filter is not None:
+        changes["filter"] = filter
+    if model is not None:
+        changes["model"] = model
+    if high_water is not None:
+        changes["high_water"] = high_water
+    if low_water is not None:
+        changes["low_water"] = low_water
+    if recall is not None:
+        changes["recall"] = recall
+    return changes
+
+
 @dataclass(frozen=True)
 class ViewConfig:
-    """How a view folds and renders; neither preset nor pipeline means ``DEFAULT_PRESET``."""
+    """How a view folds and renders; neither preset nor pipeline means ``DEFAULT_PRESET``.
+
+    Checking a config builds its pipeline, once: the config keeps it
+    (``built_pipeline``) with its recall settings and compiled filter, so
+    whoever runs the view reuses them instead of building again.
+    """
 
     preset: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
@@ -68,34 +147,61 @@ class ViewConfig:
     """Recall from the log (``contextfold.memory.recall``): true, false, or
     ``{"share": 0.4, "limit": 16}``; None takes the preset's default (on for
     ``chat`` and ``offline``)."""
+    _built: Pipeline | None = field(default=None, init=False, repr=False, compare=False)
+    _recall: RecallSettings | None = field(default=None, init=False, repr=False, compare=False)
+    _filter: MessageFilter | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if _takes_default(self.preset, self.pipeline, self.local):
             object.__setattr__(self, "preset", DEFAULT_PRESET)  # frozen: set once, here
-        if self.preset is not None and self.pipeline is not None:
-            raise InvalidInput("give a preset or a pipeline, not both", field="pipeline")
-        if self.local and (self.preset is not None or self.pipeline is not None):
-            raise InvalidInput("a local view's pipeline is not stored", field="local")
-        if self.preset is not None:
-            check_preset(self.preset)
+        self._check_folding()
         check_budget(self.budget)
         if self.model is not None and (not isinstance(self.model, str) or not self.model):
             raise InvalidInput(
                 "model is a get_model string such as 'openai:gpt-4o-mini'", field="model"
             )
-        if self.filter is not None:
-            check_filter(self.filter)
         for name in ("high_water", "low_water"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
                 raise InvalidInput(f"{name} is a share of the budget in (0, 1]", field=name)
         if self.low_water >= self.high_water:
             raise InvalidInput("low_water must be below high_water", field="low_water")
-        # A record that cannot be built, or whose prompt templates or recall
-        # settings are wrong, is refused before it is stored.
-        pipeline = self.build_pipeline()
-        _ = self.recall_settings
-        for i, strategy in enumerate(pipeline.strategies if pipeline is not None else ()):
+        # A record that cannot be built, or whose prompt templates, recall settings
+        # or filter are wrong, is refused before it is stored. What is built is kept.
+        pipeline = self._build()
+        recall_default = self.preset is not None and pipeline is not None and pipeline.recall
+        object.__setattr__(self, "_built", pipeline)
+        object.__setattr__(self, "_recall", RecallSettings.of(self.recall, recall_default))
+        if self.filter is not None:
+            object.__setattr__(self, "_filter", compile_filter(self.filter))
+
+    def _check_folding(self) -> None:
+        """How the view folds: one of a preset, a pipeline and a local pipeline."""
+        if self.preset is not None and not isinstance(self.preset, str):
+            raise InvalidInput("preset is a preset's name", field="preset")
+        if not isinstance(self.options, Mapping):
+            raise InvalidInput("options is an object", field="options")
+        if self.pipeline is not None and not isinstance(self.pipeline, Mapping):
+            raise InvalidInput("pipeline is an object of strategies", field="pipeline")
+        if not isinstance(self.local, bool):
+            raise InvalidInput("local must be True or False", field="local")
+        if self.preset is not None and self.pipeline is not None:
+            raise InvalidInput("give a preset or a pipeline, not both", field="pipeline")
+        if self.local and (self.preset is not None or self.pipeline is not None):
+            raise InvalidInput("a local view's pipeline is not stored", field="local")
+        if self.preset is not None:
+            check_preset(self.preset)
+
+    def _build(self) -> Pipeline | None:
+        """The pipeline the record describes, its prompt templates checked; None only for a
+        local view's (not stored)."""
+        if self.preset is not None:
+            pipeline = get_preset(self.preset, **from_data(dict(self.options)))
+        elif self.pipeline is not None:
+            pipeline = pipeline_from_data(self.pipeline)
+        else:
+            return None
+        for i, strategy in enumerate(pipeline.strategies):
             prompt = getattr(strategy, "prompt", None)
             if isinstance(prompt, str | Path):
                 try:
@@ -103,63 +209,41 @@ class ViewConfig:
                 except InvalidInput as exc:
                     where = "options.prompt" if self.preset else f"strategies[{i}].options.prompt"
                     raise InvalidInput(exc.reason, field=f"pipeline.{where}") from None
+        return pipeline
 
-    @classmethod
-    def of(
-        cls,
-        *,
-        preset: str | None = None,
-        pipeline: Pipeline | None = None,
-        options: Mapping[str, Any] | None = None,
-        local: bool = False,
-        **settings: Any,
-    ) -> ViewConfig:
-        """A config from objects: the pipeline and options are written as data here.
+    @property
+    def built_pipeline(self) -> Pipeline | None:
+        """The pipeline the record describes, built when the record was checked; None only
+        for a local view's (not stored)."""
+        return self._built
 
-        With ``local`` the pipeline is not written at all: it holds Python code
-        (a predicate, an unregistered strategy) and runs only in this process.
-        """
-        if local:
-            return cls(local=True, **settings)
-        return cls(
-            preset=preset,
-            options=to_data(dict(options or {}), "options"),
-            pipeline=None if pipeline is None else pipeline_to_data(pipeline),
-            **settings,
-        )
-
-    def build_pipeline(self) -> Pipeline | None:
-        """The pipeline the record describes; None only for a local view's (not stored)."""
-        if self.preset is not None:
-            return get_preset(self.preset, **from_data(dict(self.options)))
-        if self.pipeline is not None:
-            return pipeline_from_data(self.pipeline)
-        return None
-
-    @cached_property
+    @property
     def recall_settings(self) -> RecallSettings | None:
         """What the view recalls (None: recall is off), the preset's default filled in.
 
         Only a named preset has a default: a pipeline stored as data recalls only
         when ``recall`` says so, the same in every process.
         """
-        pipeline = self.build_pipeline() if self.preset is not None else None
-        return RecallSettings.of(self.recall, pipeline is not None and pipeline.recall)
+        return self._recall
 
     def message_filter(self) -> MessageFilter | None:
-        return None if self.filter is None else compile_filter(self.filter)
+        """The declarative filter, compiled when the record was checked."""
+        return self._filter
 
-    def changed(self, **changes: Any) -> ViewConfig:
-        unknown = sorted(set(changes) - {f.name for f in fields(self)})
+    def changed(self, changes: ViewChanges) -> ViewConfig:
+        """This config with ``changes``; itself, nothing built, when they change nothing."""
+        unknown = sorted(set(changes) - set(SETTINGS))
         if unknown:
             raise InvalidInput(f"unknown view setting {unknown[0]!r}", field=unknown[0])
+        if all(_same(getattr(self, name), value) for name, value in changes.items()):
+            return self
         return replace(self, **changes)
 
     def to_data(self) -> dict[str, Any]:
         return {
-            f.name: dict(value) if isinstance(value, Mapping) else value
-            for f in fields(self)
-            for value in [getattr(self, f.name)]
+            name: dict(value) if isinstance(value, Mapping) else value
+            for name in SETTINGS
+            for value in [getattr(self, name)]
         }
 
     @classmethod
@@ -167,10 +251,12 @@ class ViewConfig:
         """A stored or posted record; settings it leaves out take their defaults."""
         if not isinstance(data, Mapping):
             raise InvalidInput("a view configuration is an object", field="config")
-        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        unknown = sorted(set(data) - set(SETTINGS))
         if unknown:
             raise InvalidInput(f"unknown view setting {unknown[0]!r}", field=unknown[0])
-        options = data.get("options") or {}
-        if not isinstance(options, Mapping):
-            raise InvalidInput("options is an object", field="options")
-        return cls(**{**data, "options": dict(options)})
+        return cls(**{**data, "options": data.get("options") or {}})
+
+
+def _same(stored: object, given: object) -> bool:
+    """Equal and of one type: ``True`` is not the budget 1, it is refused as a budget."""
+    return type(stored) is type(given) and stored == given

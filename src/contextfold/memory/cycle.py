@@ -1,6 +1,6 @@
 """The one compaction cycle: plan, run, check and commit jobs for one view.
 
-``View.compact``, every runner and a remote worker call ``compact`` and
+``View.compact``, every runner and a remote worker call ``run_cycle`` and
 nothing else, so each event is emitted here and only here:
 
 - ``planned`` and ``started`` for each job;
@@ -103,7 +103,7 @@ class CompactionReport:
         return bool(self.failed)
 
 
-def compact(
+def run_cycle(
     view: CompactedView,
     *,
     budget: int | None = None,
@@ -248,14 +248,26 @@ def _step(
             return [], failure
         tell("degraded", detail="the rescue folds without the model")
         folds = _rescue_without(llm, job, run, counter, view.name)
-    duration = time.perf_counter() - began
     if not may_commit():
         return [], failure
+    committed, reason = _commit(view, job, folds, time.perf_counter() - began, tell)
+    return committed, reason or failure
+
+
+def _commit(
+    view: CompactedView,
+    job: Job,
+    folds: list[Fold],
+    duration: float,
+    tell: Callable[..., None],
+) -> tuple[list[Fold], str | None]:
+    """Commit a job's folds at the version it was planned at: the folds committed ([]
+    when another commit came first, or the store refused them), and why it refused."""
     try:
         view.session.store.commit_folds(view.session.id, view.name, folds, job.version)
     except FoldConflict as exc:
         tell("rejected", detail=str(exc))
-        return [], failure
+        return [], None
     except ContextfoldError as exc:
         reason = f"commit: {exc}"
         tell("failed", duration_s=duration, detail=reason)
@@ -268,7 +280,7 @@ def _step(
         duration_s=duration,
         data={"folds": [f.id for f in folds], "kinds": [f.kind for f in folds]},
     )
-    return folds, failure
+    return folds, None
 
 
 def _run_checked(

@@ -26,7 +26,7 @@ from contextfold.core.log import LoggedMessage, NewMessage
 from contextfold.core.messages import Message, check_json, validate_message
 from contextfold.core.tokens import TokenCounter, get_counter
 from contextfold.llm.base import LLM
-from contextfold.memory.config import ViewConfig
+from contextfold.memory.config import folding_changes, given_changes
 from contextfold.memory.filters import MessageFilter
 from contextfold.memory.view import Binding, View
 from contextfold.store.base import Store
@@ -246,41 +246,29 @@ class Session:
             )
         if not isinstance(local, bool):
             raise InvalidInput("local must be True or False", field="local")
-        handle = View(self, name, self.memory.binding(self.id, name))
-        if callable(filter):
-            handle.binding.filter = filter
-            handle.binding.built = None
-            filter = None
-        if isinstance(llm, str):
-            model, llm = llm, None
-        if llm is not None:
-            handle.binding.llm = llm
-        changes: dict[str, Any] = {
-            k: v
-            for k, v in {
-                "budget": budget,
-                "filter": filter,
-                "model": model,
-                "high_water": high_water,
-                "low_water": low_water,
-                "recall": recall,
-            }.items()
-            if v is not None
-        }
-        if preset is not None or pipeline is not None:
-            fresh = ViewConfig.of(
-                preset=preset, pipeline=pipeline, options=preset_options, local=local
-            )
-            changes.update(
-                preset=fresh.preset, options=fresh.options, pipeline=fresh.pipeline, local=local
-            )
-        elif preset_options:
+        if preset_options and preset is None and pipeline is None:
             raise InvalidInput(
                 f"options {sorted(preset_options)} need a preset= to go with", field="preset"
             )
+        if isinstance(llm, str):
+            model, llm = llm, None
+        given_filter, stored_filter = (filter, None) if callable(filter) else (None, filter)
+        changes = given_changes(
+            budget=budget,
+            filter=stored_filter,
+            model=model,
+            high_water=high_water,
+            low_water=low_water,
+            recall=recall,
+        )
+        if preset is not None or pipeline is not None:
+            changes.update(
+                folding_changes(
+                    preset=preset, pipeline=pipeline, options=preset_options, local=local
+                )
+            )
+        handle = View(self, name, self.memory.binding(self.id, name))
         if changes:
             handle.update(**changes)
-        if pipeline is not None:
-            handle.binding.pipeline = (handle.version, pipeline)
-            handle.binding.built = None
+        handle.binding.configuration.give(pipeline=pipeline, filter=given_filter, llm=llm)
         return handle

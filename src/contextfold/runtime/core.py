@@ -19,7 +19,7 @@ doubles with each failure in a row, and a job the runner gives up on
 
 A flight first plans on the view's cached state, which appends extend
 cheaply: most appends plan nothing and cost the runner almost nothing. Only
-when a job is planned does it take the lease and run ``memory.cycle.compact``,
+when a job is planned does it take the lease and run ``memory.cycle.run_cycle``,
 the cycle ``View.compact`` runs too. Commits carry the fold-set version the job
 was planned at, so a commit that lost a race (or comes after ``stop`` gave up
 on it) is refused.
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from contextfold.core.events import Event, EventCallback, log
 from contextfold.llm.budget import DEFAULT_LIMITS, JobBudget, JobLimits
-from contextfold.memory.cycle import RunJob, compact, plan, run_here
+from contextfold.memory.cycle import RunJob, plan, run_cycle, run_here
 from contextfold.memory.leases import LeaseKeeper
 from contextfold.memory.view import View
 from contextfold.runtime.cooldown import DEFAULT_COOLDOWN, Cooldown, Cooldowns
@@ -216,7 +216,7 @@ class Runner(ABC):
                 return False
         flight.job = planned[1]
         try:
-            report = compact(
+            report = run_cycle(
                 view,
                 run=self._run_job(),
                 may_plan=self._may_plan,

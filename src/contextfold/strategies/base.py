@@ -107,23 +107,25 @@ class ViewState:
         """Tokens no fold can take away: the system prompt and the reply priming."""
         return REPLY_PRIMING + sum(m.tokens for m in self.system)
 
-    def _mark(self, level: int, share: float) -> int:
+    def mark(self, level: int, share: float) -> int:
+        """``share`` of the room beside the system prompt under ``level``: the one water-mark
+        formula, behind ``high_mark``, ``low_mark`` and any deeper mark a strategy folds to.
+
+        The marks are shares of the room the conversation has beside the system
+        prompt, not of the whole level: with a long system prompt, a share of
+        the budget could lie below the prompt itself and never be reached.
+        """
         if level <= self.fixed:
             return level
         return self.fixed + int((level - self.fixed) * share)
 
     def high_mark(self, level: int) -> int:
         """Where a cycle fires for ``level``: ``high_water`` of the room beside the system prompt."""
-        return self._mark(level, self.high_water)
+        return self.mark(level, self.high_water)
 
     def low_mark(self, level: int) -> int:
-        """Tokens a cycle that fired at ``level`` folds the view down to.
-
-        The marks are shares of the room the conversation has beside the system
-        prompt, not of the whole level: with a long system prompt, a share of
-        the budget could lie below the prompt itself and never be reached.
-        """
-        return self._mark(level, self.low_water)
+        """Tokens a cycle that fired at ``level`` folds the view down to (``low_water``)."""
+        return self.mark(level, self.low_water)
 
     @property
     def above_high_water(self) -> bool:

@@ -55,7 +55,7 @@ class Rescue:
         if state.budget is None or state.tokens <= state.budget:
             return None  # only what render would cut
         fold_tokens = max(int((state.budget - state.fixed) * self.share), MIN_FOLD_TOKENS)
-        target = state.fixed + int((state.budget - state.fixed) * min(self.depth, state.low_water))
+        target = state.mark(state.budget, min(self.depth, state.low_water))
         units = state.units[:-1]  # the newest unit may still be waiting for results
         user = state.latest_user
         rest = state.tokens

@@ -48,12 +48,12 @@ def check_portable(view: View) -> None:
         raise InvalidInput(
             "a local view's pipeline holds Python code no worker can rebuild", field="local"
         )
-    if view.binding.llm is not None:
+    if view.binding.configuration.llm is not None:
         raise InvalidInput(
             "a model object cannot reach a worker: store the model as a get_model string",
             field="llm",
         )
-    if view.binding.filter is not None:
+    if view.binding.configuration.filter is not None:
         raise InvalidInput(
             "a Python filter cannot reach a worker: store a declarative filter", field="filter"
         )

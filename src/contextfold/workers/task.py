@@ -1,7 +1,7 @@
 """The worker's side: the ``compact(session, view)`` task, which holds no logic of its own.
 
 A job takes ids, opens the view from the store, takes the view's lease and
-runs the one compaction cycle (``memory.cycle.compact``), as every runner
+runs the one compaction cycle (``memory.cycle.run_cycle``), as every runner
 does. What may go wrong is settled here, once:
 
 - the lease is held by another worker (it is compacting the view, or it died
@@ -52,7 +52,7 @@ from contextfold.core.errors import NotFound
 from contextfold.core.events import Event, log
 from contextfold.core.tokens import get_counter
 from contextfold.llm.budget import DEFAULT_LIMITS, JobLimits
-from contextfold.memory.cycle import compact
+from contextfold.memory.cycle import run_cycle
 from contextfold.memory.leases import LeaseKeeper
 from contextfold.memory.session import Memory, Session
 from contextfold.memory.view import View
@@ -194,7 +194,7 @@ class Worker:
             self._quietly(lambda: self.queue.publish(event, worker=self.owner, since=since))
 
         try:
-            report = compact(view, listeners=[publish], limits=self.settings.limits)
+            report = run_cycle(view, listeners=[publish], limits=self.settings.limits)
         except Exception as exc:
             log.warning("compaction of %s/%s failed", view.session.id, view.name, exc_info=True)
             return Outcome("failed", reason=f"{type(exc).__name__}: {exc}", version=version)

@@ -1,4 +1,5 @@
-"""Compact one conversation read from a file: the one library call behind the CLI.
+"""One-shot compaction of one conversation read from a file: the library call behind
+``contextfold compact``.
 
 ``conversation_file.load_conversation`` reads the file (JSON or JSONL, every
 error naming the file and the line and column, or the line, message index and

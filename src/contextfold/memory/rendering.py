@@ -1,0 +1,111 @@
+"""Rendering a view: its prompt for the next model call, from the prompt cache when
+the view only grew, and with what recall finds.
+
+A prompt whose view only grew by appends since the last render is that
+prompt plus the new messages, when they fit: no fold moved, so nothing
+before them can differ (``contextfold.memory.cache``). Anything else renders
+afresh (``contextfold.core.render``). The recall block is made on top of that
+prompt (``contextfold.memory.recall``): once per user message (a new query),
+and kept while the turn goes on and it still fits; a query given by the caller
+always searches, and its prompt is not cached.
+"""
+
+from __future__ import annotations
+
+from contextfold.core.entries import Entry
+from contextfold.core.errors import InvalidInput
+from contextfold.core.folds import active_facts, active_in_place
+from contextfold.core.log import LoggedMessage
+from contextfold.core.messages import text_of
+from contextfold.core.render import Rendered, render
+from contextfold.core.units import answer_missing, whole_units
+from contextfold.memory.cache import PromptCache
+from contextfold.memory.configuration import Configured
+from contextfold.memory.filters import MessageFilter
+from contextfold.memory.reading import ViewReader
+from contextfold.memory.recall import recall_block, still_fits
+from contextfold.memory.recalled import Block, RecallSettings, with_block
+from contextfold.store.base import Head
+
+
+def view_prompt(
+    reader: ViewReader,
+    prompts: PromptCache,
+    configured: Configured,
+    head: Head,
+    *,
+    budget: int | None,
+    query: str | None,
+) -> Rendered:
+    """The view's prompt at ``head`` within ``budget`` (None: the view's own), with the
+    recall block for ``query``, or for the latest user message when recall is on."""
+    keep = configured.filter
+    settings = configured.config.recall_settings
+    wanted = budget if budget is not None else configured.config.budget
+    if query is not None:
+        if settings is None:
+            raise InvalidInput(
+                f"recall is off for view {reader.name!r}: turn it on with recall=", field="query"
+            )
+        _, base, _ = fresh_prompt(reader, wanted, keep)
+        block = _block(reader, base, query, settings, keep)
+        return base if block is None else with_block(base, block)
+    cached = prompts.extend(head, wanted, keep, reader.read_after)
+    if cached is None:
+        head, base, asked = fresh_prompt(reader, wanted, keep)
+        prompts.put(head, wanted, base)
+    else:
+        base, asked = cached, None if settings is None else reader.latest_user(head, keep)
+    if settings is None or asked is None or not text_of(asked.message):
+        return base
+    found, block = prompts.recalled(head, wanted, asked.seq)
+    if not found or (block is not None and not still_fits(base, block)):
+        block = _block(reader, base, text_of(asked.message), settings, keep)
+        prompts.keep_block(head, wanted, asked.seq, block)
+    return base if block is None else with_block(base, block)
+
+
+def fresh_prompt(
+    reader: ViewReader, budget: int | None, keep: MessageFilter | None
+) -> tuple[Head, Rendered, LoggedMessage | None]:
+    """The prompt read afresh from the store, without recall, and the latest user
+    message it was rendered for (``ViewReader.latest_user``)."""
+    system = reader.system()
+    head, folds = reader.sound_folds(len(system))
+    latest = reader.latest_user(head, keep)
+    in_place = active_in_place(folds)
+    latest_user = None
+    if latest is not None and not any(f.start <= latest.seq <= f.end for f in in_place):
+        latest_user = Entry.of_message(latest)
+    entries = reader.newest_first(in_place, after=len(system), last=head.last_seq)
+    if keep is not None:
+        entries = whole_units(entries, lambda e: e.message, keep)
+    rendered = render(
+        system=[m.message for m in system],
+        newest_first=answer_missing(entries, reader.counter),
+        counter=reader.counter,
+        budget=budget,
+        facts=active_facts(folds),
+        latest_user=latest_user,
+        first_seq=len(system) + 1,
+        system_tokens=sum(m.tokens for m in system),
+    )
+    return head, rendered, latest
+
+
+def _block(
+    reader: ViewReader,
+    base: Rendered,
+    query: str,
+    settings: RecallSettings,
+    keep: MessageFilter | None,
+) -> Block | None:
+    return recall_block(
+        base,
+        store=reader.store,
+        session_id=reader.session_id,
+        query=query,
+        settings=settings,
+        keep=keep,
+        counter=reader.counter,
+    )
