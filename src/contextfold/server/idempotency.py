@@ -67,7 +67,7 @@ class IdempotentAppends:
     ) -> list[LoggedMessage]:
         keys = [f"{key}:{i}" for i in range(len(messages))]
         with self._locks[hash((session.id, key)) % STRIPES]:
-            known = session.store.keyed(session.id, [*keys, f"{key}:{len(messages)}"])
+            known = session.keyed([*keys, f"{key}:{len(messages)}"])
             try:
                 logged = None if known else session.extend(messages, keys=keys)
             except InvalidInput as exc:
