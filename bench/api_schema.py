@@ -118,7 +118,7 @@ def seeded_app(upstream: str | None = None) -> tuple[Any, Any, str]:
 
     service = Service(Settings(runner=False, upstream=upstream), store=RAMStore())
     key_id, secret, key = new_key()
-    service.store.put_api_key(ApiKey(key_id, "fuzz", hash_secret(secret), "", clock.time()))
+    service.memory.api_keys.put(ApiKey(key_id, "fuzz", hash_secret(secret), "", clock.time()))
     session = service.create("fuzz", "s1", system="You are terse.")
     for i in range(20):
         session.extend(

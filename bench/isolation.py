@@ -36,7 +36,7 @@ def walk(url: str) -> dict[str, Any]:
     service = Service(Settings(runner=False, key_cache_s=0), store=store)
     try:
         with TestClient(create_app(service)) as client:
-            found = cross_tenant(client, store)
+            found = cross_tenant(client, service.memory)
     finally:
         service.close()
     return {

@@ -71,7 +71,7 @@ class Server:
         return response.json()
 
     def add_key(self, tenant: str) -> str:
-        return create_key(self.service.store, tenant)
+        return create_key(self.service.memory, tenant)
 
     def seed(
         self,

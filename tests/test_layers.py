@@ -18,6 +18,13 @@ inside functions and ``TYPE_CHECKING`` blocks count too)::
 A module may import its own layer and the layers below it; two layers of one
 rank (the ports, the shared layers) never import each other. Only the package
 root, which re-exports the public face, may import from every layer.
+
+One door: an interface reaches data through ``Memory`` and ``Session`` only. It
+imports no ``contextfold.store`` module, reads no attribute named ``store`` (a
+store handed on is a store reached), and builds no ``Session`` or ``View``
+itself (``Memory.session``/``existing_session`` and ``Session.view`` check what
+they open). The exceptions exist to test stores: the store contract suites, and
+``testing.damage``, which damages rows to show what reading them does.
 """
 
 from __future__ import annotations
@@ -44,6 +51,10 @@ TOP_LEVEL_INTERFACES = {"cli", "options", "redact"}
 INTERFACE_FOLDERS = {"evaluation", "integrations", "server", "testing", "workers"}
 # What a strategy may know of the ports: the LLM protocol, nothing concrete.
 STRATEGY_PORTS = {"contextfold.llm.base"}
+# Interface modules that exist to test stores, so reach them directly.
+STORE_TESTERS = {"contextfold.testing.damage"}
+STORE_TESTER_PREFIX = "contextfold.testing.store_contract"
+HANDLES = {"Session", "View"}
 
 
 def module_name(path: Path) -> str:
@@ -63,21 +74,29 @@ def layer_of(module: str) -> str | None:
 
 def imported(path: Path, module: str | None = None) -> set[str]:
     """Every ``contextfold`` module ``path`` imports, relative imports resolved."""
-    module = module or module_name(path)
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    package = package_of(path, module)
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                source = ".".join([*base, node.module] if node.module else base)
-            else:
-                source = node.module or ""
-            out.add(source)
+            out.add(source_of(node, package))
     return {m for m in out if m == "contextfold" or m.startswith("contextfold.")}
+
+
+def package_of(path: Path, module: str | None = None) -> str:
+    """The package ``path``'s relative imports start from."""
+    module = module or module_name(path)
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def source_of(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` reads from, a relative one resolved."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")
+    base = base[: len(base) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
 
 
 ALL_MODULES = sorted((module_name(path), path) for path in PACKAGE.rglob("*.py"))
@@ -140,3 +159,67 @@ def test_the_shared_layers_never_import_each_other(tmp_path: Path) -> None:
     )
     found = upward("contextfold.formats.probe", probe, module_of_path="contextfold.formats.probe")
     assert found == ["contextfold.extract.salience", "contextfold.llm.base"]
+
+
+def past_the_door(path: Path, module: str | None = None) -> list[str]:
+    """Where an interface module reaches data other than through ``Memory``/``Session``."""
+    package = package_of(path, module)
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            # ``from contextfold import store`` names the package in the imported name.
+            source = source_of(node, package) if isinstance(node, ast.ImportFrom) else ""
+            names = [".".join(filter(None, (source, alias.name))) for alias in node.names]
+            if any(n == "contextfold.store" or n.startswith("contextfold.store.") for n in names):
+                found.append(f"line {node.lineno}: imports from {source or names[0]}")
+        elif isinstance(node, ast.Attribute) and node.attr == "store":
+            found.append(f"line {node.lineno}: reads {ast.unparse(node)}")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if name in HANDLES:
+                found.append(f"line {node.lineno}: builds {name}(...)")
+    return found
+
+
+INTERFACES = [
+    (name, path)
+    for name, path in MODULES
+    if layer_of(name) == "interfaces"
+    and name not in STORE_TESTERS
+    and not name.startswith(STORE_TESTER_PREFIX)
+]
+
+
+@pytest.mark.parametrize(("module", "path"), INTERFACES, ids=[name for name, _ in INTERFACES])
+def test_interfaces_reach_data_through_memory_and_session_only(module: str, path: Path) -> None:
+    found = past_the_door(path)
+    assert found == [], f"{module} goes past Memory/Session: {found}"
+
+
+def test_the_door_rule_catches_a_store_import_a_store_read_and_a_handle_built(
+    tmp_path: Path,
+) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from contextfold.memory.session import Memory, Session\n"
+        "from contextfold.store.ram import RAMStore\n"
+        "from contextfold import store as stores\n"
+        "import contextfold.memory.view as views\n"
+        "from ..store.wake import LocalWake\n"
+        "memory = Memory()\n"
+        "ids = memory.store.list_sessions()\n"
+        "session = Session(memory, 's', None, created_at=0.0)\n"
+        "view = views.View(session, 'v', None)\n"
+        "fine = memory.session('s').view('v').render()\n"
+    )
+    found = past_the_door(probe, "contextfold.server.probe")
+    assert sorted(found) == [
+        "line 2: imports from contextfold.store.ram",
+        "line 3: imports from contextfold",
+        "line 5: imports from contextfold.store.wake",
+        "line 7: reads memory.store",
+        "line 8: builds Session(...)",
+        "line 9: builds View(...)",
+    ]
+    assert len(INTERFACES) > 40 and "contextfold.server.service" in dict(INTERFACES)

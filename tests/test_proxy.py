@@ -49,7 +49,7 @@ class LiveServer:
 
     def log(self, tenant: str, sid: str) -> list[Message]:
         """The session's whole log, as stored."""
-        return [m.message for m in self.service.store.messages(f"{tenant}/{sid}")]
+        return [m.message for m in self.service.memory.store.messages(f"{tenant}/{sid}")]
 
 
 @dataclass
@@ -424,7 +424,7 @@ def test_bad_requests_are_422_naming_the_field_and_store_nothing(
     assert answer.status_code == 422, answer.text
     error = answer.json()["error"]
     assert (error["code"], error["field"], error["index"]) == ("invalid_input", field, index)
-    assert rig.server.service.store.list_sessions() == []
+    assert rig.server.service.memory.store.list_sessions() == []
     assert rig.upstream.requests == []
 
 
@@ -447,7 +447,7 @@ def test_no_upstream_configured_is_502_and_stores_nothing(tmp_path: Path) -> Non
         with pytest.raises(openai.APIStatusError) as models:
             client.models.list()
         assert models.value.status_code == 502
-        assert server.service.store.list_sessions() == []
+        assert server.service.memory.store.list_sessions() == []
 
 
 def test_tenants_are_isolated_on_the_proxy(tmp_path: Path) -> None:
@@ -456,8 +456,8 @@ def test_tenants_are_isolated_on_the_proxy(tmp_path: Path) -> None:
         spec = f"openai-compatible:{upstream.url}"
         with serve(tmp_path, spec, auth=True) as server:
             rig = Rig(server, upstream)
-            a = rig.client(key=add_key(server.service.store, "alpha"))
-            b = rig.client(key=add_key(server.service.store, "bravo"))
+            a = rig.client(key=add_key(server.service.memory, "alpha"))
+            b = rig.client(key=add_key(server.service.memory, "bravo"))
             upstream.add(openai_reply("for a"), openai_reply("for b"))
             a.chat.completions.create(model="m", messages=[user("secret of a")])
             a_log = rig.log("s1", "alpha")
@@ -475,7 +475,7 @@ def test_tenants_are_isolated_on_the_proxy(tmp_path: Path) -> None:
                     messages=[user("secret of a"), {"role": "assistant", "content": "for a"}],
                 )
             assert rig.log("s1", "alpha") == a_log
-            assert sorted(server.service.store.list_sessions()) == ["alpha/s1", "bravo/s1"]
+            assert sorted(server.service.memory.store.list_sessions()) == ["alpha/s1", "bravo/s1"]
             for path in ("/v1/chat/completions", "/v1/models"):
                 method = "POST" if path.endswith("completions") else "GET"
                 for auth in ({}, {"authorization": "Bearer cf_000000000000_" + "x" * 32}):
@@ -492,7 +492,7 @@ def test_tenants_are_isolated_on_the_proxy(tmp_path: Path) -> None:
 def test_the_view_is_made_with_the_servers_defaults_and_again_for_a_recreated_session(
     rig: Rig,
 ) -> None:
-    store = rig.server.service.store
+    store = rig.server.service.memory.store
     rig.upstream.add(openai_reply("x"), openai_reply("y"))
     client = rig.client()
     client.chat.completions.create(

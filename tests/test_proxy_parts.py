@@ -4,6 +4,7 @@ streamed answer, and deciding what an upstream status means."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -34,8 +35,7 @@ def logged(messages: list[Message], *, system: str | None = None) -> tuple[Memor
 
 
 def digests_of(memory: Memory, sid: str) -> LogDigest:
-    created = memory.store.get_session(sid).created_at
-    return LogDigests().current(memory.store, sid, created)
+    return LogDigests().current(memory.existing_session(sid))
 
 
 def test_client_messages_drop_what_clients_echo_around_the_protocol() -> None:
@@ -160,9 +160,9 @@ def test_a_malformed_message_in_the_prefix_is_invalid_input_not_a_divergence() -
 
 def test_log_digests_read_only_the_new_tail(monkeypatch: pytest.MonkeyPatch) -> None:
     memory, sid = logged([{"role": "user", "content": str(i)} for i in range(5)])
-    created = memory.store.get_session(sid).created_at
+    session = memory.existing_session(sid)
     table = LogDigests()
-    first = table.current(memory.store, sid, created)
+    first = table.current(session)
     assert first.last_seq == 5
     reads: list[tuple[int, int | None]] = []
     read = memory.store.messages
@@ -172,16 +172,21 @@ def test_log_digests_read_only_the_new_tail(monkeypatch: pytest.MonkeyPatch) -> 
         return read(session_id, start, end)
 
     monkeypatch.setattr(memory.store, "messages", counted)
-    assert table.current(memory.store, sid, created) is first
+    assert table.current(session) is first
     assert reads == []
-    memory.session(sid).append({"role": "user", "content": "5"})
-    again = table.current(memory.store, sid, created)
+    session.append({"role": "user", "content": "5"})
+    again = table.current(session)
     assert reads == [(6, 6)]
     assert again.digest_at(5) == digest({"role": "user", "content": "5"})
     assert (len(again), again.role_at(5)) == (6, "user")
     # A recreated session (another created_at) is read afresh.
-    assert table.current(memory.store, sid, created + 1).last_seq == 6
-    assert reads[-1] == (1, 6)
+    memory.delete_session(sid)
+    time.sleep(0.01)
+    recreated = memory.session(sid)
+    recreated.extend([{"role": "user", "content": "new"}] * 2)
+    assert recreated.created_at != session.created_at
+    assert table.current(recreated).last_seq == 2
+    assert reads[-1] == (1, 2)
 
 
 def test_log_digests_keep_within_their_capacity_dropping_the_least_recently_used() -> None:
@@ -189,15 +194,15 @@ def test_log_digests_keep_within_their_capacity_dropping_the_least_recently_used
     table = LogDigests(capacity=5)
     for name in ("a", "b", "c"):
         memory.session(name).extend([{"role": "user", "content": name}] * 2)
-        table.current(memory.store, name, memory.store.get_session(name).created_at)
+        table.current(memory.existing_session(name))
     assert list(table._table) == ["b", "c"]
-    table.current(memory.store, "b", memory.store.get_session("b").created_at)
+    table.current(memory.existing_session("b"))
     memory.session("d").extend([{"role": "user", "content": "d"}] * 4)
-    table.current(memory.store, "d", memory.store.get_session("d").created_at)
+    table.current(memory.existing_session("d"))
     assert list(table._table) == ["d"]
     # One session over the capacity on its own is still kept: it is the one in use.
     memory.session("d").extend([{"role": "user", "content": "d"}] * 4)
-    assert len(table.current(memory.store, "d", memory.store.get_session("d").created_at)) == 8
+    assert len(table.current(memory.existing_session("d"))) == 8
     table.forget("d")
     assert table._messages == 0
 

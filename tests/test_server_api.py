@@ -122,7 +122,7 @@ def test_get_and_delete(client: TestClient, service: Service) -> None:
     error(client.get(f"{API}/s1"), 404, "not_found")
     error(client.delete(f"{API}/s1"), 404, "not_found")
     error(append(client, "s1", user("again")), 404, "not_found")
-    assert service.store.list_sessions() == []
+    assert service.memory.store.list_sessions() == []
     # the same id again starts clean: no log, no view, no remembered key
     create(client, "s1")
     assert client.get(f"{API}/s1/views").json() == {"views": []}
@@ -269,7 +269,7 @@ def test_a_view_put_without_a_preset_folds_with_the_default(
     assert report["folds"] and report["tokens_after"] < report["tokens_before"]
     # A record an earlier version stored without a preset is shown and folds the same way.
     old = {"preset": None, "pipeline": None, "options": {}, "budget": 2000, "local": False}
-    service.store.put_view(service.session("local", "s1").id, "old", old)
+    service.memory.store.put_view(service.session("local", "s1").id, "old", old)
     assert client.get(f"{API}/s1/views/old").json()["config"]["preset"] == DEFAULT_PRESET
     assert client.post(f"{API}/s1/views/old/compact").json()["folds"]
 

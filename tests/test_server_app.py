@@ -77,11 +77,11 @@ def test_demo_seeds_the_demo_session_once_with_folds() -> None:
     service = Service(Settings(auth=False, runner=False), store=RAMStore())
     seed_demo(service)
     session = service.session("local", "demo")
-    last = service.store.last_seq(session.id)
+    last = service.memory.store.last_seq(session.id)
     assert last > 100
     assert session.view("default").folds()
     seed_demo(service)
-    assert service.store.last_seq(session.id) == last
+    assert service.memory.store.last_seq(session.id) == last
     with TestClient(create_app(service)) as client:
         listed = client.get("/api/v1/sessions").json()["sessions"]
         assert [s["id"] for s in listed] == ["demo"]

@@ -71,7 +71,7 @@ class Stream:
 def served(tmp_path: Any) -> Iterator[tuple[str, Service, str]]:
     store = SQLiteStore(str(tmp_path / "events.db"))
     service = make_service(store)
-    key = add_key(store, "t1")
+    key = add_key(service.memory, "t1")
     with running(create_app(service)) as base:
         yield base, service, key
 
@@ -122,7 +122,7 @@ def test_appends_from_another_path_reach_the_stream(served: tuple[str, Service, 
 
 def test_stream_refuses_other_tenants_and_bad_keys(served: tuple[str, Service, str]) -> None:
     base, service, key = served
-    other = add_key(service.store, "t2")
+    other = add_key(service.memory, "t2")
     with httpx.Client(base_url=base, headers=bearer(key), timeout=TIMEOUT) as client:
         client.post(API, json={"id": "s3"})
     with httpx.Client(base_url=base, timeout=TIMEOUT) as client:

@@ -39,13 +39,13 @@ def client(service: Service) -> Iterator[TestClient]:
 
 
 def test_no_route_leaks_another_tenants_session(client: TestClient, service: Service) -> None:
-    found = cross_tenant(client, service.store)
+    found = cross_tenant(client, service.memory)
     assert not found.uncovered, f"routes the isolation table does not cover: {found.uncovered}"
     assert found.leaks == []
     assert found.wrong == []
     assert found.a_unchanged and found.b_lists_only_own
     assert found.attempts >= 3 * len(ATTEMPTS)
-    listed = client.get(API, headers=bearer(create_key(service.store, "a"))).json()["sessions"]
+    listed = client.get(API, headers=bearer(create_key(service.memory, "a"))).json()["sessions"]
     assert [s["id"] for s in listed] == [A_SESSION]
 
 
@@ -55,20 +55,20 @@ def test_the_walk_notices_a_route_that_leaks(service: Service) -> None:
 
     @app.get(API + "/{sid}/peek")
     def peek(sid: str) -> dict[str, object]:
-        return {"messages": [m.message for m in service.store.messages(f"a/{sid}")]}
+        return {"messages": [m.message for m in service.memory.store.messages(f"a/{sid}")]}
 
     with TestClient(app) as c:
-        found = cross_tenant(c, service.store)
+        found = cross_tenant(c, service.memory)
     assert found.uncovered == [f"GET {API}/{{sid}}/peek"]
     ATTEMPTS[("GET", API + "/{sid}/peek")] = ATTEMPTS[("GET", API + "/{sid}")]
     try:
         fresh = make_service(runner=False, key_cache_s=0)
         app = create_app(fresh)
         app.get(API + "/{sid}/peek")(
-            lambda sid: {"messages": [m.message for m in fresh.store.messages(f"a/{sid}")]}
+            lambda sid: {"messages": [m.message for m in fresh.memory.store.messages(f"a/{sid}")]}
         )
         with TestClient(app) as c:
-            found = cross_tenant(c, fresh.store)
+            found = cross_tenant(c, fresh.memory)
     finally:
         del ATTEMPTS[("GET", API + "/{sid}/peek")]
     assert found.leaks and found.wrong
@@ -77,14 +77,14 @@ def test_the_walk_notices_a_route_that_leaks(service: Service) -> None:
 def test_api_key_in_the_query_counts_for_the_event_stream_only(
     client: TestClient, service: Service
 ) -> None:
-    key = add_key(service.store, "a")
+    key = add_key(service.memory, "a")
     client.post(API, json={"id": "s1"}, headers=bearer(key))
     assert client.get(f"{API}/s1", params={"api_key": key}).status_code == 401
     assert client.get(API, params={"api_key": key}).status_code == 401
 
 
 def test_keys_are_checked_and_revocation_takes_effect(client: TestClient, service: Service) -> None:
-    key = add_key(service.store, "t1")
+    key = add_key(service.memory, "t1")
     assert client.get(API, headers=bearer(key)).status_code == 200
     key_id = key.split("_")[1]
     cases = {
@@ -99,7 +99,7 @@ def test_keys_are_checked_and_revocation_takes_effect(client: TestClient, servic
         assert answer.status_code == 401, name
         assert answer.json()["error"]["code"] == "unauthorized"
         assert answer.headers["www-authenticate"].startswith("Bearer")
-    assert service.store.revoke_api_key(key_id)
+    assert service.memory.api_keys.revoke(key_id)
     revoked = client.get(API, headers=bearer(key))
     assert revoked.status_code == 401 and "revoked" in revoked.json()["error"]["message"]
 
@@ -143,10 +143,10 @@ def test_cors_is_off_unless_origins_are_given() -> None:
 
 def test_a_cached_key_is_trusted_for_its_ttl_only() -> None:
     service = make_service(runner=False, key_cache_s=0.3)
-    key = add_key(service.store, "t1")
+    key = add_key(service.memory, "t1")
     with TestClient(create_app(service)) as client:
         assert client.get(API, headers=bearer(key)).status_code == 200
-        service.store.revoke_api_key(key.split("_")[1])
+        service.memory.api_keys.revoke(key.split("_")[1])
         assert client.get(API, headers=bearer(key)).status_code == 200  # within the ttl
         time.sleep(0.35)
         assert client.get(API, headers=bearer(key)).status_code == 401

@@ -90,7 +90,7 @@ class Served(Api):
 def serving(database: str, queue: str, broker: str = REDIS) -> Iterator[Served]:
     store = open_store(database)
     service = make_service(store, workers=broker, queue=queue, settle_s=0.05)
-    key = create_key(store, "t1")
+    key = create_key(service.memory, "t1")
     try:
         with (
             running(create_app(service)) as base,

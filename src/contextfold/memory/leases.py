@@ -20,10 +20,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from contextfold.core.errors import ContextfoldError
 from contextfold.core.events import log
 from contextfold.store.base import Store
+
+if TYPE_CHECKING:
+    from contextfold.memory.view import View
 
 LeaseKey = tuple[int, str, str]
 LEASE_TTL_S = 60.0
@@ -42,8 +46,16 @@ class LeaseKeeper:
         self._thread: threading.Thread | None = None
         self._stopped = False
 
-    def acquire(self, store: Store, session_id: str, view: str) -> bool:
-        """Take the lease in ``store`` and keep renewing it until ``release``."""
+    def acquire(self, view: View) -> bool:
+        """Take the view's lease and keep renewing it until ``release``; False while
+        another owner holds it."""
+        return self._take(view.session.store, view.session.id, view.name)
+
+    def release(self, view: View) -> None:
+        """Stop renewing the view's lease and give it up (a no-op if it was taken over)."""
+        self._give_up(view.session.store, view.session.id, view.name)
+
+    def _take(self, store: Store, session_id: str, view: str) -> bool:
         if not store.acquire_lease(session_id, view, self.owner, self.ttl_s):
             return False
         key = (id(store), session_id, view)
@@ -56,8 +68,7 @@ class LeaseKeeper:
                 self._thread.start()
         return True
 
-    def release(self, store: Store, session_id: str, view: str) -> None:
-        """Stop renewing and give the lease up (a no-op if it was taken over)."""
+    def _give_up(self, store: Store, session_id: str, view: str) -> None:
         key = (id(store), session_id, view)
         with self._lock:
             self._held.pop(key, None)
@@ -103,11 +114,11 @@ def held_lease(
     """Wait for the view's compaction lease, hold it (renewed) inside, give it up after."""
     keeper = LeaseKeeper(f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}", ttl_s)
     pause = _POLL_S[0]
-    while not keeper.acquire(store, session_id, view):
+    while not keeper._take(store, session_id, view):
         time.sleep(pause)
         pause = min(pause * 2, _POLL_S[1])
     try:
         yield
     finally:
-        keeper.release(store, session_id, view)
+        keeper._give_up(store, session_id, view)
         keeper.stop()

@@ -22,26 +22,28 @@ from typing import Any
 
 from contextfold.core.checks import batch_of, check_key, check_name
 from contextfold.core.errors import InvalidInput, NotFound
-from contextfold.core.log import LoggedMessage, NewMessage
+from contextfold.core.log import LoggedMessage, NewMessage, SessionInfo, ViewRecord
 from contextfold.core.messages import Message, check_json, validate_message
 from contextfold.core.tokens import TokenCounter, get_counter
 from contextfold.llm.base import LLM
+from contextfold.memory.api_keys import ApiKeys
 from contextfold.memory.config import folding_changes, given_changes
 from contextfold.memory.filters import MessageFilter
 from contextfold.memory.view import Binding, View
-from contextfold.store.base import Store
+from contextfold.store.base import Store, service_port
 from contextfold.store.registry import open_store
-from contextfold.store.wake import LocalWake, wake_for
+from contextfold.store.wake import LocalWake, PollingWake, wake_for
 from contextfold.strategies.pipeline import Pipeline
+
+StoreSpec = Store | str | os.PathLike[str] | None
+"""What ``Memory`` opens: a store, a store URL, a SQLite path, or None for a fresh RAM store."""
 
 
 class Memory:
     """Where sessions live: a store (by object or URL), a token encoding, and what this
     process keeps for each view beside its stored record."""
 
-    def __init__(
-        self, store: Store | str | os.PathLike[str] | None = None, *, encoding: str = "o200k_base"
-    ) -> None:
+    def __init__(self, store: StoreSpec = None, *, encoding: str = "o200k_base") -> None:
         get_counter(check_name(encoding, "encoding"))
         if store is None or isinstance(store, str | os.PathLike):
             store = open_store(store)
@@ -96,7 +98,53 @@ class Memory:
                 field="encoding",
             )
         counter = wanted if record.encoding == wanted.name else get_counter(record.encoding)
-        return Session(self, record.id, counter)
+        return Session(self, record.id, counter, created_at=record.created_at)
+
+    def existing_session(self, session_id: str) -> Session:
+        """Open a session that exists, creating nothing: ``NotFound`` when there is none.
+
+        For an interface that must not create a session a client merely names.
+        """
+        check_name(session_id, "session_id")
+        record = self.store.get_session(session_id)
+        return Session(self, record.id, get_counter(record.encoding), created_at=record.created_at)
+
+    def sessions(
+        self,
+        prefix: str = "",
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        search: str | None = None,
+    ) -> list[str]:
+        """Ids of sessions starting with ``prefix``, by id: those after ``after``, at most
+        ``limit``, and with ``search`` only those whose id after the prefix contains it
+        (ASCII letters compared without case). Pages never repeat or skip a session."""
+        return service_port(self.store).list_sessions(
+            prefix, after=after, limit=limit, search=search
+        )
+
+    def session_info(self, session_id: str) -> SessionInfo:
+        """The session with its size and last activity, or ``NotFound``."""
+        return service_port(self.store).session_info(session_id)
+
+    @property
+    def api_keys(self) -> ApiKeys:
+        """The service's API keys kept in this memory's store."""
+        return ApiKeys(self.store)
+
+    @property
+    def in_process(self) -> bool:
+        """Whether the store answers from this process (SQLite, RAM), never waiting on a
+        network: a service runs such reads on its event loop instead of a thread."""
+        return self.store.abilities.in_process
+
+    def poll_appends_every(self, interval_s: float) -> None:
+        """How often this process reads the log for appends other processes made, where
+        the store cannot announce them (a SQLite file); a store that announces them
+        (PostgreSQL) or lives in this process has nothing to poll."""
+        if isinstance(self.wake, PollingWake):
+            self.wake.interval_s = interval_s
 
     def _counter_for(self, session_id: str, wanted: TokenCounter) -> TokenCounter:
         """The counter a session's system prompt is counted with: its own, once it exists."""
@@ -147,11 +195,16 @@ class Memory:
 class Session:
     """One conversation: an append-only log and the views over it."""
 
-    def __init__(self, memory: Memory, session_id: str, counter: TokenCounter) -> None:
+    def __init__(
+        self, memory: Memory, session_id: str, counter: TokenCounter, *, created_at: float
+    ) -> None:
         self.memory = memory
         self.store = memory.store
         self.id = session_id
         self.counter = counter
+        self.created_at = created_at
+        """When the session was created: one deleted and created again under its id is
+        another log, with another time."""
 
     @property
     def wake(self) -> LocalWake:
@@ -202,9 +255,40 @@ class Session:
         """The whole log, never folded."""
         return [m.message for m in self.store.messages(self.id)]
 
+    def messages(self, *, after: int = 0, limit: int | None = None) -> list[LoggedMessage]:
+        """A page of the log as logged (seq, tokens, time): the messages after seq
+        ``after``, oldest first, at most ``limit`` of them."""
+        if type(after) is not int or after < 0:
+            raise InvalidInput(f"after must be a seq (0 or more), not {after!r}", field="after")
+        if limit is not None and (type(limit) is not int or limit < 1):
+            raise InvalidInput(f"limit must be a positive integer, not {limit!r}", field="limit")
+        return self.store.messages(self.id, after + 1, None if limit is None else after + limit)
+
+    def last_seq(self) -> int:
+        """The seq of the newest message, 0 while the log is empty."""
+        return self.store.last_seq(self.id)
+
+    def info(self) -> SessionInfo:
+        """The session with its size and last activity (``Memory.session_info``)."""
+        return self.memory.session_info(self.id)
+
+    def keyed(self, keys: Iterable[str]) -> dict[str, LoggedMessage]:
+        """The logged messages stored under any of these idempotency keys, by key: which
+        keys are taken, and by what, before appending under them."""
+        checked = [check_name(k, f"keys[{i}]") for i, k in enumerate(batch_of(keys, "keys"))]
+        return service_port(self.store).keyed(self.id, checked)
+
     def views(self) -> list[str]:
         """Names of the views stored with this session."""
         return [record.name for record in self.store.list_views(self.id)]
+
+    def view_records(self) -> list[ViewRecord]:
+        """The views stored with this session, by name: settings, version, last update."""
+        return self.store.list_views(self.id)
+
+    def view_record(self, name: str) -> ViewRecord | None:
+        """The view's stored record, or None while it was never stored."""
+        return self.store.get_view(self.id, check_name(name, "view"))
 
     def view(
         self,

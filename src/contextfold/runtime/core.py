@@ -207,7 +207,7 @@ class Runner(ABC):
         if planned is None:
             return True
         if not flight.held:
-            flight.held = self._keeper.acquire(view.session.store, *key_of(view))
+            flight.held = self._keeper.acquire(view)
             if not flight.held:
                 with self._lock:
                     self.lease_refusals += 1
@@ -252,7 +252,7 @@ class Runner(ABC):
             if flight.dirty and self._may_plan():
                 return False
         if flight.held:
-            self._keeper.release(flight.view.session.store, *key_of(flight.view))
+            self._keeper.release(flight.view)
             flight.held = False
         with self._lock:
             if flight.dirty and self._may_plan():
@@ -274,7 +274,7 @@ class Runner(ABC):
             if self._flights.get(key) is flight:
                 del self._flights[key]
         if flight.held:
-            self._keeper.release(flight.view.session.store, *key)
+            self._keeper.release(flight.view)
             flight.held = False
 
     # -- stopping ---------------------------------------------------------
@@ -295,7 +295,7 @@ class Runner(ABC):
             flights = list(self._flights.values())
             self._flights.clear()
         for flight in flights:
-            self._keeper.release(flight.view.session.store, *key_of(flight.view))
+            self._keeper.release(flight.view)
 
     def _cancel_jobs(self) -> None:
         """Cancel the jobs running now (the lock is held): no model call of theirs starts again."""

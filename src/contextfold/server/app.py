@@ -103,7 +103,7 @@ async def healthz() -> dict[str, str]:
 async def readyz(svc: ServiceDep) -> dict[str, str]:
     """The store answers: a cheap read of it."""
     try:
-        svc.store.list_sessions(limit=1)
+        svc.memory.sessions(limit=1)
     except Exception as exc:
         raise ServiceError(503, "store_unavailable", f"the store does not answer: {exc}") from exc
     return {"status": "ready"}

@@ -38,7 +38,7 @@ async def tenant(request: Request) -> str:
     svc = _service(request)
     if not svc.settings.auth:
         return LOCAL_TENANT
-    return svc.keys.tenant(svc.store, bearer(request))
+    return svc.keys.tenant(svc.memory, bearer(request))
 
 
 async def stream_tenant(request: Request) -> str:
@@ -46,7 +46,7 @@ async def stream_tenant(request: Request) -> str:
     svc = _service(request)
     if not svc.settings.auth:
         return LOCAL_TENANT
-    return svc.keys.tenant(svc.store, bearer(request) or request.query_params.get("api_key"))
+    return svc.keys.tenant(svc.memory, bearer(request) or request.query_params.get("api_key"))
 
 
 Tenant = Annotated[str, Depends(tenant)]

@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, Any
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.extras import needs_extra
 from contextfold.llm.windows import check_windows
+from contextfold.memory.session import Memory
 from contextfold.options import configurable, named, resolve
 from contextfold.redact import redact
-from contextfold.store.base import service_port
-from contextfold.store.registry import open_store
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -238,16 +237,19 @@ def seed_demo(service: Service) -> None:
         view.compact()
 
 
+def _keys_memory(database: str) -> Memory:
+    """The service's memory for the keys commands: they count no tokens, so no encoding
+    is loaded."""
+    return Memory(database, encoding="approx")
+
+
 def _keys_create(args: argparse.Namespace, out: Console, err: Console) -> None:
     from contextfold.server.ids import check_tenant
     from contextfold.server.keys import create_key
 
     tenant = check_tenant(args.tenant)
-    store = service_port(open_store(args.database))
-    try:
-        key = create_key(store, tenant, args.label)
-    finally:
-        store.close()
+    with _keys_memory(args.database) as memory:
+        key = create_key(memory, tenant, args.label)
     key_id = key.split("_", 2)[1]  # cf_<id>_<secret>
     err.print(f"key {key_id} for tenant {tenant!r} (shown once; the store keeps only its hash):")
     out.print(key, soft_wrap=True, highlight=False)
@@ -256,11 +258,8 @@ def _keys_create(args: argparse.Namespace, out: Console, err: Console) -> None:
 def _keys_list(args: argparse.Namespace, out: Console, err: Console) -> None:
     from rich.table import Table
 
-    store = service_port(open_store(args.database))
-    try:
-        keys = store.list_api_keys(args.tenant)
-    finally:
-        store.close()
+    with _keys_memory(args.database) as memory:
+        keys = memory.api_keys.listing(args.tenant)
     if args.json:
         rows = [
             {
@@ -283,11 +282,8 @@ def _keys_list(args: argparse.Namespace, out: Console, err: Console) -> None:
 
 
 def _keys_revoke(args: argparse.Namespace, out: Console, err: Console) -> None:
-    store = service_port(open_store(args.database))
-    try:
-        revoked = store.revoke_api_key(args.id)
-    finally:
-        store.close()
+    with _keys_memory(args.database) as memory:
+        revoked = memory.api_keys.revoke(args.id)
     if not revoked:
         raise NotFound(f"no key {args.id!r} to revoke (see 'contextfold keys list')")
     out.print(f"key {args.id} revoked")

@@ -33,7 +33,6 @@ from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, validate_message
 from contextfold.memory.session import Session
 from contextfold.server.errors import ServiceError
-from contextfold.store.base import service_port
 
 STRIPES = 64
 """Locks shared by hash of (session, key): enough that unrelated keys seldom wait."""
@@ -68,7 +67,7 @@ class IdempotentAppends:
     ) -> list[LoggedMessage]:
         keys = [f"{key}:{i}" for i in range(len(messages))]
         with self._locks[hash((session.id, key)) % STRIPES]:
-            known = service_port(session.store).keyed(session.id, [*keys, f"{key}:{len(messages)}"])
+            known = session.keyed([*keys, f"{key}:{len(messages)}"])
             try:
                 logged = None if known else session.extend(messages, keys=keys)
             except InvalidInput as exc:

@@ -14,9 +14,9 @@ import secrets
 import time
 
 from contextfold.core.log import ApiKey
+from contextfold.memory.session import Memory
 from contextfold.server.errors import ServiceError
 from contextfold.server.ids import check_tenant
-from contextfold.store.base import ServiceStore
 
 KEY = re.compile(r"cf_([0-9a-f]{12})_([A-Za-z0-9_-]{32})")
 
@@ -32,10 +32,11 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def create_key(store: ServiceStore, tenant: str, label: str = "") -> str:
+def create_key(memory: Memory, tenant: str, label: str = "") -> str:
     """Store a new key of ``tenant`` (its hash only); the key as a client sends it, shown once."""
     key_id, secret, key = new_key()
-    store.put_api_key(ApiKey(key_id, check_tenant(tenant), hash_secret(secret), label, time.time()))
+    record = ApiKey(key_id, check_tenant(tenant), hash_secret(secret), label, time.time())
+    memory.api_keys.put(record)
     return key
 
 
@@ -51,7 +52,7 @@ def unauthorized(message: str) -> ServiceError:
     )
 
 
-def tenant_of_key(store: ServiceStore, key: str | None) -> str:
+def tenant_of_key(memory: Memory, key: str | None) -> str:
     """The tenant ``key`` belongs to; 401 when it is missing, malformed, unknown or revoked."""
     if not key:
         raise unauthorized("an API key is required: send 'Authorization: Bearer cf_...'")
@@ -59,7 +60,7 @@ def tenant_of_key(store: ServiceStore, key: str | None) -> str:
     if parsed is None:
         raise unauthorized("the API key is not a contextfold key (cf_<id>_<secret>)")
     key_id, secret = parsed
-    record = store.get_api_key(key_id)
+    record = memory.api_keys.get(key_id)
     if record is None or not hmac.compare_digest(record.secret_hash, hash_secret(secret)):
         raise unauthorized("unknown API key")
     if record.revoked_at is not None and record.revoked_at <= time.time():
@@ -77,13 +78,13 @@ class KeyCache:
         self.size = size
         self._found: dict[str, tuple[str, float]] = {}
 
-    def tenant(self, store: ServiceStore, key: str | None) -> str:
+    def tenant(self, memory: Memory, key: str | None) -> str:
         now = time.monotonic()
         if key is not None and self.ttl_s > 0:
             found = self._found.get(key)
             if found is not None and found[1] > now:
                 return found[0]
-        tenant = tenant_of_key(store, key)
+        tenant = tenant_of_key(memory, key)
         if key is not None and self.ttl_s > 0:
             if len(self._found) >= self.size:
                 self._found = {k: v for k, v in self._found.items() if v[1] > now}

@@ -46,7 +46,6 @@ from fastapi.responses import Response
 from contextfold.core.checks import check_budget
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.messages import Message, validate_messages
-from contextfold.core.tokens import get_counter
 from contextfold.memory.session import Session
 from contextfold.server.auth import Tenant
 from contextfold.server.errors import ServiceError
@@ -233,15 +232,13 @@ def _prepare(
     Runs through ``Service.run``: on the loop for SQLite and RAM, on a worker
     thread for a store that waits on a network.
     """
-    memory, store = service.memory, service.store
     try:
-        record = store.get_session(store_id)
+        session = service.memory.existing_session(store_id)
     except NotFound:
         # A new session's messages are all new: refuse bad ones before creating it.
         validate_messages(messages)
-        record = store.create_session(store_id, encoding=memory.encoding)
-    session = Session(memory, record.id, get_counter(record.encoding))
-    log = state.digests.current(store, store_id, record.created_at)
+        session = service.memory.session(store_id)
+    log = state.digests.current(session)
     try:
         first, skipped = new_from(log, messages)
     except Divergence as exc:

@@ -36,7 +36,7 @@ from typing import Any
 from contextfold.core.errors import InvalidInput
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, validate_message
-from contextfold.store.base import Store
+from contextfold.memory.session import Session
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 # Fields of an answer that exist only in responses; a client echoing an answer
@@ -195,9 +195,14 @@ class LogDigests:
         self._table: OrderedDict[str, LogDigest] = OrderedDict()
         self._messages = 0
 
-    def current(self, store: Store, session_id: str, created_at: float) -> LogDigest:
-        """The session's digests brought up to the log's last seq (reading only the new tail)."""
-        last = store.last_seq(session_id)
+    def current(self, session: Session) -> LogDigest:
+        """The session's digests brought up to the log's last seq (reading only the new tail).
+
+        A session deleted and created again under its id (another ``created_at``)
+        is read afresh.
+        """
+        session_id, created_at = session.id, session.created_at
+        last = session.last_seq()
         with self._lock:
             entry = self._table.get(session_id)
             if entry is None or entry.created_at != created_at or entry.last_seq > last:
@@ -207,7 +212,8 @@ class LogDigests:
                 self._table[session_id] = entry
             self._table.move_to_end(session_id)
         if entry.last_seq < last:
-            self.add(session_id, entry, store.messages(session_id, entry.last_seq + 1, last))
+            tail = session.messages(after=entry.last_seq, limit=last - entry.last_seq)
+            self.add(session_id, entry, tail)
         return entry
 
     def add(self, session_id: str, entry: LogDigest, logged: Sequence[LoggedMessage]) -> None:

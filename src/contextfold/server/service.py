@@ -17,8 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.events import Event
-from contextfold.core.tokens import get_counter
-from contextfold.memory.session import Memory, Session
+from contextfold.memory.session import Memory, Session, StoreSpec
 from contextfold.memory.view import View
 from contextfold.runtime.process import ProcessRunner
 from contextfold.runtime.thread import ThreadRunner
@@ -30,8 +29,6 @@ from contextfold.server.keys import KeyCache
 from contextfold.server.metrics import ServiceMetrics
 from contextfold.server.models import JobOut
 from contextfold.server.settings import Settings
-from contextfold.store.base import ServiceStore, Store, service_port
-from contextfold.store.wake import PollingWake
 
 if TYPE_CHECKING:
     from contextfold.server.jobs import QueueCollector
@@ -54,12 +51,10 @@ def event_data(event: Event) -> dict[str, Any]:
 class Service:
     """What every handler shares; ``start``/``stop`` run with the app's lifespan."""
 
-    def __init__(self, settings: Settings, store: Store | None = None) -> None:
+    def __init__(self, settings: Settings, store: StoreSpec = None) -> None:
         self.settings = settings
         self.memory = Memory(store if store is not None else settings.database)
-        self.store: ServiceStore = service_port(self.memory.store)
-        if isinstance(self.memory.wake, PollingWake):
-            self.memory.wake.interval_s = settings.wake_poll_s
+        self.memory.poll_appends_every(settings.wake_poll_s)
         self.hub = EventHub(feed=self._feed_appends)
         self.metrics = ServiceMetrics()
         self.idempotent = IdempotentAppends()
@@ -73,8 +68,8 @@ class Service:
         self._collector: QueueCollector | None = None
         self._lock = threading.Lock()
         self._handles: OrderedDict[str, Session] = OrderedDict()
-        local = self.store.abilities.in_process
-        self.offload = settings.offload if settings.offload is not None else not local
+        in_process = self.memory.in_process
+        self.offload = settings.offload if settings.offload is not None else not in_process
 
     async def run(self, work: Callable[..., T], *args: Any) -> T:
         """Run a handler's store and library work: here on the loop when the store answers
@@ -141,18 +136,20 @@ class Service:
 
     def session(self, tenant: str, session_id: str) -> Session:
         """The tenant's session, or ``NotFound`` (another tenant's session is not found either)."""
-        sid = self.store_id(tenant, session_id)
+        try:
+            return self._handle(self.store_id(tenant, session_id))
+        except NotFound:
+            raise NotFound(f"no session {session_id!r}") from None
+
+    def _handle(self, sid: str) -> Session:
+        """The session ``sid`` (a store id), from this process's recent handles when there."""
         with self._lock:
             handle = self._handles.get(sid)
             if handle is not None:
                 self._handles.move_to_end(sid)
         if handle is not None:
             return handle
-        try:
-            record = self.store.get_session(sid)
-        except NotFound:
-            raise NotFound(f"no session {session_id!r}") from None
-        handle = Session(self.memory, record.id, get_counter(record.encoding))
+        handle = self.memory.existing_session(sid)
         with self._lock:
             handle = self._handles.setdefault(sid, handle)
             while len(self._handles) > _HANDLES:
@@ -171,7 +168,7 @@ class Service:
         """A new session of the tenant; ``ServiceError`` 409 when the id is taken."""
         sid = self.store_id(tenant, session_id)
         try:
-            self.store.get_session(sid)
+            self.memory.existing_session(sid)
         except NotFound:
             pass
         else:
@@ -204,7 +201,7 @@ class Service:
         """
         if exc.index is None:
             return exc
-        offset = self.store.last_seq(session.id)
+        offset = session.last_seq()
         index = exc.index - offset if exc.index >= offset else exc.index
         return InvalidInput(exc.reason, index=index, field=exc.field)
 
@@ -263,10 +260,11 @@ class Service:
         """Announce appends to ``store_id`` (through any path the store's wake sees)."""
 
         def appended(session_id: str) -> None:
-            self.hub.publish(
-                session_id,
-                {"event": "appended", "data": {"last_seq": self.store.last_seq(session_id)}},
-            )
+            try:
+                last_seq = self._handle(session_id).last_seq()
+            except NotFound:  # deleted meanwhile: no log to announce
+                return
+            self.hub.publish(session_id, {"event": "appended", "data": {"last_seq": last_seq}})
 
         return self.memory.wake.listen(store_id, appended)
 

@@ -51,7 +51,7 @@ async def create_session(body: SessionIn, svc: ServiceDep, tenant: Tenant) -> Se
         session = svc.create(
             tenant, session_id, system=body.system, meta=body.meta, encoding=body.encoding
         )
-        return SessionOut.of(session_id, svc.store.session_info(session.id))
+        return SessionOut.of(session_id, session.info())
 
     return await svc.run(create)
 
@@ -68,13 +68,13 @@ async def list_sessions(
     prefix = f"{tenant}/"
 
     def listing() -> SessionList:
-        ids = svc.store.list_sessions(
+        ids = svc.memory.sessions(
             prefix,
             after=None if after is None else prefix + after,
             limit=limit + 1,
             search=q or None,
         )
-        page = [SessionOut.of(sid[len(prefix) :], svc.store.session_info(sid)) for sid in ids]
+        page = [SessionOut.of(sid[len(prefix) :], svc.memory.session_info(sid)) for sid in ids]
         more = len(page) > limit
         return SessionList(sessions=page[:limit], next=page[limit - 1].id if more else None)
 
@@ -85,7 +85,7 @@ async def list_sessions(
 async def get_session(sid: SessionPath, svc: ServiceDep, tenant: Tenant) -> SessionOut:
     def get() -> SessionOut:
         session = svc.session(tenant, sid)
-        return SessionOut.of(sid, svc.store.session_info(session.id))
+        return SessionOut.of(sid, session.info())
 
     return await svc.run(get)
 
@@ -143,7 +143,7 @@ async def history(
 
     def read() -> dict[str, Any]:
         session = svc.session(tenant, sid)
-        page = svc.store.messages(session.id, after + 1, after + limit + 1)
+        page = session.messages(after=after, limit=limit + 1)
         more = len(page) > limit
         page = page[:limit]
         return {
@@ -176,7 +176,7 @@ async def events(
 
     async def stream() -> AsyncIterator[str]:
         subscription = svc.hub.subscribe(session.id)
-        last_seq = await svc.run(svc.store.last_seq, session.id)
+        last_seq = await svc.run(session.last_seq)
         svc.metrics.streams.inc()
         try:
             yield f": listening, last_seq {last_seq}\n\n"

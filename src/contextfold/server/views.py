@@ -74,7 +74,7 @@ async def put_view(
         view = svc.view(session, name)
         view.update(expected_version=body.expected_version, **changes)
         svc.watch(session, name)
-        record = svc.store.get_view(session.id, name)
+        record = session.view_record(name)
         if record is None:  # deleted in between by another request
             raise NotFound(f"no view {name!r} in session {sid!r}")
         return session, record, view.floor()
@@ -88,7 +88,7 @@ async def put_view(
 async def list_views(sid: SessionPath, svc: ServiceDep, tenant: Tenant) -> ViewList:
     def listing() -> tuple[Session, list[tuple[ViewRecord, int]]]:
         session = svc.session(tenant, sid)
-        records = svc.store.list_views(session.id)
+        records = session.view_records()
         return session, [(r, svc.view(session, r.name).floor()) for r in records]
 
     session, found = await svc.run(listing)
@@ -102,7 +102,7 @@ async def list_views(sid: SessionPath, svc: ServiceDep, tenant: Tenant) -> ViewL
 async def get_view(sid: SessionPath, name: ViewPath, svc: ServiceDep, tenant: Tenant) -> ViewOut:
     def get() -> tuple[Session, ViewRecord, int]:
         session = svc.session(tenant, sid)
-        record = svc.store.get_view(session.id, name)
+        record = session.view_record(name)
         if record is None:
             raise NotFound(f"no view {name!r} in session {sid!r}")
         return session, record, svc.view(session, name).floor()

@@ -61,9 +61,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
-from contextfold.core.errors import StoreError
+from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold
 from contextfold.core.log import (
     ApiKey,
@@ -307,11 +307,28 @@ class ServiceStore(Store, Protocol):
         ...
 
 
+SERVICE_METHODS = (
+    "list_sessions",
+    "session_info",
+    "keyed",
+    "put_api_key",
+    "get_api_key",
+    "list_api_keys",
+    "revoke_api_key",
+)
+"""What ``ServiceStore`` adds to the library's port."""
+
+
 def service_port(store: Store) -> ServiceStore:
-    """``store`` as the service's port, when it declares it is one; else a clear error."""
-    if not store.abilities.service or not isinstance(store, ServiceStore):
-        raise StoreError(
-            f"{type(store).__name__} does not serve the service (listings, API keys): "
-            "its abilities do not declare service=True"
+    """``store`` as the service's port, when it declares and has it; else ``InvalidInput``
+    naming ``store`` and what it lacks, so ``contextfold serve`` over a store written for
+    the library only says so instead of failing on an attribute."""
+    missing = [name for name in SERVICE_METHODS if not callable(getattr(store, name, None))]
+    if missing or not store.abilities.service:
+        lacks = f"it lacks {', '.join(missing)}" if missing else "it declares service=False"
+        raise InvalidInput(
+            f"the store {type(store).__name__} keeps no listings or API keys for the "
+            f"service: {lacks}",
+            field="store",
         )
-    return store
+    return cast(ServiceStore, store)

@@ -1,6 +1,6 @@
 """Tenant isolation, tried on every route: another tenant's key must learn nothing.
 
-``cross_tenant(client, store)`` seeds tenant ``a`` with a session whose system
+``cross_tenant(client, memory)`` seeds tenant ``a`` with a session whose system
 prompt, metadata and messages carry a marker, then walks every route and method
 the app serves with tenant ``b``'s key (and with no key, a forged key, and the
 event stream's ``?api_key=``) on ``a``'s session. A route this table does not
@@ -18,8 +18,9 @@ from typing import Any
 import fastapi.routing
 from fastapi.testclient import TestClient
 
+from contextfold.core.errors import NotFound
+from contextfold.memory.session import Memory
 from contextfold.server.keys import create_key
-from contextfold.store.base import ServiceStore
 
 API = "/api/v1/sessions"
 A_SESSION = "a-private"
@@ -135,23 +136,26 @@ def seed_a(client: TestClient, key: str) -> None:
         raise AssertionError("tenant A's view should have folded")
 
 
-def a_state(store: ServiceStore) -> Any:
+def a_state(memory: Memory) -> Any:
     """All that B's attempts must leave as it was."""
-    sid = f"a/{A_SESSION}"
+    try:
+        session = memory.existing_session(f"a/{A_SESSION}")
+    except NotFound:
+        return memory.sessions("a/")
     return (
-        [(m.seq, m.message) for m in store.messages(sid)],
-        [(v.name, v.version, v.config) for v in store.list_views(sid)],
-        [f.id for f in store.folds(sid, A_VIEW, include_superseded=True)],
-        store.list_sessions("a/"),
+        [(m.seq, m.message) for m in session.messages()],
+        [(v.name, v.version, v.config) for v in session.view_records()],
+        [f.id for f in session.view(A_VIEW).folds(include_superseded=True)],
+        memory.sessions("a/"),
     )
 
 
-def cross_tenant(client: TestClient, store: ServiceStore) -> Isolation:
+def cross_tenant(client: TestClient, memory: Memory) -> Isolation:
     """Seed tenant A, then try every route as B, keyless and forged; what leaked."""
     found = Isolation()
-    key_a, key_b = create_key(store, "a"), create_key(store, "b")
+    key_a, key_b = create_key(memory, "a"), create_key(memory, "b")
     seed_a(client, key_a)
-    before = a_state(store)
+    before = a_state(memory)
     for method, path in routes(client):
         if path in PUBLIC:
             answer = client.request(method, path, headers=bearer_header(key_b))
@@ -178,7 +182,7 @@ def cross_tenant(client: TestClient, store: ServiceStore) -> Isolation:
                 params={**attempt.params, **query},
             )
             _check(found, method, path, answer, expect)
-    found.a_unchanged = a_state(store) == before
+    found.a_unchanged = a_state(memory) == before
     listed = client.get(API, headers=bearer_header(key_b)).json()["sessions"]
     found.b_lists_only_own = {s["id"] for s in listed} <= {
         "b-own",

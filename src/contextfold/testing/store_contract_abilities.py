@@ -19,7 +19,7 @@ from typing import cast
 
 import pytest
 
-from contextfold.core.errors import StoreError
+from contextfold.core.errors import InvalidInput
 from contextfold.store.base import ServiceStore, Store, service_port
 from contextfold.store.wake import WakingStore
 from contextfold.testing.store_contract_common import ContractHooks, message, opened
@@ -47,7 +47,7 @@ class AbilitiesContract(ContractHooks):
             assert isinstance(store, ServiceStore)
             assert service_port(store) is store
         else:
-            with pytest.raises(StoreError):
+            with pytest.raises(InvalidInput):
                 service_port(store)
 
     def test_a_declared_cross_process_wake_hears_another_process(self, store: Store) -> None:

@@ -50,11 +50,10 @@ import redis
 
 from contextfold.core.errors import NotFound
 from contextfold.core.events import Event, log
-from contextfold.core.tokens import get_counter
 from contextfold.llm.budget import DEFAULT_LIMITS, JobLimits
 from contextfold.memory.cycle import run_cycle
 from contextfold.memory.leases import LeaseKeeper
-from contextfold.memory.session import Memory, Session
+from contextfold.memory.session import Memory
 from contextfold.memory.view import View
 from contextfold.workers.app import (
     BROKER_ERRORS,
@@ -142,11 +141,8 @@ class Worker:
             self._quietly(lambda: queue.finish(session_id, view_name, self.owner))
 
     def _compact(self, session_id: str, view_name: str, since: float) -> Outcome:
-        store = self.memory.store
         try:
-            record = store.get_session(session_id)
-            session = Session(self.memory, record.id, get_counter(record.encoding))
-            view = session.view(view_name)
+            view = self.memory.existing_session(session_id).view(view_name)
             self._remember(session_id, view_name)
             if view.pipeline is None:
                 return Outcome("idle")
@@ -160,7 +156,7 @@ class Worker:
         resting = self._quietly(lambda: self.queue.resting(session_id, view_name))
         if isinstance(resting, float) and resting > 0:
             return Outcome("resting", version=version, pause=resting)
-        if not self.keeper.acquire(store, session_id, view_name):
+        if not self.keeper.acquire(view):
             return Outcome("busy", version=version)
         leased = time.time()
         outcome = Outcome("failed", reason="the job was interrupted", version=version)
@@ -168,7 +164,7 @@ class Worker:
             outcome = self._cycle(view, since, version)
         finally:
             ended = time.time()
-            self.keeper.release(store, session_id, view_name)
+            self.keeper.release(view)
             job = JobRecord(
                 session_id, view_name, self.owner, leased, ended, outcome.kind, outcome.folds
             )

@@ -8,11 +8,11 @@ touches; every round and post is also logged into ``session`` as it is created
 from __future__ import annotations
 
 import copy
+import os
 import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.events import log
@@ -23,7 +23,7 @@ from contextfold.integrations.taskweaver.compactor import (
 )
 from contextfold.integrations.taskweaver.rounds import USER, Post, Round, RoundLog, involves
 from contextfold.memory.session import Memory as LogMemory
-from contextfold.store.base import Store
+from contextfold.memory.session import StoreSpec
 
 
 @dataclass
@@ -49,12 +49,12 @@ class Memory:
     by an earlier process would shift every round number.
     """
 
-    def __init__(self, session_id: str, *, store: Store | str | Path | None = None) -> None:
+    def __init__(self, session_id: str, *, store: StoreSpec = None) -> None:
         self.session_id = session_id
-        self._owns_store = store is None or isinstance(store, str | Path)
+        self._owns_store = store is None or isinstance(store, str | os.PathLike)
         self._backing = LogMemory(store)
         self.session = self._backing.session(session_id)
-        if self.session.store.last_seq(self.session.id) > 0:
+        if self.session.last_seq() > 0:
             raise InvalidInput(
                 f"session {session_id!r} already has messages; a TaskWeaver memory starts empty",
                 field="session_id",
