@@ -8,13 +8,19 @@ and name come once and whose arguments arrive in pieces, keyed by their
 ``index``. Only a stream that ended properly (``data: [DONE]``, or a choice's
 ``finish_reason``) and carried no error event yields a message: a stream cut
 short logs nothing, rather than half an answer.
+
+A stream that ends without either, whether the connection broke or the
+upstream closed it cleanly, is truncated: the client gets one last ``error``
+event (code ``stream_truncated``; the SDK raises it), the session's log keeps
+the client's messages but no answer, and the server's log and the session's
+event stream (event ``truncated``) say so.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,6 +157,15 @@ def _whole_events(data: bytes) -> tuple[bytes, bytes]:
     return data[:end], data[end:]
 
 
+TRUNCATED = "stream_truncated"
+
+
+def error_event(reason: str) -> bytes:
+    """The last event of a stream that did not end properly, as OpenAI's SDK reads errors."""
+    error = {"error": {"message": reason, "type": "upstream_error", "code": TRUNCATED}}
+    return f"data: {json.dumps(error)}\n\n".encode()
+
+
 class RelayResponse(StreamingResponse):
     """The upstream's event stream, passed on byte for byte while the answer is assembled.
 
@@ -160,7 +175,9 @@ class RelayResponse(StreamingResponse):
     so a stream the upstream breaks gets one last whole ``error`` event (the
     SDK raises it) and logs nothing; a client that leaves early logs nothing
     either. The session's lock and the upstream response are released however
-    the response ends, even if it never starts.
+    the response ends, even if it never starts. A stream that ends without
+    ``[DONE]`` or a finish reason gets an error event too, and ``truncated``
+    is told why.
     """
 
     def __init__(
@@ -169,12 +186,16 @@ class RelayResponse(StreamingResponse):
         log_answer: Callable[[Message], Awaitable[object]],
         session: str,
         release: Callable[[], None],
+        *,
+        truncated: Callable[[str], None],
+        secrets: Iterable[str] = (),
     ) -> None:
         self._answer = answer
         self._log_answer = log_answer
         self._session = session
         self._release = release
-        super().__init__(self._relay(), headers=passed_headers(answer.headers))
+        self._truncated = truncated
+        super().__init__(self._relay(), headers=passed_headers(answer.headers, secrets))
 
     async def _relay(self) -> AsyncIterator[bytes]:
         assembled = StreamAnswer()
@@ -189,16 +210,24 @@ class RelayResponse(StreamingResponse):
                 if whole:
                     yield whole
         except httpx.HTTPError as exc:
-            reason = f"upstream stream broken: {type(exc).__name__} {exc}"
-            log.warning("%s (session %s)", reason, self._session)
-            error = {"error": {"message": reason, "type": "upstream_error", "code": None}}
-            yield f"data: {json.dumps(error)}\n\n".encode()
+            reason = f"upstream stream broken: {type(exc).__name__}; no answer was logged"
+            log.warning("%s (session %s): %s", reason, self._session, exc)
+            self._truncated(reason)
+            yield error_event(reason)
             return
         assembled.close()
         if not logged:
             await self._log(assembled)
         if held:
             yield held
+        if not (assembled.done or assembled.finished):
+            reason = (
+                "the upstream ended the stream without [DONE] or a finish reason: the answer "
+                "is incomplete and was not logged"
+            )
+            log.warning("stream for %s truncated: %s", self._session, reason)
+            self._truncated(reason)
+            yield (b"\n\n" if held else b"") + error_event(reason)
 
     async def _log(self, assembled: StreamAnswer) -> bool:
         message = assembled.message()
