@@ -74,15 +74,19 @@ def test_metrics_hold_no_tenant_data_and_a_bounded_set_of_series() -> None:
             client.post(API, json={"id": sid}, headers=auth)
             view = f"secret-view-xyz-{n}"
             pipeline = {"strategies": [{"type": "rolling", "name": f"secret-strategy-{n}"}]}
-            put = client.put(f"{API}/{sid}/views/{view}", json={"preset": "offline"}, headers=auth)
+            offline = {"preset": "offline", "budget": 600}
+            put = client.put(f"{API}/{sid}/views/{view}", json=offline, headers=auth)
             assert put.status_code == 200, put.text
             client.put(f"{API}/{sid}/views/{view}-p", json={"pipeline": pipeline}, headers=auth)
-            client.post(
-                f"{API}/{sid}/messages",
-                json={"messages": [{"role": "user", "content": "hello " * 50}] * 4},
-                headers=auth,
-            )
-            client.post(f"{API}/{sid}/views/{view}/compact", headers=auth)
+            words = " ".join(f"w{i}" for i in range(100))
+            rounds = [
+                {"role": role, "content": f"{role} {r}: {words}"}
+                for r in range(10)
+                for role in ("user", "assistant")
+            ]
+            client.post(f"{API}/{sid}/messages", json={"messages": rounds}, headers=auth)
+            compacted = client.post(f"{API}/{sid}/views/{view}/compact", headers=auth)
+            assert compacted.json()["folds"], compacted.text  # events were counted
             client.get(f"{API}/{sid}/views/{view}/render", headers=auth)
             client.request(f"X{n}", f"{API}/{sid}", headers=auth)  # a method of its own
             client.get(f"/no/such/{sid}", headers=auth)
