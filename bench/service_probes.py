@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 from _common import parse_args, report
+from _probe_inputs import BUDGETS, HOSTS, MALFORMED_PROXY, MALFORMED_REST, TYPES, S
 from _service import SECRET, EchoUpstream, Served, create_key, revoke_key
 
 CHAT = "/v1/chat/completions"
@@ -124,10 +125,6 @@ def cookies(rig: Rig, quick: bool) -> Tally:
     return tally
 
 
-TYPES = (None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data",
-         "text/json", "application/jsonx")  # fmt: skip
-
-
 def content_types(rig: Rig, quick: bool) -> Tally:
     tally = Tally()
     body = json.dumps(chat("ok"))
@@ -144,10 +141,6 @@ def content_types(rig: Rig, quick: bool) -> Tally:
     tally.secrets += accepted  # a cross-site form could have written or spent the key
     tally.figures["accepted"] = accepted
     return tally
-
-
-HOSTS = ("evil.example", "evil.example:8765", "127.0.0.1.nip.io", "localhost.evil.example",
-         "0.0.0.0", "192.168.1.10:8765")  # fmt: skip
 
 
 def hosts(rig: Rig, quick: bool) -> Tally:
@@ -293,33 +286,6 @@ def message_cap(rig: Rig, quick: bool) -> Tally:
     tally.figures["refused_in_s"] = round(max(took), 3)
     tally.figures["healthz_max_s"] = round(max(waits, default=0.0), 3)
     return tally
-
-
-S = '"\\udc80"'
-MALFORMED_PROXY = [
-    '{"model":"ok","messages":[{"role":"user","content":"x",@S:1}]}',
-    '{"model":"ok","messages":[{"role":"user","content":"x","meta":{@S:1}}]}',
-    '{"model":"ok","messages":[{"role":"user","content":"x"}],"metadata":{"k":@S}}',
-    '{"model":"ok","messages":[{"role":"user","content":"x"}],"metadata":{@S:"v"}}',
-    '{"model":"ok","messages":[{"role":"user","content":"x"}],"tools":'
-    + "[" * 1500
-    + "]" * 1500
-    + "}",
-    '{"model":"ok","messages":[{"role":"user","content":"x"}],"temperature":NaN}',
-    '{"model":"ok","messages":[{"role":"user","content":"x"}],"top_p":Infinity}',
-    '{"model":"ok","messages":[{"role":"user","content":"x"}],"stream":1}',
-    '{"model":"ok","messages":' + "[" * 100_000 + "]" * 100_000 + "}",
-]
-MALFORMED_REST = [
-    ("POST", API, '{"id":"mal-a","meta":{@S:1}}'),
-    ("POST", API, '{"id":"."}'),
-    ("POST", API, '{"id":".."}'),
-    ("POST", f"{API}/mal/messages", '{"messages":[{"role":"user","content":"x","meta":{@S:1}}]}'),
-    ("PUT", f"{API}/mal/views/f", '{"filter":{@S:1}}'),
-    ("PUT", f"{API}/mal/views/o", '{"options":{@S:1}}'),
-    ("PUT", f"{API}/mal/views/b", '{"budget":true}'),
-]
-BUDGETS = (b"\xb2", b"\xb9", b"1\xb3", b"+5", b"5 5", b"0x10", b"-1", b"99999999999999999999")
 
 
 def malformed(rig: Rig, quick: bool) -> Tally:
