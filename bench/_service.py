@@ -71,12 +71,16 @@ def revoke_key(database: str, key: str) -> None:
 class Served:
     """``contextfold serve`` in a subprocess, answering at ``base``; a context manager."""
 
-    def __init__(self, database: str, log: Path, *, upstream: str, auth: bool = True) -> None:
+    def __init__(
+        self, database: str, log: Path, *, upstream: str | None = None, auth: bool = True
+    ) -> None:
         self.database = database
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         args = [CLI, "serve", "--port", str(self.port), "--database", database]
-        args += ["--upstream", upstream, "--runner-processes", "0"]
+        args += ["--runner-processes", "0"]
+        if upstream is not None:
+            args += ["--upstream", upstream]
         if not auth:
             args.append("--no-auth")
         env = {**os.environ, "CONTEXTFOLD_UPSTREAM_KEY": SECRET}
