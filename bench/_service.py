@@ -9,7 +9,8 @@ answer sets a cookie, and every error echoes the ``Authorization`` it was sent
 by the request's ``model``:
 
 - ``ok``: a completion; ``stream-ok``: a whole stream; ``stream-cut``: a stream
-  closed without ``[DONE]`` or a finish reason;
+  closed without ``[DONE]`` or a finish reason; ``stream-echo``: a 200 stream
+  whose one event is an error quoting the key;
 - ``status-NNN``: HTTP NNN with the key in the error's message, code and a header.
 
 ``GET /v1/models`` answers 403 with the key. ``cookies_received`` counts the
@@ -187,6 +188,10 @@ def _handler(owner: EchoUpstream) -> type[BaseHTTPRequestHandler]:
             elif model == "stream-ok":
                 body = _chunk({"role": "assistant", "content": "fine"}) + _chunk({}, "stop")
                 self._send(200, body + b"data: [DONE]\n\n", "text/event-stream")
+            elif model == "stream-echo":
+                said = self.headers.get("authorization", "")
+                error = {"error": {"message": f"key refused: {said}", "type": "auth"}}
+                self._send(200, f"data: {json.dumps(error)}\n\n".encode(), "text/event-stream")
             elif model == "stream-cut":
                 body = _chunk({"role": "assistant", "content": "half an ans"})
                 self._send(200, body, "text/event-stream")

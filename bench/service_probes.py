@@ -110,6 +110,8 @@ def upstream_errors(rig: Rig, quick: bool) -> Tally:
                 failed = status >= 500 or status in (401, 403, 407)
                 tally.call(client.post, CHAT, json=body, headers=sent, upstream_failed=failed)
         tally.call(client.get, "/v1/models", upstream_failed=True)
+        echoed = chat("stream-echo", stream=True)
+        tally.call(client.post, CHAT, json=echoed, headers={"X-Contextfold-Session": "echo"})
     return tally
 
 

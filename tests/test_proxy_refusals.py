@@ -102,6 +102,19 @@ def test_an_upstream_client_error_keeps_its_status_and_only_safe_fields(
     assert SECRET not in str(caught.value)
 
 
+def test_a_key_echoed_in_a_streamed_error_event_is_masked(
+    served: tuple[str, FakeProvider, Any],
+) -> None:
+    url, upstream, server = served
+    error = {"error": {"message": f"bad key {SECRET}", "type": "auth"}}
+    upstream.add(Reply(body=sse(error), headers={"content-type": "text/event-stream"}))
+    body = json.dumps({"model": "m", "messages": [user("a")], "stream": True})
+    answer = post(url, body)
+    assert answer.status_code == 200
+    assert SECRET not in answer.text and "bad key ***" in answer.text
+    assert log_of(server) == [user("a")]
+
+
 def test_a_cookie_set_by_the_upstream_is_never_sent_again(
     served: tuple[str, FakeProvider, Any],
 ) -> None:

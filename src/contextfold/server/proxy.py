@@ -55,8 +55,8 @@ from contextfold.server.proxy_match import (
     Divergence,
     LogDigest,
     LogDigests,
-    answer_message,
     client_messages,
+    completion_message,
     digest,
     new_from,
 )
@@ -71,6 +71,7 @@ from contextfold.server.proxy_upstream import (
     Upstream,
     UpstreamError,
     failure_of,
+    mask_secrets,
     parse_upstream,
     passed_headers,
     refusal_body,
@@ -363,7 +364,7 @@ async def _whole(upstream: Upstream, answer: httpx.Response, turn: _Turn | None)
             raise ServiceError(502, "upstream_error", failure.reason)
         data = refusal_body(status, data, upstream.secrets)
     elif turn is not None and status < 300:
-        message = _completion_message(data)
+        message = completion_message(data)
         try:
             if message is None:
                 raise InvalidInput("the answer has no choices[0].message", field="choices")
@@ -372,20 +373,14 @@ async def _whole(upstream: Upstream, answer: httpx.Response, turn: _Turn | None)
             # The upstream's answer, not the client's fault: it goes back unchanged; the
             # client's next call sends it, and is told then what the log cannot keep.
             log.warning("answer for %s not logged: %s", turn.session.id, exc)
+    if status < 400:
+        data = mask_secrets(data, upstream.secrets)
     headers = passed_headers(answer.headers, upstream.secrets)
     if status >= 400:
         headers["content-type"] = "application/json"
     if turn is not None:
         headers.update(turn.headers)
     return Response(data, status, headers=headers)
-
-
-def _completion_message(data: bytes) -> Message | None:
-    try:
-        choices = json.loads(data).get("choices")
-        return answer_message(choices[0]["message"])
-    except (ValueError, AttributeError, TypeError, LookupError, InvalidInput):
-        return None
 
 
 @router.get("/v1/models", summary="The upstream's models, passed through")

@@ -30,7 +30,7 @@ from starlette.types import Receive, Scope, Send
 
 from contextfold.core.messages import Message
 from contextfold.server.proxy_match import answer_message
-from contextfold.server.proxy_upstream import passed_headers
+from contextfold.server.proxy_upstream import mask_secrets, passed_headers
 
 log = logging.getLogger("contextfold.proxy")
 
@@ -87,12 +87,12 @@ class StreamAnswer:
         try:
             chunk = json.loads(data)
         except ValueError:
-            self.failed = f"a stream event is not JSON: {data[:200]!r}"
+            self.failed = f"a stream event is not JSON: {data!r}"
             return
         if not isinstance(chunk, dict):
             self.failed = "a stream event is not a JSON object"
         elif chunk.get("error") is not None:
-            self.failed = f"the stream carried an error: {json.dumps(chunk['error'])[:500]}"
+            self.failed = f"the stream carried an error: {json.dumps(chunk['error'])}"
         else:
             for choice in chunk.get("choices") or ():
                 if isinstance(choice, dict) and choice.get("index", 0) == 0:
@@ -173,7 +173,8 @@ class RelayResponse(StreamingResponse):
     bytes go on, so a client that has read the whole stream finds it in the
     log. Bytes go on an event at a time (a partial event waits for its end),
     so a stream the upstream breaks gets one last whole ``error`` event (the
-    SDK raises it) and logs nothing; a client that leaves early logs nothing
+    SDK raises it) and logs nothing, and the server's upstream key, should the
+    upstream echo it, is masked in whole events; a client that leaves early logs nothing
     either. The session's lock and the upstream response are released however
     the response ends, even if it never starts. A stream that ends without
     ``[DONE]`` or a finish reason gets an error event too, and ``truncated``
@@ -195,7 +196,13 @@ class RelayResponse(StreamingResponse):
         self._session = session
         self._release = release
         self._truncated = truncated
-        super().__init__(self._relay(), headers=passed_headers(answer.headers, secrets))
+        self._secrets = tuple(secrets)
+        super().__init__(self._relay(), headers=passed_headers(answer.headers, self._secrets))
+
+    def _masked(self, events: bytes) -> bytes:
+        """Whole events with the server's upstream key masked (an upstream may echo it in an
+        error event); a key cannot straddle two pieces, as only whole events go on."""
+        return mask_secrets(events, self._secrets)
 
     async def _relay(self) -> AsyncIterator[bytes]:
         assembled = StreamAnswer()
@@ -208,7 +215,7 @@ class RelayResponse(StreamingResponse):
                     logged = await self._log(assembled)
                 whole, held = _whole_events(held + chunk)
                 if whole:
-                    yield whole
+                    yield self._masked(whole)
         except httpx.HTTPError as exc:
             reason = f"upstream stream broken: {type(exc).__name__}; no answer was logged"
             log.warning("%s (session %s): %s", reason, self._session, exc)
@@ -219,7 +226,7 @@ class RelayResponse(StreamingResponse):
         if not logged:
             await self._log(assembled)
         if held:
-            yield held
+            yield self._masked(held)
         if not (assembled.done or assembled.finished):
             reason = (
                 "the upstream ended the stream without [DONE] or a finish reason: the answer "
@@ -232,10 +239,12 @@ class RelayResponse(StreamingResponse):
     async def _log(self, assembled: StreamAnswer) -> bool:
         message = assembled.message()
         if message is None:
+            reason = (assembled.failed or "no [DONE] or finish_reason").encode()
             log.warning(
                 "stream for %s ended without an answer to log: %s",
                 self._session,
-                assembled.failed or "no [DONE] or finish_reason",
+                # Masked before it is cut, so no part of a key is left.
+                mask_secrets(reason, self._secrets).decode()[:600],
             )
             return True
         try:
