@@ -166,6 +166,7 @@ def test_malformed_rest_input_is_422_and_stores_nothing() -> None:
             f"{API}/b/views/o": '{"options": {@S: 1}}',
             f"{API}/b/views/t": '{"budget": true}',
             f"{API}/b/views/e": '{"budget": 100, "expected_version": false}',
+            f"{API}/b/views/w": '{"high_water": true}',
         }
         for path, raw in bodies.items():
             method = "POST" if path.endswith("messages") else "PUT"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import Path
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
 from contextfold.core.checks import MAX_BUDGET
 from contextfold.core.folds import Fold
@@ -117,12 +117,12 @@ class ViewIn(Closed):
     preset: str | None = None
     options: dict[str, Any] | None = None
     pipeline: dict[str, Any] | None = None
-    # Strict: JSON's true is not the budget 1.
+    # Strict numbers: JSON's true is not the budget 1, nor the water mark 1.0.
     budget: StrictInt | None = Field(None, gt=0, le=MAX_BUDGET)
     model: str | None = Field(None, min_length=1)
     filter: dict[str, Any] | None = None
-    high_water: float | None = Field(None, gt=0, le=1)
-    low_water: float | None = Field(None, gt=0, le=1)
+    high_water: StrictFloat | None = Field(None, gt=0, le=1)
+    low_water: StrictFloat | None = Field(None, gt=0, le=1)
     recall: bool | dict[str, Any] | None = Field(
         None, description='recall from the log: true, false or {"share": 0.4, "limit": 16}'
     )
