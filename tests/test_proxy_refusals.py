@@ -20,6 +20,7 @@ import openai
 import pytest
 from fake_providers import FakeProvider, Reply, error_reply, openai_reply
 from test_proxy import chunk, serve, sse, user
+from test_server_events import Stream
 
 SECRET = "sk-upstream-SECRET-0123456789abcdef"
 CHAT = "/v1/chat/completions"
@@ -261,6 +262,19 @@ def test_a_stream_closed_without_done_ends_with_an_error_and_logs_no_answer(
     assert "without [DONE]" in str(caught.value)
     assert log_of(server) == [user("a")]
     assert "truncated" in caplog.text
+    # The session's event stream hears of it too.
+    events = Stream(f"{url}/api/v1/sessions/s1/events")
+    try:
+        upstream.add(Reply(body=cut, headers={"content-type": "text/event-stream"}))
+        again = client.chat.completions.create(
+            model="m", messages=[user("a")], user="s1", stream=True
+        )
+        with pytest.raises(openai.APIError):
+            list(again)
+        told = events.next("truncated")
+        assert told["session"] == "s1" and "without [DONE]" in told["reason"]
+    finally:
+        events.close()
     # A whole stream (finish reason, no [DONE]) is an answer, logged.
     whole = sse(chunk({"role": "assistant", "content": "Hi"}), chunk({}, finish="stop"))
     upstream.add(Reply(body=whole, headers={"content-type": "text/event-stream"}))

@@ -29,6 +29,7 @@ SCHEME = "openai-compatible:"
 _PASSED = frozenset({"content-type", "retry-after", "x-request-id", "request-id"})
 _PASSED_PREFIXES = ("openai-", "x-ratelimit-")
 _BODY_LOGGED = 2000
+_BODY_READ = 1 << 16  # of an error body, read for the log before it is cut
 # A value of an upstream's error body the client may see: a plain lowercase word or
 # words (``context_length_exceeded``), no digits, nothing a key or an id looks like.
 _TOKEN = re.compile(r"[a-z][a-z_.]{0,63}")
@@ -185,11 +186,12 @@ class Upstream:
 
     def scrub(self, body: bytes) -> str:
         """An upstream's body as the server's log may keep it: the server's key, credentials
-        after ``Bearer``/``Basic`` and URL passwords masked, cut to 2,000 bytes."""
-        text = redact(body[:_BODY_LOGGED].decode("utf-8", "replace"))
+        after ``Bearer``/``Basic`` and URL passwords masked, then cut to 2,000 characters
+        (masked first, so no part of a key is left at the cut)."""
+        text = redact(body[:_BODY_READ].decode("utf-8", "replace"))
         for secret in self.secrets:
             text = text.replace(secret, MASK)
-        return _BEARER.sub(lambda m: f"{m[1]} {MASK}", text)
+        return _BEARER.sub(lambda m: f"{m[1]} {MASK}", text)[:_BODY_LOGGED]
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -170,10 +170,11 @@ async def events(
     ] = None,
 ) -> StreamingResponse:
     """Server-sent events of the session: appended, planned, committed, failed, degraded,
-    quarantined, and budget (the budget a proxy view was made with, and how it was
-    found). A comment line comes first once the stream listens, then one every
-    15 s while nothing happens. The stream ends within a second of its key's revocation,
-    and no event is sent once the key is revoked."""
+    quarantined, budget (the budget a proxy view was made with, and how it was
+    found) and truncated (a proxied stream the upstream cut short). A comment line
+    comes first once the stream listens, then one every 15 s while nothing happens.
+    The stream ends within a second of its key's revocation, and no event is sent
+    once the key is revoked."""
     session = await svc.run(svc.session, tenant, sid)
 
     async def stream() -> AsyncIterator[str]:
