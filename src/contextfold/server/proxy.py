@@ -110,7 +110,12 @@ _ANSWERS: dict[int | str, dict[str, Any]] = {
         "content": {"application/json": {}, "text/event-stream": {}},
     },
     409: {"description": "The conversation diverges from the session's log (code conflict)."},
-    422: {"description": "Bad request field or header (code invalid_input)."},
+    413: {"description": "The body is over the size limit (code payload_too_large)."},
+    415: {"description": "The body is not sent as application/json (unsupported_media_type)."},
+    422: {
+        "description": "Bad request field or header, more than 1,000 messages, or a body "
+        "that is not plain JSON (code invalid_input)."
+    },
     502: {
         "description": "The upstream failed, timed out or refused the server's key, or the "
         "server has no upstream (code upstream_error)."
