@@ -49,7 +49,6 @@ from contextfold.core.tokens import get_counter
 from contextfold.memory.session import Session
 from contextfold.server.auth import Tenant
 from contextfold.server.errors import ServiceError
-from contextfold.server.ids import check_api_name
 from contextfold.server.proxy_budget import Fit, create_view, fit
 from contextfold.server.proxy_match import (
     Divergence,
@@ -65,6 +64,7 @@ from contextfold.server.proxy_request import (
     read_body,
     read_budget,
     read_session_id,
+    read_view_name,
 )
 from contextfold.server.proxy_stream import RelayResponse
 from contextfold.server.proxy_upstream import (
@@ -305,11 +305,7 @@ async def chat_completions(
     check_json_type(request.headers.get("content-type"))
     body = read_body(await request.body())
     sid = read_session_id(x_contextfold_session, body)
-    view_name = (
-        check_api_name(x_contextfold_view, "X-Contextfold-View")
-        if x_contextfold_view
-        else "default"
-    )
+    view_name = read_view_name(x_contextfold_view)
     budget = read_budget(x_contextfold_budget)
     settings = service.settings
     fitted = fit(settings.budget, settings.model_windows, body)

@@ -80,6 +80,11 @@ def read_session_id(header: str | None, body: dict[str, Any]) -> str:
     )
 
 
+def read_view_name(header: str | None) -> str:
+    """The view: the ``X-Contextfold-View`` header, else ``default``."""
+    return check_api_name(header, "X-Contextfold-View") if header else "default"
+
+
 def read_budget(header: str | None) -> int | None:
     """The ``X-Contextfold-Budget`` header: ASCII digits only (``str.isdigit`` takes "²")."""
     if header is None:
