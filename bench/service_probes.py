@@ -22,8 +22,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
-from dataclasses import dataclass, field
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -249,10 +249,11 @@ def revocation(rig: Rig, quick: bool) -> Tally:
         tally.secrets += sum(1 for at, line in events if at > revoked and line.startswith("event:"))
         closed = len(ended) == len(readers)
         last = max(ended, default=0.0)
-        tally.figures["closed_after_revoke_s"] = round(last - revoked, 3) if closed else None
-        # From the start of `contextfold keys revoke`, its own start-up included.
-        tally.figures["closed_after_command_start_s"] = round(last - asked, 3) if closed else None
-        tally.faults += int(not closed or max(ended) - revoked > 1.0)
+        # The store write happens inside `contextfold keys revoke`: from the command's start
+        # (its own start-up included) is an upper bound of the time to close.
+        tally.figures["closed_within_s"] = round(last - asked, 3) if closed else None
+        tally.figures["revoke_command_s"] = round(revoked - asked, 3)
+        tally.faults += int(not closed or last - revoked > 1.0)
         tally.call(client.get, f"{API}/watched", headers=auth)
     return tally
 
@@ -347,6 +348,7 @@ PROBES = {
 }
 
 
+@contextmanager
 def rig(tmp: Path) -> Iterator[Rig]:
     with ExitStack() as stack:
         upstream = stack.enter_context(EchoUpstream())
@@ -356,35 +358,29 @@ def rig(tmp: Path) -> Iterator[Rig]:
         other = create_key(database, "secret-tenant-two")
         keyed = stack.enter_context(Served(database, tmp / "keyed.log", upstream=spec))
         opened = Served(str(tmp / "open.db"), tmp / "open.log", upstream=spec, auth=False)
-        stack.enter_context(opened)
-        yield Rig(keyed, opened, upstream, key, other)
-        logs = (tmp / "keyed.log").read_text() + (tmp / "open.log").read_text()
-        if SECRET in logs:
-            raise AssertionError("the server's log holds the upstream key")
+        yield Rig(keyed, stack.enter_context(opened), upstream, key, other)
 
 
 def run(quick: bool) -> dict[str, Any]:
     """Every probe class against fresh servers: the figures by class, and totals."""
     figures: dict[str, Any] = {}
     totals = Tally()
-    with tempfile.TemporaryDirectory() as tmp:
-        for served in rig(Path(tmp)):
-            for name, probe in PROBES.items():
-                found = probe(served, quick)
-                figures[f"{name}_tried"] = found.tried
-                figures[f"{name}_5xx"] = found.server_errors
-                figures[f"{name}_secrets"] = found.secrets
-                figures[f"{name}_faults"] = found.faults
-                for key, value in found.figures.items():
+    with tempfile.TemporaryDirectory() as tmp, rig(Path(tmp)) as served:
+        for name, probe in PROBES.items():
+            found = probe(served, quick)
+            for key, value in asdict(found).items():
+                if key == "figures":
+                    figures.update({f"{name}_{k}": v for k, v in value.items()})
+                else:
                     figures[f"{name}_{key}"] = value
-                totals.tried += found.tried
-                totals.server_errors += found.server_errors
-                totals.secrets += found.secrets
-                totals.faults += found.faults
+                    setattr(totals, key, getattr(totals, key) + value)
+        # The upstream key in the servers' own logs (stderr) is a secret kept badly too.
+        logs = served.keyed.log.read_text() + served.open.log.read_text()
+        figures["server_log_secrets"] = logs.count(SECRET)
     figures.update(
         tried=totals.tried,
         server_errors=totals.server_errors,
-        secrets_seen=totals.secrets,
+        secrets_seen=totals.secrets + figures["server_log_secrets"],
         faults=totals.faults,
     )
     return figures

