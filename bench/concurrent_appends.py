@@ -8,10 +8,14 @@ through its own ``Session`` handle, as two workers of an app would:
 - ``two-results``: both append a result for ``c0``.
 
 Run with two threads (one ``Memory`` each) and with two spawned processes (each
-opening the store by URL), on SQLite and, when it answers, PostgreSQL.
+opening the store by URL), on SQLite and, when it answers, PostgreSQL; and
+through the service: a real ``contextfold serve`` over the same store, the two
+writes POSTed at once to ``/api/v1/sessions/{id}/messages`` by two clients.
 Figures: rounds whose log holds a result out of place (another message between
 it and its call) and rounds whose call is answered twice. The goal is 0 of
-both; a refused append (``InvalidInput``) is the loser of a race, not a fault.
+both; a refused append (``InvalidInput``; through the service a 4xx) is the
+loser of a race, not a fault. A 5xx answer through the service is one
+(``..._service_5xx``, goal 0).
 
     python bench/concurrent_appends.py [--quick] [--json]
 """
@@ -26,13 +30,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 from _common import parse_args, postgres_schema, postgres_up, report
+from _service import Served
 
 from contextfold import Memory
 from contextfold.core.errors import InvalidInput
 
 CASES = ("result-and-user", "two-results")
 WAIT_S = 60.0
+API = "/api/v1/sessions"
 
 
 def _call() -> dict[str, Any]:
@@ -116,13 +123,59 @@ def race(url: str, case: str, processes: bool, rounds: int) -> dict[str, Any]:
     }
 
 
-def run(backend: str, url: str, rounds: int, figures: dict[str, Any]) -> None:
+def service_writer(
+    base: str, me: int, case: str, prefix: str, rounds: int, barrier: Any
+) -> list[int]:
+    """One side of ``rounds`` races through the service; the status of each of its POSTs."""
+    statuses = []
+    with httpx.Client(base_url=base, timeout=60) as client:
+        for r in range(rounds):
+            sid = f"{prefix}-{r}"
+            if me == 0:
+                client.post(API, json={"id": sid}).raise_for_status()
+                opening = [{"role": "user", "content": "read it"}, _call()]
+                client.post(f"{API}/{sid}/messages", json={"messages": opening}).raise_for_status()
+            barrier.wait(WAIT_S)
+            write = {"messages": [_writes(case)[me]]}
+            answer = client.post(f"{API}/{sid}/messages", json=write)
+            statuses.append(answer.status_code)
+            barrier.wait(WAIT_S)
+    return statuses
+
+
+def service_race(served: Served, store_url: str, case: str, rounds: int) -> dict[str, Any]:
+    """The race through ``contextfold serve``; the log read back from the store."""
+    prefix = f"{case}-service"
+    started = time.perf_counter()
+    barrier = threading.Barrier(2)
+    with ThreadPoolExecutor(2) as threads:
+        jobs = [
+            threads.submit(service_writer, served.base, me, case, prefix, rounds, barrier)
+            for me in (0, 1)
+        ]
+        statuses = [s for job in jobs for s in job.result()]
+    out_of_place, twice = faults(store_url, f"local/{prefix}", rounds)
+    return {
+        "out_of_place": out_of_place,
+        "answered_twice": twice,
+        "refused": sum(1 for s in statuses if 400 <= s < 500),
+        "5xx": sum(1 for s in statuses if s >= 500),
+        "seconds": round(time.perf_counter() - started, 2),
+    }
+
+
+def run(backend: str, url: str, rounds: int, figures: dict[str, Any], tmp: Path) -> None:
     for case in CASES:
         for processes in (False, True):
             found = race(url, case, processes, rounds)
             name = f"{backend}_{case.replace('-', '_')}_{'processes' if processes else 'threads'}"
             for key, value in found.items():
                 figures[f"{name}_{key}"] = value
+    with Served(url, tmp / f"serve-{backend}.log", auth=False) as served:
+        for case in CASES:
+            found = service_race(served, url, case, rounds)
+            for key, value in found.items():
+                figures[f"{backend}_{case.replace('-', '_')}_service_{key}"] = value
 
 
 def main() -> None:
@@ -130,10 +183,10 @@ def main() -> None:
     rounds = 30 if args.quick else 300
     figures: dict[str, Any] = {"rounds": rounds}
     with tempfile.TemporaryDirectory() as tmp:
-        run("sqlite", str(Path(tmp) / "race.db"), rounds, figures)
-    if postgres_up():
-        with postgres_schema("race") as (_, url):
-            run("postgres", url, rounds, figures)
+        run("sqlite", str(Path(tmp) / "race.db"), rounds, figures, Path(tmp))
+        if postgres_up():
+            with postgres_schema("race") as (_, url):
+                run("postgres", url, rounds, figures, Path(tmp))
     report(figures, args.json)
 
 

@@ -23,7 +23,7 @@ def client(
 ) -> Iterator[TestClient]:
     folder = tmp_path_factory.mktemp("files")
     app = create_app(Settings(database=str(folder / "files.db"), auth=request.param))
-    with TestClient(app) as test_client:
+    with TestClient(app, base_url="http://127.0.0.1") as test_client:
         yield test_client
 
 

@@ -354,11 +354,12 @@ def test_an_unreachable_upstream_is_502(tmp_path: Path) -> None:
         assert server.log("local", "s9") == [user("a")]
 
 
-def test_a_client_error_from_upstream_passes_through(rig: Rig) -> None:
+def test_a_client_error_from_upstream_keeps_its_status_not_its_message(rig: Rig) -> None:
     rig.upstream.add(error_reply("openai", 400, "model 'nope' does not exist"))
     with pytest.raises(openai.BadRequestError) as caught:
         rig.client().chat.completions.create(model="nope", messages=[user("a")])
-    assert "does not exist" in str(caught.value)
+    assert "does not exist" not in str(caught.value)
+    assert caught.value.type == "invalid_request_error"
     assert rig.log() == [user("a")]
 
 

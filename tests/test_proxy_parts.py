@@ -21,7 +21,13 @@ from contextfold.server.proxy_match import (
     new_from,
 )
 from contextfold.server.proxy_stream import StreamAnswer
-from contextfold.server.proxy_upstream import failure_of, parse_upstream, passed_headers
+from contextfold.server.proxy_upstream import (
+    Upstream,
+    failure_of,
+    parse_upstream,
+    passed_headers,
+    refusal_body,
+)
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "read", "arguments": '{"p":1}'}}
 
@@ -313,12 +319,39 @@ def test_parse_upstream() -> None:
      (500, True), (503, True)],
 )  # fmt: skip
 def test_failure_of(status: int, is_failure: bool) -> None:
-    failure = failure_of(status, b'{"error": "x"}' * 1000)
+    failure = failure_of(status)
     assert (failure is not None) == is_failure
     if failure is not None:
         assert failure.status == status
         assert f"HTTP {status}" in failure.reason
-        assert len(failure.reason) < 2100
+
+
+@pytest.mark.parametrize(
+    ("error", "kept"),
+    [({"type": "invalid_request_error", "code": "context_length_exceeded", "param": "messages"},
+      {"type": "invalid_request_error", "code": "context_length_exceeded", "param": "messages"}),
+     ({"type": "sk-abc", "code": "key_9f2c", "param": "messages.[0].content"},
+      {"type": None, "code": None, "param": None}),
+     ({"type": "upstream", "code": 42, "param": None}, {"type": None, "code": None, "param": None}),
+     ("a string", {"type": None, "code": None, "param": None})],
+)  # fmt: skip
+def test_refusal_body_keeps_plain_words_that_are_no_part_of_a_secret(
+    error: object, kept: dict[str, object]
+) -> None:
+    body = json.dumps({"error": error}).encode()
+    refused = json.loads(refusal_body(400, body, ["sk-upstream-key", ""]))["error"]
+    assert {k: refused[k] for k in kept} == kept
+    assert refused["message"].startswith("the upstream refused the request (HTTP 400")
+    assert json.loads(refusal_body(404, b"not json"))["error"]["code"] is None
+
+
+def test_scrub_masks_the_key_credentials_and_url_passwords() -> None:
+    upstream = Upstream("http://127.0.0.1:9/v1", api_key="sk-live-123", timeout_s=1.0)
+    text = upstream.scrub(
+        b"key sk-live-123 refused; Authorization: Bearer abc.def, https://u:pw@host/x" + b"!" * 5000
+    )
+    assert "sk-live-123" not in text and "abc.def" not in text and "pw@" not in text
+    assert "Bearer ***" in text and len(text) <= 2100
 
 
 def test_passed_headers() -> None:

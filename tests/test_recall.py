@@ -353,7 +353,7 @@ def test_the_service_stores_recall_and_renders_by_a_query() -> None:
 
     api = "/api/v1/sessions"
     service = make_service(auth=False, runner=False)
-    with TestClient(create_app(service)) as client:
+    with TestClient(create_app(service), base_url="http://127.0.0.1") as client:
         assert client.post(api, json={"id": "s"}).status_code == 201
         answer = client.post(f"{api}/s/messages", json={"messages": log()})
         assert answer.status_code in (200, 201), answer.text

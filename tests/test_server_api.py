@@ -27,7 +27,7 @@ def service(request: pytest.FixtureRequest) -> Service:
 
 @pytest.fixture
 def client(service: Service) -> Iterator[TestClient]:
-    with TestClient(create_app(service)) as c:
+    with TestClient(create_app(service), base_url="http://127.0.0.1") as c:
         yield c
 
 
@@ -207,11 +207,15 @@ def test_idempotency_key_with_another_body_is_409_and_stores_nothing(client: Tes
 
 def test_idempotency_across_processes_is_answered_by_the_store() -> None:
     store = RAMStore()
-    with TestClient(create_app(make_service(store, auth=False, runner=False))) as one:
+    with TestClient(
+        create_app(make_service(store, auth=False, runner=False)), base_url="http://127.0.0.1"
+    ) as one:
         create(one, "s1")
         first = append(one, "s1", user("a"), user("b"), key="req-1").json()
     # another process over the same store has not seen the key
-    with TestClient(create_app(make_service(store, auth=False, runner=False))) as two:
+    with TestClient(
+        create_app(make_service(store, auth=False, runner=False)), base_url="http://127.0.0.1"
+    ) as two:
         assert append(two, "s1", user("a"), user("b"), key="req-1").json() == first
         error(append(two, "s1", user("x"), user("y"), key="req-1"), 409, "conflict")
         assert two.get(f"{API}/s1").json()["last_seq"] == 2
@@ -381,7 +385,7 @@ def test_a_view_reports_its_floor_the_smallest_budget_it_renders_at(
 
 def test_the_background_runner_compacts_views_used_through_the_api() -> None:
     service = make_service(auth=False)
-    with TestClient(create_app(service)) as client:
+    with TestClient(create_app(service), base_url="http://127.0.0.1") as client:
         create(client, "s1", system="sys")
         client.put(f"{API}/s1/views/default", json={"preset": "offline", "budget": 2000})
         chat(client, "s1", 40)

@@ -23,7 +23,7 @@ from contextfold.store.ram import RAMStore
 @pytest.fixture
 def client() -> Iterator[TestClient]:
     service = Service(Settings(auth=False, max_body_bytes=2048), store=RAMStore())
-    with TestClient(create_app(service)) as c:
+    with TestClient(create_app(service), base_url="http://127.0.0.1") as c:
         yield c
 
 
@@ -82,7 +82,7 @@ def test_demo_seeds_the_demo_session_once_with_folds() -> None:
     assert session.view("default").folds()
     seed_demo(service)
     assert service.memory.store.last_seq(session.id) == last
-    with TestClient(create_app(service)) as client:
+    with TestClient(create_app(service), base_url="http://127.0.0.1") as client:
         listed = client.get("/api/v1/sessions").json()["sessions"]
         assert [s["id"] for s in listed] == ["demo"]
         report = client.get("/api/v1/sessions/demo/views/default/render").json()["report"]
@@ -101,7 +101,7 @@ class FailingStore(RAMStore):
 
 def test_a_failing_store_is_503_and_not_ready() -> None:
     service = Service(Settings(auth=False, runner=False), store=FailingStore())
-    with TestClient(create_app(service)) as client:
+    with TestClient(create_app(service), base_url="http://127.0.0.1") as client:
         assert client.post("/api/v1/sessions", json={"id": "s1"}).status_code == 503
         answer = client.get("/api/v1/sessions")
         assert answer.status_code == 503

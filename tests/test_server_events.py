@@ -28,6 +28,8 @@ class Stream:
     def __init__(self, url: str, **kwargs: Any) -> None:
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.listening = threading.Event()
+        self.ended = threading.Event()
+        self.ended_at = 0.0  # time.time() when the server ended the stream
         self.status = 0
         self._client = httpx.Client(timeout=httpx.Timeout(TIMEOUT, read=None))
         self._thread = threading.Thread(target=self._read, args=(url, kwargs), daemon=True)
@@ -50,6 +52,9 @@ class Stream:
                     self.listening.set()
         except httpx.HTTPError:
             self.listening.set()
+        finally:
+            self.ended_at = time.time()
+            self.ended.set()
 
     def next(self, wanted: str) -> Any:
         """The data of the next event named ``wanted`` (others are skipped)."""
@@ -62,6 +67,13 @@ class Stream:
             if name == wanted:
                 return data
         raise AssertionError(f"no {wanted!r} event within {TIMEOUT} s")
+
+    def drained(self) -> list[tuple[str, Any]]:
+        """Every event received and not yet taken, without waiting."""
+        found = []
+        while not self.events.empty():
+            found.append(self.events.get_nowait())
+        return found
 
     def close(self) -> None:
         self._client.close()

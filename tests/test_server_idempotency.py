@@ -45,8 +45,14 @@ def processes(tmp_path: Path) -> Iterator[tuple[TestClient, TestClient]]:
     """Two services over one SQLite file, each with its own store: what two processes see."""
     path = tmp_path / "shared.db"
     with (
-        TestClient(create_app(make_service(SQLiteStore(path), auth=False, runner=False))) as one,
-        TestClient(create_app(make_service(SQLiteStore(path), auth=False, runner=False))) as two,
+        TestClient(
+            create_app(make_service(SQLiteStore(path), auth=False, runner=False)),
+            base_url="http://127.0.0.1",
+        ) as one,
+        TestClient(
+            create_app(make_service(SQLiteStore(path), auth=False, runner=False)),
+            base_url="http://127.0.0.1",
+        ) as two,
     ):
         assert one.post(API, json={"id": "s1", "system": "sys"}).status_code == 201
         yield one, two
@@ -138,7 +144,8 @@ class SlowLookup(RAMStore):
 def offloaded() -> Iterator[TestClient]:
     """Handlers on worker threads (as for PostgreSQL), so requests really overlap."""
     with TestClient(
-        create_app(make_service(SlowLookup(), auth=False, runner=False, offload=True))
+        create_app(make_service(SlowLookup(), auth=False, runner=False, offload=True)),
+        base_url="http://127.0.0.1",
     ) as client:
         assert client.post(API, json={"id": "s1"}).status_code == 201
         yield client

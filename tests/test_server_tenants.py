@@ -34,7 +34,7 @@ def service() -> Service:
 
 @pytest.fixture
 def client(service: Service) -> Iterator[TestClient]:
-    with TestClient(create_app(service)) as c:
+    with TestClient(create_app(service), base_url="http://127.0.0.1") as c:
         yield c
 
 
@@ -57,7 +57,7 @@ def test_the_walk_notices_a_route_that_leaks(service: Service) -> None:
     def peek(sid: str) -> dict[str, object]:
         return {"messages": [m.message for m in service.memory.store.messages(f"a/{sid}")]}
 
-    with TestClient(app) as c:
+    with TestClient(app, base_url="http://127.0.0.1") as c:
         found = cross_tenant(c, service.memory)
     assert found.uncovered == [f"GET {API}/{{sid}}/peek"]
     ATTEMPTS[("GET", API + "/{sid}/peek")] = ATTEMPTS[("GET", API + "/{sid}")]
@@ -67,7 +67,7 @@ def test_the_walk_notices_a_route_that_leaks(service: Service) -> None:
         app.get(API + "/{sid}/peek")(
             lambda sid: {"messages": [m.message for m in fresh.memory.store.messages(f"a/{sid}")]}
         )
-        with TestClient(app) as c:
+        with TestClient(app, base_url="http://127.0.0.1") as c:
             found = cross_tenant(c, fresh.memory)
     finally:
         del ATTEMPTS[("GET", API + "/{sid}/peek")]
@@ -118,7 +118,9 @@ def test_keys_commands_make_list_and_revoke_keys(
     store = SQLiteStore(db)
     stored = store.list_api_keys()[0]
     assert stored.secret_hash != key.split("_", 2)[2] and len(stored.secret_hash) == 64
-    with TestClient(create_app(make_service(store, runner=False, key_cache_s=0))) as c:
+    with TestClient(
+        create_app(make_service(store, runner=False, key_cache_s=0)), base_url="http://127.0.0.1"
+    ) as c:
         assert c.post(API, json={"id": "x"}, headers=bearer(key)).status_code == 201
         assert main(["keys", "revoke", stored.id, "--database", db]) == 0
         assert c.get(API, headers=bearer(key)).status_code == 401
@@ -129,12 +131,14 @@ def test_keys_commands_make_list_and_revoke_keys(
 
 def test_cors_is_off_unless_origins_are_given() -> None:
     preflight = {"Origin": "https://app.example", "Access-Control-Request-Method": "GET"}
-    with TestClient(create_app(make_service(auth=False, runner=False))) as closed:
+    with TestClient(
+        create_app(make_service(auth=False, runner=False)), base_url="http://127.0.0.1"
+    ) as closed:
         answer = closed.get("/healthz", headers={"Origin": "https://app.example"})
         assert "access-control-allow-origin" not in answer.headers
         assert "access-control-allow-origin" not in closed.options(API, headers=preflight).headers
     service = make_service(auth=False, runner=False, cors_origins=("https://app.example",))
-    with TestClient(create_app(service)) as opened:
+    with TestClient(create_app(service), base_url="http://127.0.0.1") as opened:
         answer = opened.options(API, headers=preflight)
         assert answer.headers["access-control-allow-origin"] == "https://app.example"
         other = opened.get("/healthz", headers={"Origin": "https://evil.example"})
@@ -144,7 +148,7 @@ def test_cors_is_off_unless_origins_are_given() -> None:
 def test_a_cached_key_is_trusted_for_its_ttl_only() -> None:
     service = make_service(runner=False, key_cache_s=0.3)
     key = add_key(service.memory, "t1")
-    with TestClient(create_app(service)) as client:
+    with TestClient(create_app(service), base_url="http://127.0.0.1") as client:
         assert client.get(API, headers=bearer(key)).status_code == 200
         service.memory.api_keys.revoke(key.split("_")[1])
         assert client.get(API, headers=bearer(key)).status_code == 200  # within the ttl

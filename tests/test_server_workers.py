@@ -153,7 +153,6 @@ def test_appends_wait_as_a_pending_job_until_a_worker_folds_them(database: str) 
                 text,
                 "contextfold_events_total",
                 kind="committed",
-                view="default",
                 strategy=committed["strategy"],
             )
             assert (events or 0) >= 1

@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from contextfold.server import docs, errors, page, proxy, sessions, views
 from contextfold.server.errors import ServiceError, error_body
+from contextfold.server.hosts import LoopbackHosts
 from contextfold.server.metrics import RequestMetrics
 from contextfold.server.service import Service, ServiceDep
 from contextfold.server.settings import Settings
@@ -149,5 +150,8 @@ def create_app(config: Settings | Service | None = None) -> FastAPI:
             allow_methods=["*"],
             allow_headers=["*"],
         )
+    if not svc.settings.auth:
+        # Outside CORS, so a rebound page's preflight is refused too.
+        app.add_middleware(LoopbackHosts)
     app.add_middleware(RequestMetrics, metrics=svc.metrics)
     return app

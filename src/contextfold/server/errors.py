@@ -16,6 +16,10 @@ conflict               409     ``FoldConflict``/``ViewConflict``, an
                                idempotency key reused with another body
 unauthorized           401     a missing, unknown or revoked API key
 payload_too_large      413     a body over the size limit
+unsupported_media_type 415     a body not declared ``application/json``
+host_not_allowed       421     with auth off (``--no-auth``, ``--demo``), a
+                               ``Host`` that is not a loopback name: a page
+                               reached by DNS rebinding
 method_not_allowed     405     a known route, another method
 store_unavailable      503     any other ``StoreError``
 broker_unavailable     503     compact with workers while their Redis
@@ -74,11 +78,24 @@ class ServiceError(Exception):
         super().__init__(message)
 
 
+def printable(text: str) -> str:
+    """``text`` as UTF-8 can carry it: a lone surrogate quoted from bad input becomes ``\\udXXX``."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def error_body(
     code: str, message: str, field: str | None = None, index: int | None = None
 ) -> dict[str, Any]:
-    # A message may quote a URL (an unreachable upstream, a store): never its password.
-    return {"error": {"code": code, "message": redact(message), "field": field, "index": index}}
+    # A message may quote a URL (an unreachable upstream, a store): never its password. It
+    # may quote the bad input too, lone surrogates included, which no JSON answer can hold.
+    return {
+        "error": {
+            "code": code,
+            "message": printable(redact(message)),
+            "field": None if field is None else printable(field),
+            "index": index,
+        }
+    }
 
 
 def error_response(error: ServiceError) -> JSONResponse:

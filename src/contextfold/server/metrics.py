@@ -1,14 +1,20 @@
 """``/metrics``: requests by route and status, their latency, appends, renders, compaction.
 
 One ``CollectorRegistry`` per app, so apps built side by side (tests) count
-apart. Routes are labelled by their template (``/api/v1/sessions/{sid}``),
-never by a concrete path: session ids are unbounded. The request counting is a
-plain ASGI middleware, cheaper per request than Starlette's ``BaseHTTPMiddleware``.
+apart. ``/metrics`` answers without a key, so no label carries a tenant's data
+and every label takes values from a fixed set: routes by their template
+(``/api/v1/sessions/{sid}``, else ``unmatched``), methods of HTTP's own list
+(else ``other``), compaction events by kind and strategy type, never by view
+(a tenant names its views) and never by a strategy's own ``name`` unless it
+is a built-in's (``other``). The request counting is a plain ASGI middleware,
+cheaper per request than Starlette's ``BaseHTTPMiddleware``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from typing import get_args
 
 from prometheus_client import (
     CollectorRegistry,
@@ -19,7 +25,8 @@ from prometheus_client import (
 )
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from contextfold.runtime.metrics import PrometheusMetrics
+from contextfold.core.events import Event, EventKind
+from contextfold.strategies.registry import registered_strategies
 
 BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -51,10 +58,63 @@ class ServiceMetrics:
         self.watched = Gauge(
             "contextfold_runner_watched_views", "Views the background runner compacts.", registry=r
         )
-        self.compaction = PrometheusMetrics(r)
+        self.compaction = CompactionMetrics(r)
 
     def expose(self) -> bytes:
         return bytes(generate_latest(self.registry))
+
+
+OTHER = "other"
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_KINDS = frozenset(get_args(EventKind))
+_JOB_KINDS = ("committed", "failed")
+
+
+def strategy_names() -> frozenset[str]:
+    """The names a strategy may be counted under: every registered type and the default
+    ``name`` of its class; any other (a name set in a view's pipeline) is ``other``."""
+    names = set()
+    for type_name, cls in registered_strategies().items():
+        names.add(type_name)
+        for f in dataclasses.fields(cls):
+            if f.name == "name" and isinstance(f.default, str):
+                names.add(f.default)
+    return frozenset(names)
+
+
+class CompactionMetrics:
+    """Compaction events as Prometheus counts, labelled by kind and strategy only."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.strategies = strategy_names()
+        self.events = Counter(
+            "contextfold_events_total",
+            "Compaction events by kind and strategy.",
+            ["kind", "strategy"],
+            registry=registry,
+        )
+        self.job_seconds = Histogram(
+            "contextfold_job_seconds",
+            "Time from a job's start to its commit or failure.",
+            ["strategy", "outcome"],
+            registry=registry,
+        )
+        self.tokens_saved = Counter(
+            "contextfold_tokens_saved_total",
+            "Prompt tokens removed by committed folds.",
+            ["strategy"],
+            registry=registry,
+        )
+
+    def __call__(self, event: Event) -> None:
+        kind = event.kind if event.kind in _KINDS else OTHER
+        strategy = event.strategy if event.strategy in self.strategies else OTHER
+        self.events.labels(kind, strategy).inc()
+        if kind in _JOB_KINDS and event.duration_s:
+            self.job_seconds.labels(strategy, kind).observe(event.duration_s)
+        if kind == "committed":
+            saved = max(0, event.tokens_before - event.tokens_after)
+            self.tokens_saved.labels(strategy).inc(saved)
 
 
 def route_of(scope: Scope) -> str:
@@ -87,5 +147,6 @@ class RequestMetrics:
         finally:
             route = route_of(scope)
             method = str(scope.get("method", ""))
+            method = method if method in METHODS else OTHER
             self.metrics.requests.labels(route, method, str(status[0])).inc()
             self.metrics.latency.labels(route, method).observe(time.perf_counter() - start)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import Path
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
 from contextfold.core.checks import MAX_BUDGET
 from contextfold.core.folds import Fold
@@ -23,6 +23,8 @@ from contextfold.server.ids import NAME
 if TYPE_CHECKING:
     from contextfold.workers.queue import JobState
 
+MAX_MESSAGES = 1000
+"""The most messages one request may send: a REST append, or a proxy call's conversation."""
 SESSION_ID_PATTERN = VIEW_NAME_PATTERN = f"^{NAME}$"
 SessionPath = Annotated[str, Path(pattern=SESSION_ID_PATTERN, description="the session id")]
 ViewPath = Annotated[str, Path(pattern=VIEW_NAME_PATTERN, description="the view's name")]
@@ -81,7 +83,7 @@ class SessionList(BaseModel):
 
 
 class MessagesIn(Closed):
-    messages: list[ChatMessage] = Field(min_length=1, max_length=1000)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
 
 
 class LoggedOut(BaseModel):
@@ -115,15 +117,16 @@ class ViewIn(Closed):
     preset: str | None = None
     options: dict[str, Any] | None = None
     pipeline: dict[str, Any] | None = None
-    budget: int | None = Field(None, gt=0, le=MAX_BUDGET)
+    # Strict numbers: JSON's true is not the budget 1, nor the water mark 1.0.
+    budget: StrictInt | None = Field(None, gt=0, le=MAX_BUDGET)
     model: str | None = Field(None, min_length=1)
     filter: dict[str, Any] | None = None
-    high_water: float | None = Field(None, gt=0, le=1)
-    low_water: float | None = Field(None, gt=0, le=1)
+    high_water: StrictFloat | None = Field(None, gt=0, le=1)
+    low_water: StrictFloat | None = Field(None, gt=0, le=1)
     recall: bool | dict[str, Any] | None = Field(
         None, description='recall from the log: true, false or {"share": 0.4, "limit": 16}'
     )
-    expected_version: int | None = Field(
+    expected_version: StrictInt | None = Field(
         None, ge=0, description="refuse the update (409) unless the view is at this version"
     )
 

@@ -43,30 +43,37 @@ import httpx
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import Response
 
-from contextfold.core.checks import check_budget
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.messages import Message, validate_messages
 from contextfold.memory.session import Session
 from contextfold.server.auth import Tenant
 from contextfold.server.errors import ServiceError
-from contextfold.server.ids import check_api_name
 from contextfold.server.proxy_budget import Fit, create_view, fit
 from contextfold.server.proxy_match import (
     Divergence,
     LogDigest,
     LogDigests,
-    answer_message,
     client_messages,
+    completion_message,
     digest,
     new_from,
+)
+from contextfold.server.proxy_request import (
+    check_json_type,
+    read_body,
+    read_budget,
+    read_session_id,
+    read_view_name,
 )
 from contextfold.server.proxy_stream import RelayResponse
 from contextfold.server.proxy_upstream import (
     Upstream,
     UpstreamError,
     failure_of,
+    mask_secrets,
     parse_upstream,
     passed_headers,
+    refusal_body,
 )
 from contextfold.server.service import Service, ServiceDep
 
@@ -97,11 +104,17 @@ _CHAT_BODY: dict[str, Any] = {
 _ANSWERS: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The upstream's answer, unchanged (JSON, or server-sent events when "
-        "stream is true); 4xx answers other than 401/403/407 pass through too.",
+        "stream is true); an upstream 4xx other than 401/403/407 keeps its status, with a "
+        "fixed message and the error's type, code and param when they are plain words.",
         "content": {"application/json": {}, "text/event-stream": {}},
     },
     409: {"description": "The conversation diverges from the session's log (code conflict)."},
-    422: {"description": "Bad request field or header (code invalid_input)."},
+    413: {"description": "The body is over the size limit (code payload_too_large)."},
+    415: {"description": "The body is not sent as application/json (unsupported_media_type)."},
+    422: {
+        "description": "Bad request field or header, more than 1,000 messages, or a body "
+        "that is not plain JSON (code invalid_input)."
+    },
     502: {
         "description": "The upstream failed, timed out or refused the server's key, or the "
         "server has no upstream (code upstream_error)."
@@ -204,6 +217,11 @@ class _Turn:
     async def log_answer(self, answer: Message) -> None:
         await self.service.run(self._append, answer)
 
+    def truncated(self, reason: str) -> None:
+        """Tell the session's event streams that a streamed answer was cut short."""
+        data = {"session": self.session.id.partition("/")[2], "reason": reason}
+        self.service.hub.publish(self.session.id, {"event": "truncated", "data": data})
+
     def _append(self, answer: Message) -> None:
         seq = self.log.last_seq + 1
         logged = self.session.extend([answer], keys=[f"proxy:{seq}:{digest(answer).hex()}"])
@@ -267,39 +285,6 @@ def _prepare(
     return _Turn(service, session, log, state.digests, prompt, headers)
 
 
-def _session_id(header: str | None, body: dict[str, Any]) -> str:
-    if header is not None:
-        return check_api_name(header, "X-Contextfold-Session")
-    if body.get("user") is not None:
-        return check_api_name(body["user"], "user")
-    raise InvalidInput(
-        "a session id is required: the X-Contextfold-Session header, or the user field",
-        field="X-Contextfold-Session",
-    )
-
-
-def _budget(header: str | None) -> int | None:
-    if header is None:
-        return None
-    if not header.strip().isdigit():
-        raise InvalidInput(
-            f"budget must be a positive integer, not {header!r}", field="X-Contextfold-Budget"
-        )
-    return check_budget(int(header), "X-Contextfold-Budget")
-
-
-def _body(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise InvalidInput(f"request body is not JSON: {exc}", field="body") from None
-    if not isinstance(body, dict):
-        raise InvalidInput("request body must be a JSON object", field="body")
-    if "stream" in body and not isinstance(body["stream"], bool | None):
-        raise InvalidInput("stream must be true or false", field="stream")
-    return body
-
-
 @router.post(
     "/v1/chat/completions",
     openapi_extra=_CHAT_BODY,
@@ -314,14 +299,11 @@ async def chat_completions(
     x_contextfold_view: Annotated[str | None, Header()] = None,
     x_contextfold_budget: Annotated[str | None, Header()] = None,
 ) -> Response:
-    body = _body(await request.body())
-    sid = _session_id(x_contextfold_session, body)
-    view_name = (
-        check_api_name(x_contextfold_view, "X-Contextfold-View")
-        if x_contextfold_view
-        else "default"
-    )
-    budget = _budget(x_contextfold_budget)
+    check_json_type(request.headers.get("content-type"))
+    body = read_body(await request.body())
+    sid = read_session_id(x_contextfold_session, body)
+    view_name = read_view_name(x_contextfold_view)
+    budget = read_budget(x_contextfold_budget)
     settings = service.settings
     fitted = fit(settings.budget, settings.model_windows, body)
     messages = client_messages(body.get("messages"))
@@ -341,7 +323,14 @@ async def chat_completions(
         except UpstreamError as exc:
             raise ServiceError(502, "upstream_error", exc.reason) from exc
         if body.get("stream") and answer.status_code == 200:
-            relay = RelayResponse(answer, turn.log_answer, turn.session.id, release)
+            relay = RelayResponse(
+                answer,
+                turn.log_answer,
+                turn.session.id,
+                release,
+                truncated=turn.truncated,
+                secrets=upstream.secrets,
+            )
             relay.headers.update(turn.headers)
             release = _nothing
             return relay
@@ -355,16 +344,25 @@ def _nothing() -> None:
 
 
 async def _whole(upstream: Upstream, answer: httpx.Response, turn: _Turn | None) -> Response:
-    """A whole upstream answer back to the client, and logged when it is a completion."""
+    """A whole upstream answer back to the client, and logged when it is a completion.
+
+    An error answer's body stays in the server's log (secrets masked): the
+    client gets its status and a fixed message (``proxy_upstream``).
+    """
     try:
         data = await upstream.read(answer)
     except UpstreamError as exc:
         raise ServiceError(502, "upstream_error", exc.reason) from exc
-    failure = failure_of(answer.status_code, data)
-    if failure is not None:
-        raise ServiceError(502, "upstream_error", failure.reason)
-    if turn is not None and 200 <= answer.status_code < 300:
-        message = _completion_message(data)
+    status = answer.status_code
+    if status >= 400:
+        where = f"for {turn.session.id}" if turn is not None else "for /v1/models"
+        log.warning("upstream answered HTTP %d %s: %s", status, where, upstream.scrub(data))
+        failure = failure_of(status)
+        if failure is not None:
+            raise ServiceError(502, "upstream_error", failure.reason)
+        data = refusal_body(status, data, upstream.secrets)
+    elif turn is not None and status < 300:
+        message = completion_message(data)
         try:
             if message is None:
                 raise InvalidInput("the answer has no choices[0].message", field="choices")
@@ -373,18 +371,14 @@ async def _whole(upstream: Upstream, answer: httpx.Response, turn: _Turn | None)
             # The upstream's answer, not the client's fault: it goes back unchanged; the
             # client's next call sends it, and is told then what the log cannot keep.
             log.warning("answer for %s not logged: %s", turn.session.id, exc)
-    headers = passed_headers(answer.headers)
+    if status < 400:
+        data = mask_secrets(data, upstream.secrets)
+    headers = passed_headers(answer.headers, upstream.secrets)
+    if status >= 400:
+        headers["content-type"] = "application/json"
     if turn is not None:
         headers.update(turn.headers)
-    return Response(data, answer.status_code, headers=headers)
-
-
-def _completion_message(data: bytes) -> Message | None:
-    try:
-        choices = json.loads(data).get("choices")
-        return answer_message(choices[0]["message"])
-    except (ValueError, AttributeError, TypeError, LookupError, InvalidInput):
-        return None
+    return Response(data, status, headers=headers)
 
 
 @router.get("/v1/models", summary="The upstream's models, passed through")

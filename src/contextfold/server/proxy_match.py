@@ -100,6 +100,15 @@ def answer_message(message: Any) -> Message | None:
     return client_messages([kept])[0]
 
 
+def completion_message(data: bytes) -> Message | None:
+    """The assistant message of a whole chat completion's body, or None if it has none."""
+    try:
+        choices = json.loads(data).get("choices")
+        return answer_message(choices[0]["message"])
+    except (ValueError, AttributeError, TypeError, LookupError, InvalidInput):
+        return None
+
+
 def digest(message: Mapping[str, Any]) -> bytes:
     """What a model sees of a message, hashed: equal digests, equal messages.
 

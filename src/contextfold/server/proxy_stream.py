@@ -8,13 +8,19 @@ and name come once and whose arguments arrive in pieces, keyed by their
 ``index``. Only a stream that ended properly (``data: [DONE]``, or a choice's
 ``finish_reason``) and carried no error event yields a message: a stream cut
 short logs nothing, rather than half an answer.
+
+A stream that ends without either, whether the connection broke or the
+upstream closed it cleanly, is truncated: the client gets one last ``error``
+event (code ``stream_truncated``; the SDK raises it), the session's log keeps
+the client's messages but no answer, and the server's log and the session's
+event stream (event ``truncated``) say so.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +30,7 @@ from starlette.types import Receive, Scope, Send
 
 from contextfold.core.messages import Message
 from contextfold.server.proxy_match import answer_message
-from contextfold.server.proxy_upstream import passed_headers
+from contextfold.server.proxy_upstream import mask_secrets, passed_headers
 
 log = logging.getLogger("contextfold.proxy")
 
@@ -81,12 +87,12 @@ class StreamAnswer:
         try:
             chunk = json.loads(data)
         except ValueError:
-            self.failed = f"a stream event is not JSON: {data[:200]!r}"
+            self.failed = f"a stream event is not JSON: {data!r}"
             return
         if not isinstance(chunk, dict):
             self.failed = "a stream event is not a JSON object"
         elif chunk.get("error") is not None:
-            self.failed = f"the stream carried an error: {json.dumps(chunk['error'])[:500]}"
+            self.failed = f"the stream carried an error: {json.dumps(chunk['error'])}"
         else:
             for choice in chunk.get("choices") or ():
                 if isinstance(choice, dict) and choice.get("index", 0) == 0:
@@ -151,6 +157,15 @@ def _whole_events(data: bytes) -> tuple[bytes, bytes]:
     return data[:end], data[end:]
 
 
+TRUNCATED = "stream_truncated"
+
+
+def error_event(reason: str) -> bytes:
+    """The last event of a stream that did not end properly, as OpenAI's SDK reads errors."""
+    error = {"error": {"message": reason, "type": "upstream_error", "code": TRUNCATED}}
+    return f"data: {json.dumps(error)}\n\n".encode()
+
+
 class RelayResponse(StreamingResponse):
     """The upstream's event stream, passed on byte for byte while the answer is assembled.
 
@@ -158,9 +173,12 @@ class RelayResponse(StreamingResponse):
     bytes go on, so a client that has read the whole stream finds it in the
     log. Bytes go on an event at a time (a partial event waits for its end),
     so a stream the upstream breaks gets one last whole ``error`` event (the
-    SDK raises it) and logs nothing; a client that leaves early logs nothing
+    SDK raises it) and logs nothing, and the server's upstream key, should the
+    upstream echo it, is masked in whole events; a client that leaves early logs nothing
     either. The session's lock and the upstream response are released however
-    the response ends, even if it never starts.
+    the response ends, even if it never starts. A stream that ends without
+    ``[DONE]`` or a finish reason gets an error event too, and ``truncated``
+    is told why.
     """
 
     def __init__(
@@ -169,12 +187,22 @@ class RelayResponse(StreamingResponse):
         log_answer: Callable[[Message], Awaitable[object]],
         session: str,
         release: Callable[[], None],
+        *,
+        truncated: Callable[[str], None],
+        secrets: Iterable[str] = (),
     ) -> None:
         self._answer = answer
         self._log_answer = log_answer
         self._session = session
         self._release = release
-        super().__init__(self._relay(), headers=passed_headers(answer.headers))
+        self._truncated = truncated
+        self._secrets = tuple(secrets)
+        super().__init__(self._relay(), headers=passed_headers(answer.headers, self._secrets))
+
+    def _masked(self, events: bytes) -> bytes:
+        """Whole events with the server's upstream key masked (an upstream may echo it in an
+        error event); a key cannot straddle two pieces, as only whole events go on."""
+        return mask_secrets(events, self._secrets)
 
     async def _relay(self) -> AsyncIterator[bytes]:
         assembled = StreamAnswer()
@@ -187,26 +215,36 @@ class RelayResponse(StreamingResponse):
                     logged = await self._log(assembled)
                 whole, held = _whole_events(held + chunk)
                 if whole:
-                    yield whole
+                    yield self._masked(whole)
         except httpx.HTTPError as exc:
-            reason = f"upstream stream broken: {type(exc).__name__} {exc}"
-            log.warning("%s (session %s)", reason, self._session)
-            error = {"error": {"message": reason, "type": "upstream_error", "code": None}}
-            yield f"data: {json.dumps(error)}\n\n".encode()
+            reason = f"upstream stream broken: {type(exc).__name__}; no answer was logged"
+            log.warning("%s (session %s): %s", reason, self._session, exc)
+            self._truncated(reason)
+            yield error_event(reason)
             return
         assembled.close()
         if not logged:
             await self._log(assembled)
         if held:
-            yield held
+            yield self._masked(held)
+        if not (assembled.done or assembled.finished):
+            reason = (
+                "the upstream ended the stream without [DONE] or a finish reason: the answer "
+                "is incomplete and was not logged"
+            )
+            log.warning("stream for %s truncated: %s", self._session, reason)
+            self._truncated(reason)
+            yield (b"\n\n" if held else b"") + error_event(reason)
 
     async def _log(self, assembled: StreamAnswer) -> bool:
         message = assembled.message()
         if message is None:
+            reason = (assembled.failed or "no [DONE] or finish_reason").encode()
             log.warning(
                 "stream for %s ended without an answer to log: %s",
                 self._session,
-                assembled.failed or "no [DONE] or finish_reason",
+                # Masked before it is cut, so no part of a key is left.
+                mask_secrets(reason, self._secrets).decode()[:600],
             )
             return True
         try:

@@ -2,26 +2,38 @@
 
 The server is started with ``--upstream openai-compatible:URL`` (URL is the
 base the OpenAI SDK would take, ending in ``/v1`` for most servers); the key is
-read from the server's environment, never taken from the client. What the
-upstream answers goes back to the client unchanged, except where the answer
-is the server's fault rather than the client's (``failure_of``).
+read from the server's environment, never taken from the client. A successful
+answer goes back to the client unchanged. An error answer never does: its body
+may quote the server's key or another tenant's request, so the client gets the
+status and a fixed message (``failure_of``, ``refusal_body``) and the body goes
+to the server's log with secrets masked (``Upstream.scrub``). The client keeps
+no cookie either: the shared client has no cookie jar, so what one tenant's
+answer set is never sent with another's call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import re
+from collections.abc import Iterable, Mapping
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx
 
 from contextfold.core.errors import InvalidInput
-from contextfold.redact import redact
+from contextfold.redact import MASK, redact
 
 SCHEME = "openai-compatible:"
 # Headers of an upstream answer worth passing on: the body's type, the request
 # id a user quotes to the provider, rate limits and the retry hint an SDK obeys.
 _PASSED = frozenset({"content-type", "retry-after", "x-request-id", "request-id"})
 _PASSED_PREFIXES = ("openai-", "x-ratelimit-")
-_BODY_IN_ERROR = 2000
+_BODY_LOGGED = 2000
+_BODY_READ = 1 << 16  # of an error body, read for the log before it is cut
+# A value of an upstream's error body the client may see: a plain lowercase word or
+# words (``context_length_exceeded``), no digits, nothing a key or an id looks like.
+_TOKEN = re.compile(r"[a-z][a-z_.]{0,63}")
+_BEARER = re.compile(r"(?i)(bearer|basic)\s+[^\s\"',;]+")
 
 
 def parse_upstream(spec: str) -> str:
@@ -48,27 +60,79 @@ class UpstreamError(Exception):
         super().__init__(reason)
 
 
-def failure_of(status: int, body: bytes) -> UpstreamError | None:
+def failure_of(status: int) -> UpstreamError | None:
     """Whether an upstream status is the server's failure (502) or the client's answer.
 
-    2xx and most 4xx go back unchanged: a bad parameter, an unknown model, a
-    context too long, a rate limit (with its retry-after) are the client's to
-    see, and its SDK raises the matching error. 5xx is the upstream failing,
-    and 401/403/407 mean the server's own upstream key was refused; passed on,
-    they would tell the client its contextfold key was wrong.
+    2xx and most 4xx go back with their status: a bad parameter, an unknown
+    model, a context too long, a rate limit (with its retry-after) are the
+    client's to see, and its SDK raises the matching error. 5xx is the upstream
+    failing, and 401/403/407 mean the server's own upstream key was refused;
+    passed on, they would tell the client its contextfold key was wrong. The
+    reason is fixed: an upstream's body is never quoted to a client.
     """
     if status < 400 or (status < 500 and status not in (401, 403, 407)):
         return None
-    text = body[:_BODY_IN_ERROR].decode("utf-8", "replace")
-    return UpstreamError(f"upstream answered HTTP {status}: {text}", status)
+    if status in (401, 403, 407):
+        return UpstreamError(
+            f"upstream answered HTTP {status}: it refused this server's own credentials "
+            "(the server's upstream key); the server's log says more",
+            status,
+        )
+    return UpstreamError(f"upstream answered HTTP {status}; the server's log says more", status)
 
 
-def passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
+def refusal_body(status: int, body: bytes, secrets: Iterable[str] = ()) -> bytes:
+    """What a client sees of an upstream's 4xx: an OpenAI error with a fixed message.
+
+    Only the error's ``type``, ``code`` and ``param`` are kept, and only when
+    each is a plain lowercase word (``context_length_exceeded``) that is no part
+    of a secret; the SDK raises the same error class from the status.
+    """
+    hidden = [s for s in secrets if s]
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        error = None
+    kept: dict[str, str | None] = {}
+    for key in ("type", "code", "param"):
+        value = error.get(key) if isinstance(error, dict) else None
+        if isinstance(value, str) and _TOKEN.fullmatch(value) is not None:
+            kept[key] = None if any(value in s for s in hidden) else value
+        else:
+            kept[key] = None
+    said = f", code {kept['code']}" if kept["code"] else ""
+    message = f"the upstream refused the request (HTTP {status}{said})"
+    return json.dumps({"error": {"message": message, **kept}}).encode()
+
+
+def passed_headers(headers: Mapping[str, str], secrets: Iterable[str] = ()) -> dict[str, str]:
+    """The answer's headers a client may see: never a cookie, never one quoting a secret."""
+    hidden = [s for s in secrets if s]
     return {
         k: v
         for k, v in headers.items()
-        if k.lower() in _PASSED or k.lower().startswith(_PASSED_PREFIXES)
+        if (k.lower() in _PASSED or k.lower().startswith(_PASSED_PREFIXES))
+        and not any(s in v for s in hidden)
     }
+
+
+def mask_secrets(data: bytes, secrets: Iterable[str]) -> bytes:
+    """``data`` with each secret in it replaced by ``***``: what an upstream echoes of the
+    server's key never reaches a client, even in an answer passed on as is."""
+    for secret in secrets:
+        if secret and secret.encode() in data:
+            data = data.replace(secret.encode(), MASK.encode())
+    return data
+
+
+class _NoCookies(DefaultCookiePolicy):
+    """A jar policy that keeps no cookie and sends none."""
+
+    def set_ok(self, cookie: object, request: object) -> bool:
+        return False
+
+    def return_ok(self, cookie: object, request: object) -> bool:
+        return False
 
 
 class Upstream:
@@ -76,6 +140,8 @@ class Upstream:
 
     def __init__(self, base_url: str, *, api_key: str | None, timeout_s: float) -> None:
         self.base_url = base_url
+        self.secrets: tuple[str, ...] = (api_key,) if api_key else ()
+        """What no client may see and no log may hold: the server's upstream key."""
         # Every request the proxy sends is JSON or has no body; set once, with the URLs
         # parsed once, building a request costs a third less.
         headers = {"content-type": "application/json"}
@@ -86,6 +152,7 @@ class Upstream:
             headers=headers,
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            cookies=CookieJar(policy=_NoCookies()),
         )
 
     async def send(self, method: str, path: str, body: bytes | None = None) -> httpx.Response:
@@ -116,6 +183,15 @@ class Upstream:
             raise UpstreamError(f"upstream answer broken: {type(exc).__name__} {exc}") from exc
         finally:
             await response.aclose()
+
+    def scrub(self, body: bytes) -> str:
+        """An upstream's body as the server's log may keep it: the server's key, credentials
+        after ``Bearer``/``Basic`` and URL passwords masked, then cut to 2,000 characters
+        (masked first, so no part of a key is left at the cut)."""
+        text = redact(body[:_BODY_READ].decode("utf-8", "replace"))
+        for secret in self.secrets:
+            text = text.replace(secret, MASK)
+        return _BEARER.sub(lambda m: f"{m[1]} {MASK}", text)[:_BODY_LOGGED]
 
     async def aclose(self) -> None:
         await self.client.aclose()

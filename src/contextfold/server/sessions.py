@@ -16,7 +16,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from contextfold.core.errors import InvalidInput
-from contextfold.server.auth import StreamTenant, Tenant
+from contextfold.server.auth import OpenStreamKey, StreamTenant, Tenant
 from contextfold.server.models import (
     ERRORS,
     SESSION_ID_PATTERN,
@@ -164,14 +164,17 @@ async def events(
     request: Request,
     svc: ServiceDep,
     tenant: StreamTenant,
+    key: OpenStreamKey,
     api_key: Annotated[
         str | None, Query(description="the API key, for clients that cannot send headers")
     ] = None,
 ) -> StreamingResponse:
     """Server-sent events of the session: appended, planned, committed, failed, degraded,
-    quarantined, and budget (the budget a proxy view was made with, and how it was
-    found). A comment line comes first once the stream listens, then one every
-    15 s while nothing happens."""
+    quarantined, budget (the budget a proxy view was made with, and how it was
+    found) and truncated (a proxied stream the upstream cut short). A comment line
+    comes first once the stream listens, then one every 15 s while nothing happens.
+    The stream ends within a second of its key's revocation, and no event is sent
+    once the key is revoked."""
     session = await svc.run(svc.session, tenant, sid)
 
     async def stream() -> AsyncIterator[str]:
@@ -183,6 +186,8 @@ async def events(
             quiet = 0.0
             while not subscription.closed:
                 event = await subscription.get(TICK_S)
+                if not await key.valid():
+                    return
                 if event is None:
                     # A gone client is noticed here, not only at the next write.
                     if await request.is_disconnected():

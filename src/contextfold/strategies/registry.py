@@ -48,6 +48,11 @@ def strategy_types() -> list[str]:
     return sorted(_STRATEGIES)
 
 
+def registered_strategies() -> dict[str, type[Any]]:
+    """Each registered strategy type and its class (a copy)."""
+    return dict(_STRATEGIES)
+
+
 def to_data(value: Any, field: str) -> Any:
     """``value`` as JSON data; ``field`` names where it sits, for the error."""
     if value is None or isinstance(value, bool | int | float | str):

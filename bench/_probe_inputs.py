@@ -1,0 +1,36 @@
+"""The inputs ``bench/service_probes.py`` sends: bodies, types, hosts and headers a
+careless or hostile client might. ``@S`` in a body stands for ``S``, a lone surrogate
+in JSON (``"\\udc80"``), put in when the body is sent."""
+
+from __future__ import annotations
+
+API = "/api/v1/sessions"
+TYPES = (None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data",
+         "text/json", "application/jsonx")  # fmt: skip
+HOSTS = ("evil.example", "evil.example:8765", "127.0.0.1.nip.io", "localhost.evil.example",
+         "0.0.0.0", "192.168.1.10:8765")  # fmt: skip
+S = '"\\udc80"'
+MALFORMED_PROXY = [
+    '{"model":"ok","messages":[{"role":"user","content":"x",@S:1}]}',
+    '{"model":"ok","messages":[{"role":"user","content":"x","meta":{@S:1}}]}',
+    '{"model":"ok","messages":[{"role":"user","content":"x"}],"metadata":{"k":@S}}',
+    '{"model":"ok","messages":[{"role":"user","content":"x"}],"metadata":{@S:"v"}}',
+    '{"model":"ok","messages":[{"role":"user","content":"x"}],"tools":'
+    + "[" * 1500
+    + "]" * 1500
+    + "}",
+    '{"model":"ok","messages":[{"role":"user","content":"x"}],"temperature":NaN}',
+    '{"model":"ok","messages":[{"role":"user","content":"x"}],"top_p":Infinity}',
+    '{"model":"ok","messages":[{"role":"user","content":"x"}],"stream":1}',
+    '{"model":"ok","messages":' + "[" * 100_000 + "]" * 100_000 + "}",
+]
+MALFORMED_REST = [
+    ("POST", API, '{"id":"mal-a","meta":{@S:1}}'),
+    ("POST", API, '{"id":"."}'),
+    ("POST", API, '{"id":".."}'),
+    ("POST", f"{API}/mal/messages", '{"messages":[{"role":"user","content":"x","meta":{@S:1}}]}'),
+    ("PUT", f"{API}/mal/views/f", '{"filter":{@S:1}}'),
+    ("PUT", f"{API}/mal/views/o", '{"options":{@S:1}}'),
+    ("PUT", f"{API}/mal/views/b", '{"budget":true}'),
+]
+BUDGETS = (b"\xb2", b"\xb9", b"1\xb3", b"+5", b"5 5", b"0x10", b"-1", b"99999999999999999999")
