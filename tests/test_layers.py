@@ -24,7 +24,7 @@ imports no ``contextfold.store`` module, reads no attribute named ``store`` (a
 store handed on is a store reached), and builds no ``Session`` or ``View``
 itself (``Memory.session``/``existing_session`` and ``Session.view`` check what
 they open). The exceptions exist to test stores: the store contract suites, and
-``testing.damage``, which damages rows to show what reading them does.
+``testing.damage`` and ``testing.damage_target``, which damage rows to show what reading them does.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ INTERFACE_FOLDERS = {"evaluation", "integrations", "server", "testing", "workers
 # What a strategy may know of the ports: the LLM protocol, nothing concrete.
 STRATEGY_PORTS = {"contextfold.llm.base"}
 # Interface modules that exist to test stores, so reach them directly.
-STORE_TESTERS = {"contextfold.testing.damage"}
+STORE_TESTERS = {"contextfold.testing.damage", "contextfold.testing.damage_target"}
 STORE_TESTER_PREFIX = "contextfold.testing.store_contract"
 HANDLES = {"Session", "View"}
 

@@ -11,7 +11,7 @@ import pytest
 
 from contextfold import InvalidInput, Memory, NotFound
 from contextfold.core.log import ApiKey
-from contextfold.store.base import SERVICE_METHODS
+from contextfold.store.base import SERVICE_METHODS, Abilities
 from contextfold.store.ram import RAMStore
 
 
@@ -119,7 +119,10 @@ def test_api_keys_are_kept_through_the_memory(tmp_path: Path) -> None:
 
 
 class LibraryOnly:
-    """A user's store written for the library: the service's methods are missing."""
+    """A user's store written for the library: the service's methods are missing, and
+    it declares no ability (``Abilities()``)."""
+
+    abilities = Abilities()
 
     def __init__(self) -> None:
         self._inner = RAMStore()

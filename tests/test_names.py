@@ -25,13 +25,18 @@ ALLOWED: dict[str, tuple[tuple[str, ...], str]] = {
             "delete_session",
             "get_api_key",
             "index_logged",
+            "insert_fold",
             "list_api_keys",
             "list_sessions",
             "migrate",
+            "not_found",
+            "one_row",
             "put_api_key",
             "recount",
             "revoke_api_key",
             "session_info",
+            "spans_near",
+            "translated",
         )
     },
     "Memory": (

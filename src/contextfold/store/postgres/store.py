@@ -75,7 +75,7 @@ from contextfold.store.postgres.pool import (
     session_must_exist,
 )
 from contextfold.store.postgres.search import ranked
-from contextfold.store.postgres.views import stored_view
+from contextfold.store.postgres.views import write_view
 from contextfold.store.postgres.wake import PostgresWake, channel_for
 from contextfold.store.search import (
     search_terms,
@@ -322,7 +322,7 @@ class PostgresStore:
         nul_free(view=name)
         now = time.time()
         with self._db.write() as cur:
-            version = stored_view(cur, session_id, name, config_json, expected_version, now)
+            version = write_view(cur, session_id, name, config_json, expected_version, now)
         return ViewRecord(session_id, name, json.loads(config_json), version, now)
 
     def get_view(self, session_id: str, name: str) -> ViewRecord | None:

@@ -17,7 +17,7 @@ from contextfold.store.postgres.pool import one_row, session_must_exist
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 
 
-def stored_view(
+def write_view(
     cur: Cursor,
     session_id: str,
     name: str,

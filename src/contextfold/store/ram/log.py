@@ -40,10 +40,10 @@ def tail_of(
 
 def calls_of(batch: Sequence[NewMessage]) -> list[list[str]]:
     """Each message's tool-call ids, checked before the log is touched."""
-    return [call_ids(i, new) for i, new in enumerate(batch)]
+    return [checked_call_ids(i, new) for i, new in enumerate(batch)]
 
 
-def call_ids(index: int, new: NewMessage) -> list[str]:
+def checked_call_ids(index: int, new: NewMessage) -> list[str]:
     """Tool-call ids of a message, checked before the log is touched."""
     try:
         return [str(call["id"]) for call in new.message.get("tool_calls") or ()]
