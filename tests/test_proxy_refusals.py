@@ -281,3 +281,25 @@ def test_a_stream_closed_without_done_ends_with_an_error_and_logs_no_answer(
     done = client.chat.completions.create(model="m", messages=[user("a")], user="s1", stream=True)
     assert "".join(p.choices[0].delta.content or "" for p in done if p.choices) == "Hi"
     assert log_of(server) == [user("a"), {"role": "assistant", "content": "Hi"}]
+
+
+def test_a_long_conversation_passes_and_only_its_new_messages_are_capped(
+    served: tuple[str, FakeProvider, Any],
+) -> None:
+    """A client resends every message on each call: a conversation over the append cap
+    goes through as long as each call adds at most ``MAX_MESSAGES`` to the log."""
+    url, upstream, server = served
+    turns = [m for i in range(400) for m in (user(f"q{i}"), {"role": "assistant", "content": "a"})]
+    for upto in (600, 800):  # 599 sent and the answer, then 199 more and the answer
+        upstream.add(openai_reply("a"))
+        answer = post(url, json.dumps({"model": "m", "messages": turns[: upto - 1]}))
+        assert answer.status_code == 200, answer.text
+    assert log_of(server) == turns
+    longer = turns + [user(f"more{i}") for i in range(1_001)]
+    refused = post(url, json.dumps({"model": "m", "messages": longer}))
+    assert refused.status_code == 422
+    assert refused.json()["error"]["field"] == "messages"
+    assert "new to the session" in refused.json()["error"]["message"]
+    assert len(log_of(server)) == 800
+    fresh = post(url, json.dumps({"model": "m", "messages": longer}), session="s2")
+    assert fresh.status_code == 422 and log_of(server, "s2") == []

@@ -48,6 +48,7 @@ from contextfold.core.messages import Message, validate_messages
 from contextfold.memory.session import Session
 from contextfold.server.auth import Tenant
 from contextfold.server.errors import ServiceError
+from contextfold.server.models import MAX_MESSAGES
 from contextfold.server.proxy_budget import Fit, create_view, fit
 from contextfold.server.proxy_match import (
     Divergence,
@@ -236,6 +237,16 @@ def _advance(digests: LogDigests, log: LogDigest, sid: str, logged: list[Any]) -
         digests.forget(sid)
 
 
+def check_new(count: int) -> None:
+    """The messages new to the log are capped as a REST append is (``MAX_MESSAGES``)."""
+    if count > MAX_MESSAGES:
+        raise InvalidInput(
+            f"messages holds {count} messages new to the session, over the limit of "
+            f"{MAX_MESSAGES} one request may append",
+            field="messages",
+        )
+
+
 def _prepare(
     service: Service,
     state: ProxyState,
@@ -254,6 +265,7 @@ def _prepare(
         session = service.memory.existing_session(store_id)
     except NotFound:
         # A new session's messages are all new: refuse bad ones before creating it.
+        check_new(len(messages))
         validate_messages(messages)
         session = service.memory.session(store_id)
     log = state.digests.current(session)
@@ -262,6 +274,7 @@ def _prepare(
     except Divergence as exc:
         raise ServiceError(409, "conflict", exc.reason, index=exc.index) from None
     new = messages[first:]
+    check_new(len(new))
     if new:
         at = log.last_seq + 1
         keys = [f"proxy:{at + i}:{digest(m).hex()}" for i, m in enumerate(new)]

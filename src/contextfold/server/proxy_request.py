@@ -5,8 +5,10 @@ leaves the log as it was. The body must be declared JSON (a cross-site
 ``text/plain`` POST is refused, 415) and be plain JSON throughout: no NaN or
 Infinity, no lone surrogate, no nesting deeper than the library allows, so
 what goes upstream is valid JSON and nothing fails after the client's
-messages were appended. The number of messages is capped as for the REST
-API's appends (``MAX_MESSAGES``), counted before a message is read.
+messages were appended. A client resends the whole conversation on every
+call, so the list is capped at ``MAX_CONVERSATION`` here, counted before a
+message is read, and the messages new to the log at ``MAX_MESSAGES``, as for
+the REST API's appends (``proxy._prepare``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import check_json
 from contextfold.server.errors import ServiceError
 from contextfold.server.ids import check_api_name
-from contextfold.server.models import MAX_MESSAGES
+
+MAX_CONVERSATION = 20_000
+"""Messages one proxy request may carry, the logged ones it repeats included."""
 
 _DIGITS = re.compile(r"[0-9]{1,12}")
 _JSON_TYPE = "application/json"
@@ -53,9 +57,9 @@ def read_body(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidInput("request body must be a JSON object", field="body")
     messages = body.get("messages")
-    if isinstance(messages, list) and len(messages) > MAX_MESSAGES:
+    if isinstance(messages, list) and len(messages) > MAX_CONVERSATION:
         raise InvalidInput(
-            f"messages holds {len(messages)} messages, over the limit of {MAX_MESSAGES} "
+            f"messages holds {len(messages)} messages, over the limit of {MAX_CONVERSATION} "
             "a request may send",
             field="messages",
         )
