@@ -48,7 +48,6 @@ from contextfold.core.messages import Message, validate_messages
 from contextfold.memory.session import Session
 from contextfold.server.auth import Tenant
 from contextfold.server.errors import ServiceError
-from contextfold.server.models import MAX_MESSAGES
 from contextfold.server.proxy_budget import Fit, create_view, fit
 from contextfold.server.proxy_match import (
     Divergence,
@@ -61,6 +60,7 @@ from contextfold.server.proxy_match import (
 )
 from contextfold.server.proxy_request import (
     check_json_type,
+    check_new,
     read_body,
     read_budget,
     read_session_id,
@@ -235,16 +235,6 @@ def _advance(digests: LogDigests, log: LogDigest, sid: str, logged: list[Any]) -
         digests.add(sid, log, logged)
     else:
         digests.forget(sid)
-
-
-def check_new(count: int) -> None:
-    """The messages new to the log are capped as a REST append is (``MAX_MESSAGES``)."""
-    if count > MAX_MESSAGES:
-        raise InvalidInput(
-            f"messages holds {count} messages new to the session, over the limit of "
-            f"{MAX_MESSAGES} one request may append",
-            field="messages",
-        )
 
 
 def _prepare(

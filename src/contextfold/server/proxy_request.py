@@ -8,7 +8,7 @@ what goes upstream is valid JSON and nothing fails after the client's
 messages were appended. A client resends the whole conversation on every
 call, so the list is capped at ``MAX_CONVERSATION`` here, counted before a
 message is read, and the messages new to the log at ``MAX_MESSAGES``, as for
-the REST API's appends (``proxy._prepare``).
+the REST API's appends (``check_new``, once the log is matched).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import check_json
 from contextfold.server.errors import ServiceError
 from contextfold.server.ids import check_api_name
+from contextfold.server.models import MAX_MESSAGES
 
 MAX_CONVERSATION = 20_000
 """Messages one proxy request may carry, the logged ones it repeats included."""
@@ -98,3 +99,13 @@ def read_budget(header: str | None) -> int | None:
             f"budget must be a positive integer, not {header!r}", field="X-Contextfold-Budget"
         )
     return check_budget(int(header), "X-Contextfold-Budget")
+
+
+def check_new(count: int) -> None:
+    """The messages new to the log are capped as a REST append is (``MAX_MESSAGES``)."""
+    if count > MAX_MESSAGES:
+        raise InvalidInput(
+            f"messages holds {count} messages new to the session, over the limit of "
+            f"{MAX_MESSAGES} one request may append",
+            field="messages",
+        )
