@@ -20,14 +20,30 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from contextfold.core.errors import ContextfoldError
 from contextfold.core.events import log
 from contextfold.store.base import Store
 
-if TYPE_CHECKING:
-    from contextfold.memory.view import View
+
+class LeasedSession(Protocol):
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def id(self) -> str: ...
+
+
+class Leased(Protocol):
+    """What a lease is taken on: a view's name and its session (a ``View`` is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def session(self) -> LeasedSession: ...
+
 
 LeaseKey = tuple[int, str, str]
 LEASE_TTL_S = 60.0
@@ -46,12 +62,12 @@ class LeaseKeeper:
         self._thread: threading.Thread | None = None
         self._stopped = False
 
-    def acquire(self, view: View) -> bool:
+    def acquire(self, view: Leased) -> bool:
         """Take the view's lease and keep renewing it until ``release``; False while
         another owner holds it."""
         return self._take(view.session.store, view.session.id, view.name)
 
-    def release(self, view: View) -> None:
+    def release(self, view: Leased) -> None:
         """Stop renewing the view's lease and give it up (a no-op if it was taken over)."""
         self._give_up(view.session.store, view.session.id, view.name)
 
