@@ -54,7 +54,7 @@ def test_without_auth_a_request_to_another_host_is_421_and_changes_nothing() -> 
             assert client.get(API, headers={"host": host}).status_code == 200
     # With keys, the key is the guard: any host name may reach the service.
     keyed = make_service(runner=False)
-    key = add_key(keyed.store, "t1")
+    key = add_key(keyed.memory, "t1")
     with TestClient(create_app(keyed), base_url="http://contextfold.example") as client:
         assert client.get(API, headers=bearer(key)).status_code == 200
 
@@ -110,7 +110,7 @@ def test_metrics_hold_no_tenant_data_and_a_bounded_set_of_series() -> None:
 def keyed(tmp_path: Path) -> Iterator[tuple[str, Any, str]]:
     store = SQLiteStore(str(tmp_path / "keys.db"))
     service = make_service(store)
-    key = add_key(store, "t1")
+    key = add_key(service.memory, "t1")
     with running(create_app(service)) as base:
         yield base, service, key
 
