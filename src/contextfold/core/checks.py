@@ -33,6 +33,13 @@ def check_budget(value: Any, field: str = "budget") -> int | None:
     return value
 
 
+def check_limit(value: Any, field: str = "limit") -> int:
+    """A page size: a positive ``int`` (not a bool, float or string)."""
+    if type(value) is not int or value < 1:
+        raise InvalidInput(f"{field} must be a positive integer, not {value!r}", field=field)
+    return value
+
+
 def check_name(value: Any, field: str) -> str:
     """An id or name: a non-empty string that every store can keep."""
     if not isinstance(value, str) or not value:

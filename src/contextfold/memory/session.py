@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from contextfold.core.checks import batch_of, check_key, check_name
+from contextfold.core.checks import batch_of, check_key, check_limit, check_name
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.log import LoggedMessage, NewMessage, SessionInfo, ViewRecord
 from contextfold.core.messages import Message, check_json, validate_message
@@ -260,8 +260,8 @@ class Session:
         ``after``, oldest first, at most ``limit`` of them."""
         if type(after) is not int or after < 0:
             raise InvalidInput(f"after must be a seq (0 or more), not {after!r}", field="after")
-        if limit is not None and (type(limit) is not int or limit < 1):
-            raise InvalidInput(f"limit must be a positive integer, not {limit!r}", field="limit")
+        if limit is not None:
+            check_limit(limit)
         return self.store.messages(self.id, after + 1, None if limit is None else after + limit)
 
     def last_seq(self) -> int:
@@ -280,7 +280,7 @@ class Session:
 
     def views(self) -> list[str]:
         """Names of the views stored with this session."""
-        return [record.name for record in self.store.list_views(self.id)]
+        return [record.name for record in self.view_records()]
 
     def view_records(self) -> list[ViewRecord]:
         """The views stored with this session, by name: settings, version, last update."""

@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from contextfold.core.checks import check_limit
 from contextfold.core.errors import InvalidInput
 from contextfold.core.log import ApiKey, NewMessage
 from contextfold.core.order import SYSTEM_KEY, Tail, first_violation
@@ -66,8 +67,8 @@ def check_listing(prefix: str, after: str | None, limit: int | None, search: str
     for name, value in (("prefix", prefix), ("after", after), ("search", search)):
         if value is not None and not isinstance(value, str):
             raise InvalidInput(f"{name} must be a string, not {type(value).__name__}", field=name)
-    if limit is not None and (type(limit) is not int or limit < 1):
-        raise InvalidInput(f"limit must be a positive integer, not {limit!r}", field="limit")
+    if limit is not None:
+        check_limit(limit)
 
 
 def listed(

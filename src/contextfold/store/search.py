@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from contextfold.core.checks import check_limit
 from contextfold.core.errors import InvalidInput, StoreError
 from contextfold.core.messages import text_of
 from contextfold.store.base import SearchHit
@@ -179,8 +180,7 @@ def search_terms(query: str, limit: int, before: int | None) -> list[str]:
     refuses what no backend could honour the same way."""
     if not isinstance(query, str):
         raise InvalidInput(f"query must be a string, not {type(query).__name__}", field="query")
-    if type(limit) is not int or limit < 1:
-        raise InvalidInput(f"limit must be a positive integer, not {limit!r}", field="limit")
+    check_limit(limit)
     if before is not None and type(before) is not int:
         raise InvalidInput(f"before must be an integer seq, not {before!r}", field="before")
     return query_terms(query)
