@@ -4,7 +4,9 @@ Both are event callbacks: pass them in a runner's ``on_event`` (or a view's).
 ``Stats`` keeps counts and durations in process, for tests, benchmarks and a
 status page. ``PrometheusMetrics`` exports the same through
 ``prometheus_client``, an optional dependency (``contextfold[metrics]``); its
-labels are view and strategy names, never session ids, which are unbounded.
+labels are view and strategy names, never session ids, which are unbounded. A
+process serving others' views (``contextfold serve``) counts without the view
+label and with strategy names from a fixed set, so no label is another's data.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import importlib
 import threading
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -20,6 +23,8 @@ from contextfold.core.events import Event
 from contextfold.core.extras import needs_extra
 
 _JOB_KINDS = ("committed", "failed")
+OTHER = "other"
+"""The label of a value outside a bounded set."""
 
 
 @dataclass
@@ -65,39 +70,54 @@ class Stats:
 
 
 class PrometheusMetrics:
-    """Counters and a job-duration histogram in a ``prometheus_client`` registry."""
+    """Counters and a job-duration histogram in a ``prometheus_client`` registry.
 
-    def __init__(self, registry: Any = None, *, namespace: str = "contextfold") -> None:
+    ``by_view=False`` drops the view label; with ``strategies`` a strategy named
+    outside that set is counted as ``other``.
+    """
+
+    def __init__(
+        self,
+        registry: Any = None,
+        *,
+        namespace: str = "contextfold",
+        by_view: bool = True,
+        strategies: Collection[str] | None = None,
+    ) -> None:
         prom = _prometheus_client()
         where = {} if registry is None else {"registry": registry}
+        views = ["view"] if by_view else []
+        self._by_view = by_view
+        self._strategies = strategies
         self.events = prom.Counter(
             f"{namespace}_events_total",
             "Compaction events by kind.",
-            ["kind", "view", "strategy"],
+            ["kind", *views, "strategy"],
             **where,
         )
         self.job_seconds = prom.Histogram(
             f"{namespace}_job_seconds",
             "Time from a job's start to its commit or failure.",
-            ["view", "strategy", "outcome"],
+            [*views, "strategy", "outcome"],
             **where,
         )
         self.tokens_saved = prom.Counter(
             f"{namespace}_tokens_saved_total",
             "Prompt tokens removed by committed folds.",
-            ["view", "strategy"],
+            [*views, "strategy"],
             **where,
         )
 
     def __call__(self, event: Event) -> None:
-        self.events.labels(event.kind, event.view, event.strategy).inc()
+        view = (event.view,) if self._by_view else ()
+        known = self._strategies is None or event.strategy in self._strategies
+        strategy = event.strategy if known else OTHER
+        self.events.labels(event.kind, *view, strategy).inc()
         if event.kind in _JOB_KINDS and event.duration_s:
-            self.job_seconds.labels(event.view, event.strategy, event.kind).observe(
-                event.duration_s
-            )
+            self.job_seconds.labels(*view, strategy, event.kind).observe(event.duration_s)
         if event.kind == "committed":
             saved = max(0, event.tokens_before - event.tokens_after)
-            self.tokens_saved.labels(event.view, event.strategy).inc(saved)
+            self.tokens_saved.labels(*view, strategy).inc(saved)
 
 
 def _prometheus_client() -> ModuleType:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import get_args
 
 from prometheus_client import (
     CollectorRegistry,
@@ -25,7 +24,7 @@ from prometheus_client import (
 )
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from contextfold.core.events import Event, EventKind
+from contextfold.runtime.metrics import OTHER, PrometheusMetrics
 from contextfold.strategies.registry import registered_strategies
 
 BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -58,16 +57,13 @@ class ServiceMetrics:
         self.watched = Gauge(
             "contextfold_runner_watched_views", "Views the background runner compacts.", registry=r
         )
-        self.compaction = CompactionMetrics(r)
+        self.compaction = PrometheusMetrics(r, by_view=False, strategies=strategy_names())
 
     def expose(self) -> bytes:
         return bytes(generate_latest(self.registry))
 
 
-OTHER = "other"
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-_KINDS = frozenset(get_args(EventKind))
-_JOB_KINDS = ("committed", "failed")
 
 
 def strategy_names() -> frozenset[str]:
@@ -80,41 +76,6 @@ def strategy_names() -> frozenset[str]:
             if f.name == "name" and isinstance(f.default, str):
                 names.add(f.default)
     return frozenset(names)
-
-
-class CompactionMetrics:
-    """Compaction events as Prometheus counts, labelled by kind and strategy only."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.strategies = strategy_names()
-        self.events = Counter(
-            "contextfold_events_total",
-            "Compaction events by kind and strategy.",
-            ["kind", "strategy"],
-            registry=registry,
-        )
-        self.job_seconds = Histogram(
-            "contextfold_job_seconds",
-            "Time from a job's start to its commit or failure.",
-            ["strategy", "outcome"],
-            registry=registry,
-        )
-        self.tokens_saved = Counter(
-            "contextfold_tokens_saved_total",
-            "Prompt tokens removed by committed folds.",
-            ["strategy"],
-            registry=registry,
-        )
-
-    def __call__(self, event: Event) -> None:
-        kind = event.kind if event.kind in _KINDS else OTHER
-        strategy = event.strategy if event.strategy in self.strategies else OTHER
-        self.events.labels(kind, strategy).inc()
-        if kind in _JOB_KINDS and event.duration_s:
-            self.job_seconds.labels(strategy, kind).observe(event.duration_s)
-        if kind == "committed":
-            saved = max(0, event.tokens_before - event.tokens_after)
-            self.tokens_saved.labels(strategy).inc(saved)
 
 
 def route_of(scope: Scope) -> str:
