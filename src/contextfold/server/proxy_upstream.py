@@ -188,9 +188,7 @@ class Upstream:
         """An upstream's body as the server's log may keep it: the server's key, credentials
         after ``Bearer``/``Basic`` and URL passwords masked, then cut to 2,000 characters
         (masked first, so no part of a key is left at the cut)."""
-        text = redact(body[:_BODY_READ].decode("utf-8", "replace"))
-        for secret in self.secrets:
-            text = text.replace(secret, MASK)
+        text = redact(mask_secrets(body[:_BODY_READ], self.secrets).decode("utf-8", "replace"))
         return _BEARER.sub(lambda m: f"{m[1]} {MASK}", text)[:_BODY_LOGGED]
 
     async def aclose(self) -> None:
