@@ -17,7 +17,11 @@ from contextfold.core.checks import MAX_BUDGET
 from contextfold.core.errors import InvalidInput
 
 OPENAI = "https://platform.openai.com/docs/models (each model's page: context window)"
-ANTHROPIC = "https://docs.anthropic.com/en/docs/about-claude/models (context window)"
+ANTHROPIC = "https://platform.claude.com/docs/en/about-claude/models/overview (context window)"
+ANTHROPIC_1M = (
+    "https://platform.claude.com/docs/en/build-with-claude/context-windows "
+    "(the models with a 1M-token window, no beta header needed)"
+)
 GOOGLE = "https://ai.google.dev/gemini-api/docs/models (input token limit)"
 
 
@@ -26,6 +30,9 @@ class Window(NamedTuple):
     source: str
 
 
+# Read 2026-11 (the "search" tool's copies of the vendors' pages). A model's
+# snapshots and aliases match its name (``gpt-5.4-2026-03-05``); a family whose
+# every model has one window is a ``*`` name (``claude-opus-5*``).
 KNOWN: Mapping[str, Window] = {
     "gpt-3.5-turbo": Window(16_385, OPENAI),
     "gpt-4": Window(8_192, OPENAI),
@@ -41,21 +48,58 @@ KNOWN: Mapping[str, Window] = {
     "o1": Window(200_000, OPENAI),
     "o1-mini": Window(128_000, OPENAI),
     "o1-preview": Window(128_000, OPENAI),
+    "o1-pro": Window(200_000, OPENAI),
     "o3": Window(200_000, OPENAI),
     "o3-mini": Window(200_000, OPENAI),
+    "o3-pro": Window(200_000, OPENAI),
+    "o3-deep-research": Window(200_000, OPENAI),
     "o4-mini": Window(200_000, OPENAI),
+    "o4-mini-deep-research": Window(200_000, OPENAI),
+    "codex-mini-latest": Window(200_000, OPENAI),
     "gpt-5": Window(400_000, OPENAI),
     "gpt-5-mini": Window(400_000, OPENAI),
     "gpt-5-nano": Window(400_000, OPENAI),
+    "gpt-5-pro": Window(400_000, OPENAI),
+    "gpt-5-codex": Window(400_000, OPENAI),
     "gpt-5-chat-latest": Window(128_000, OPENAI),
+    "gpt-5.1": Window(400_000, OPENAI),
+    "gpt-5.1-codex": Window(400_000, OPENAI),
+    "gpt-5.1-codex-mini": Window(400_000, OPENAI),
+    "gpt-5.1-codex-max": Window(400_000, OPENAI),
+    "gpt-5.1-chat-latest": Window(128_000, OPENAI),
+    "gpt-5.2": Window(400_000, OPENAI),
+    "gpt-5.2-pro": Window(400_000, OPENAI),
+    "gpt-5.2-codex": Window(400_000, OPENAI),
+    "gpt-5.2-chat-latest": Window(128_000, OPENAI),
+    "gpt-5.3-codex": Window(400_000, OPENAI),
+    "gpt-5.3-codex-spark": Window(128_000, OPENAI),
+    "gpt-5.4": Window(1_050_000, OPENAI),
+    "gpt-5.4-pro": Window(1_050_000, OPENAI),
+    "gpt-5.4-mini": Window(400_000, OPENAI),
+    "gpt-5.4-nano": Window(400_000, OPENAI),
+    "gpt-5.5": Window(1_050_000, OPENAI),
+    "gpt-5.5-pro": Window(1_050_000, OPENAI),
     "claude-*": Window(200_000, ANTHROPIC),
     "claude-2.0": Window(100_000, ANTHROPIC),
     "claude-instant-1.2": Window(100_000, ANTHROPIC),
+    "claude-opus-4-6": Window(1_000_000, ANTHROPIC_1M),
+    "claude-opus-4-7": Window(1_000_000, ANTHROPIC_1M),
+    "claude-opus-4-8": Window(1_000_000, ANTHROPIC_1M),
+    "claude-sonnet-4-6": Window(1_000_000, ANTHROPIC_1M),
+    "claude-opus-5*": Window(1_000_000, ANTHROPIC_1M),
+    "claude-sonnet-5*": Window(1_000_000, ANTHROPIC_1M),
+    "claude-haiku-5*": Window(1_000_000, ANTHROPIC_1M),
+    "claude-fable-*": Window(1_000_000, ANTHROPIC_1M),
+    "claude-mythos-*": Window(1_000_000, ANTHROPIC_1M),
     "gemini-1.5-pro": Window(2_097_152, GOOGLE),
     "gemini-1.5-flash": Window(1_048_576, GOOGLE),
     "gemini-2.0-flash": Window(1_048_576, GOOGLE),
     "gemini-2.5-pro": Window(1_048_576, GOOGLE),
     "gemini-2.5-flash": Window(1_048_576, GOOGLE),
+    "gemini-2.5-flash-lite": Window(1_048_576, GOOGLE),
+    "gemini-3-pro": Window(1_048_576, GOOGLE),
+    "gemini-3-flash": Window(1_048_576, GOOGLE),
+    "gemini-3.1-pro": Window(1_048_576, GOOGLE),
 }
 
 
