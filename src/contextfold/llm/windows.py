@@ -10,7 +10,7 @@ answer together, as each vendor's model page gives them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from contextfold.core.checks import MAX_BUDGET
@@ -129,3 +129,16 @@ def check_windows(table: Mapping[str, Any], where: str) -> dict[str, Window]:
             )
         entries[name] = Window(tokens, where)
     return entries
+
+
+def flag_windows(specs: Iterable[str], where: str = "serve --model-window") -> dict[str, Window]:
+    """``NAME=TOKENS`` flags (``claude-opus-5=500000``) as entries sourced to ``where``."""
+    table: dict[str, Any] = {}
+    for spec in specs:
+        name, sep, tokens = spec.partition("=")
+        if not sep or not name.strip() or not tokens.strip().isdigit():
+            raise InvalidInput(
+                f"{where} takes NAME=TOKENS (gpt-4o=128000), not {spec!r}", field="model_window"
+            )
+        table[name.strip()] = int(tokens.strip())
+    return check_windows(table, where)

@@ -9,6 +9,12 @@ neither gets ``FALLBACK_BUDGET``, a size every chat model of today holds; the
 fallback is logged and reported like every budget (an event ``budget`` on the
 session's stream, the ``X-Contextfold-Budget-Source`` header).
 
+A window is in the model's own tokens and a budget in the view's
+(``o200k_base``). For a Claude model the room is divided by the factor of
+Claude tokens per ``o200k_base`` token: the one ``Calibration`` measured with
+the upstream's ``count_tokens`` when there is one, else the stated estimate of
+the model's vocabulary (``contextfold.core.claude_tokens``).
+
 ``serve --budget N`` fixes the budget: no window is looked up. The view the
 proxy creates keeps the budget of its first request; a later request whose
 model has less room renders to that smaller budget without changing the view.
@@ -16,14 +22,19 @@ model has less room renders to that smaller budget without changing the view.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from contextfold.core.claude_tokens import vocabulary
 from contextfold.core.errors import InvalidInput
+from contextfold.llm.claude_calibration import Calibration, CountTokens
 from contextfold.llm.windows import KNOWN, Window, find_window
 from contextfold.memory.session import Session
+from contextfold.server.proxy_upstream import Upstream, UpstreamError
 from contextfold.server.service import Service
 
 log = logging.getLogger("contextfold.proxy")
@@ -46,6 +57,10 @@ class Fit:
     reserve: int | None = None
     origin: str | None = None
     """Where the window's number was read (a vendor's page, or the config file)."""
+    factor: float | None = None
+    """The model's tokens per token of the view's count (Claude models), else None."""
+    counted: str | None = None
+    """Where ``factor`` came from: ``count_tokens`` (calibrated) or ``estimate``."""
 
     def data(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,14 +82,23 @@ class Fit:
             return f"{self.budget} (serve --budget)"
         if self.window is None:
             return f"{self.budget} (fallback: no window known for model {self.model!r})"
+        scaled = ""
+        if self.factor is not None:
+            scaled = f", at {self.factor} of its tokens a token ({self.counted})"
         return (
             f"{self.budget} ({self.source}: window {self.window} of {self.model!r} "
-            f"less {self.reserve} for the answer)"
+            f"less {self.reserve} for the answer{scaled})"
         )
 
 
-def fit(fixed: int | None, windows: Mapping[str, Window], body: Mapping[str, Any]) -> Fit:
-    """The budget of the request ``body`` (``fixed``: serve's ``--budget``)."""
+def fit(
+    fixed: int | None,
+    windows: Mapping[str, Window],
+    body: Mapping[str, Any],
+    calibration: Calibration | None = None,
+) -> Fit:
+    """The budget of the request ``body`` (``fixed``: serve's ``--budget``); a Claude
+    model's room is scaled by ``calibration``'s factor for it, else the estimate's."""
     if fixed is not None:
         return Fit(fixed, "flag")
     model = body.get("model")
@@ -95,7 +119,14 @@ def fit(fixed: int | None, windows: Mapping[str, Window], body: Mapping[str, Any
             f"window of {model!r}",
             field=name,
         )
-    return Fit(window.tokens - reserve, source, model, window.tokens, reserve, window.source)
+    room = window.tokens - reserve
+    vocab = None if model is None else vocabulary(model)
+    if vocab is None or model is None:
+        return Fit(room, source, model, window.tokens, reserve, window.source)
+    measured = None if calibration is None else calibration.factor(model)
+    factor, counted = (vocab.factor, "estimate") if measured is None else (measured, "count_tokens")
+    budget = max(1, math.floor(room / factor))
+    return Fit(budget, source, model, window.tokens, reserve, window.source, factor, counted)
 
 
 def _answer_limit(body: Mapping[str, Any]) -> int | None:
@@ -107,6 +138,24 @@ def _answer_limit(body: Mapping[str, Any]) -> int | None:
             raise InvalidInput(f"{name} must be a positive integer", field=name)
         return value
     return None
+
+
+def upstream_count(upstream: Upstream, path: str = "/messages/count_tokens") -> CountTokens:
+    """The ``count`` of a ``Calibration``: Anthropic's ``count_tokens`` at ``path`` under the
+    upstream's base URL (``https://api.anthropic.com/v1``); any failure raises."""
+
+    async def count(body: Mapping[str, Any]) -> int:
+        payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        answer = await upstream.send("POST", path, payload)
+        data = await upstream.read(answer)
+        if answer.status_code != 200:
+            raise UpstreamError(f"count_tokens answered HTTP {answer.status_code}")
+        tokens = json.loads(data).get("input_tokens")
+        if isinstance(tokens, bool) or not isinstance(tokens, int):
+            raise UpstreamError("count_tokens answered no input_tokens")
+        return tokens
+
+    return count
 
 
 def create_view(service: Service, session: Session, name: str, fitted: Fit) -> None:
