@@ -28,6 +28,8 @@ import httpx2
 Protocol = Literal["openai", "anthropic"]
 
 PATHS: dict[Protocol, str] = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
+COUNT_TOKENS = "/v1/messages/count_tokens"
+"""Anthropic's token counting route; a test adds ``("POST", COUNT_TOKENS)`` to ``routes``."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,11 @@ def anthropic_reply(
         },
         headers={"request-id": "req_fake"},
     )
+
+
+def count_tokens_reply(input_tokens: int) -> Reply:
+    """A ``count_tokens`` answer as Anthropic sends it."""
+    return Reply(body={"input_tokens": input_tokens}, headers={"request-id": "req_fake"})
 
 
 def error_reply(
