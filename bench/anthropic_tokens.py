@@ -11,11 +11,14 @@ states its own distance from ``count_tokens`` (exact on its code corpora,
 Counted per conversation: every text a provider is sent (contents, tool call
 names and arguments), without message framing, which only ``count_tokens``
 knows. For each vocabulary: the ratio of the reference to the ``o200k_base``
-count (token-weighted mean, lowest and highest conversation, mean by file), and the error of
+count (token-weighted mean, lowest and highest conversation), and the error of
 the estimate (``o200k_base`` times the vocabulary's factor) against the
-reference: token-weighted mean, the worst conversation under and over, and how
-many conversations it undercounts. ``tiktoken_alone`` is the same error without
-a factor. The first 50 conversations of each of the four data files are read,
+reference: token-weighted mean, the lowest and highest conversation (a negative
+error undercounts: a budget made with it would overflow), and how many
+conversations it undercounts. ``calibrated`` is the same error with the factor a
+``Calibration`` would hold when each conversation comes, having counted those
+before it (the files' conversations taken in turn, as a server meets them);
+``tiktoken_alone`` is the error without a factor. The first 50 conversations of each of the four data files are read,
 each up to 40,000 characters (``--quick``: 4 and 6,000); without the shared data, the copies in ``tests/fixtures``
 (a failure under ``CI=true``).
 """
@@ -23,9 +26,11 @@ each up to 40,000 characters (``--quick``: 4 and 6,000); without the shared data
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import time
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,6 +38,7 @@ from _common import ROOT, data_dir, parse_args, report
 
 from contextfold.core.claude_tokens import V3, V4_7, Vocabulary
 from contextfold.core.tokens import get_counter
+from contextfold.llm.claude_calibration import KEEP, MARGIN
 
 FILES = ("locomo_dev", "longmemeval_oracle_dev", "taubench_airline_dev", "openhands_example")
 CONVERSATIONS, CHARS = 50, 40_000
@@ -98,15 +104,28 @@ def reference(vocab: Vocabulary) -> Any:
     return lambda text: max(0, token_count(text, version) - frame)
 
 
-def errors(estimates: list[int], references: list[int]) -> dict[str, Any]:
-    """Token-weighted error, worst under and over, and conversations undercounted."""
+def errors(estimates: list[float], references: list[int]) -> dict[str, Any]:
+    """Token-weighted error, lowest and highest conversation, conversations undercounted."""
     each = [(e - r) / r for e, r in zip(estimates, references, strict=True) if r]
     return {
         "mean_pct": round(100 * (sum(estimates) - sum(references)) / sum(references), 2),
-        "worst_under_pct": round(100 * min(each), 2),
-        "worst_over_pct": round(100 * max(each), 2),
+        "lowest_pct": round(100 * min(each), 2),
+        "highest_pct": round(100 * max(each), 2),
         "undercounted": f"{sum(e < 0 for e in each)}/{len(each)}",
     }
+
+
+def calibrated(vocab: Vocabulary, local: list[int], counted: list[int]) -> list[float]:
+    """Each conversation estimated with the factor a ``Calibration`` holds after counting
+    the conversations before it: the highest of their last ``KEEP`` ratios times
+    ``MARGIN`` (the stated factor for the first)."""
+    seen: deque[float] = deque(maxlen=KEEP)
+    estimates = []
+    for n, r in zip(local, counted, strict=True):
+        estimates.append(n * (max(seen) * MARGIN if seen else vocab.factor))
+        if n:
+            seen.append(r / n)
+    return estimates
 
 
 def main() -> None:
@@ -114,7 +133,9 @@ def main() -> None:
     size = (QUICK_CONVERSATIONS, QUICK_CHARS) if args.quick else (CONVERSATIONS, CHARS)
     o200k = get_counter("o200k_base")
     taken = {name: sample(name, *size) for name in FILES}
-    conversations = [c for name in FILES for c in taken[name]]
+    # As a server meets them: one conversation of each file in turn.
+    turns = itertools.zip_longest(*(taken[name] for name in FILES))
+    conversations = [c for turn in turns for c in turn if c is not None]
     local = [sum(o200k.text(text) for text in c) for c in conversations]
     figures: dict[str, Any] = {
         "conversations": len(conversations),
@@ -127,21 +148,14 @@ def main() -> None:
         counted = [sum(count(text) for text in c) for c in conversations]
         spent = time.perf_counter() - t0
         ratios = [r / n for r, n in zip(counted, local, strict=True) if n]
-        by_file, start = {}, 0
-        for name in FILES:
-            end = start + len(taken[name])
-            if end > start:
-                by_file[name] = round(sum(counted[start:end]) / sum(local[start:end]), 3)
-            start = end
-        estimates = [round(n * vocab.factor) for n in local]
         figures[vocab.name] = {
             "factor": vocab.factor,
             "ratio_mean": round(sum(counted) / sum(local), 3),
             "ratio_lowest": round(min(ratios), 3),
             "ratio_highest": round(max(ratios), 3),
-            "ratio_by_file": by_file,
-            "estimate": errors(estimates, counted),
-            "tiktoken_alone": errors(local, counted),
+            "estimate": errors([n * vocab.factor for n in local], counted),
+            "calibrated": errors(calibrated(vocab, local, counted), counted),
+            "tiktoken_alone": errors([float(n) for n in local], counted),
             "reference_s": round(spent, 1),
         }
     report(figures, args.json)

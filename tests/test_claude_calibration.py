@@ -15,7 +15,7 @@ from fake_providers import COUNT_TOKENS, FakeProvider, Reply, count_tokens_reply
 
 from contextfold.core.claude_tokens import V4_7
 from contextfold.core.tokens import get_counter
-from contextfold.llm.claude_calibration import MARGIN, Calibration, local_tokens
+from contextfold.llm.claude_calibration import KEEP, MARGIN, Calibration, local_tokens
 from contextfold.llm.windows import KNOWN
 from contextfold.server.proxy_budget import ANSWER_RESERVE, fit, upstream_count
 from contextfold.server.proxy_upstream import Upstream
@@ -114,6 +114,28 @@ def test_the_factor_is_counted_again_only_after_refresh_s() -> None:
 
     asyncio.run(run())
     assert len(counts) == 2
+
+
+def test_the_factor_is_the_highest_of_the_last_ratios() -> None:
+    """One factor serves every conversation of the model: a lower ratio lowers it only
+    once the higher one is older than the last ``KEEP`` counts."""
+    clock = Clock()
+    ratios = iter([1.6, *[1.3] * KEEP])
+
+    async def count(sent: Mapping[str, Any]) -> int:
+        return round(next(ratios) * local_tokens(sent, get_counter("o200k_base")))
+
+    async def run() -> list[float | None]:
+        calibration = Calibration(count, refresh_s=1, clock=clock)
+        factors = []
+        for _ in range(KEEP + 1):
+            factors.append(await settle(calibration, body()))
+            clock.now += 2
+        return factors
+
+    factors = asyncio.run(run())
+    assert factors[:KEEP] == [pytest.approx(1.6 * MARGIN, rel=1e-3)] * KEEP
+    assert factors[KEEP] == pytest.approx(1.3 * MARGIN, rel=1e-3)
 
 
 @pytest.mark.parametrize(
