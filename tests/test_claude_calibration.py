@@ -202,7 +202,10 @@ def test_a_hung_count_never_holds_the_call_that_observed_it() -> None:
     asyncio.run(run())
 
 
-def test_fit_scales_a_claude_window_by_the_calibrated_factor_else_the_estimate() -> None:
+@pytest.mark.parametrize(("ratio", "counted"), [(2.2, "count_tokens"), (1.2, "estimate")])
+def test_fit_scales_a_claude_window_by_the_measured_factor_only_above_the_estimate(
+    ratio: float, counted: str
+) -> None:
     room = KNOWN["claude-opus-5*"].tokens - ANSWER_RESERVE
     request = {"model": "claude-opus-5", "messages": []}
     estimated = fit(None, {}, request)
@@ -214,7 +217,7 @@ def test_fit_scales_a_claude_window_by_the_calibrated_factor_else_the_estimate()
     assert "at 1.85 of its tokens a token (estimate)" in estimated.describe()
 
     async def count(sent: Mapping[str, Any]) -> int:
-        return round(1.2 * local_tokens(sent, get_counter("o200k_base")))
+        return round(ratio * local_tokens(sent, get_counter("o200k_base")))
 
     async def run() -> Calibration:
         calibration = Calibration(count, clock=Clock())
@@ -223,9 +226,10 @@ def test_fit_scales_a_claude_window_by_the_calibrated_factor_else_the_estimate()
 
     calibration = asyncio.run(run())
     factor = calibration.factor("claude-opus-5")
-    assert factor is not None
-    measured = fit(None, {}, request, calibration)
-    assert (measured.budget, measured.counted) == (math.floor(room / factor), "count_tokens")
-    assert measured.budget > estimated.budget
+    assert factor == pytest.approx(ratio * MARGIN, rel=1e-3)
+    scaled = fit(None, {}, request, calibration)
+    assert scaled.counted == counted
+    assert scaled.factor == max(factor, V4_7.factor)
+    assert scaled.budget == math.floor(room / scaled.factor) <= estimated.budget
     openai = fit(None, {}, {"model": "gpt-5.5"}, calibration)
     assert (openai.factor, openai.budget) == (None, 1_050_000 - ANSWER_RESERVE)

@@ -9,6 +9,9 @@ count a Messages body that is going upstream anyway and compares that with the
 code, tool output: ``bench/anthropic_tokens.py`` measures it from 1.32 to 1.81
 on one vocabulary), and one factor serves every conversation of the model, so
 the model's factor is the highest of its last ``KEEP`` ratios times ``MARGIN``.
+The proxy uses it only where it is higher than the estimate's
+(``contextfold.server.proxy_budget``): it catches content and models the
+estimate was not measured on, and never gives away the estimate's margin.
 
 It never slows or fails a call: ``observe`` only starts a background count when
 the model's factor is missing or older than ``refresh_s`` (and no count for it

@@ -11,9 +11,12 @@ session's stream, the ``X-Contextfold-Budget-Source`` header).
 
 A window is in the model's own tokens and a budget in the view's
 (``o200k_base``). For a Claude model the room is divided by the factor of
-Claude tokens per ``o200k_base`` token: the one ``Calibration`` measured with
-the upstream's ``count_tokens`` when there is one, else the stated estimate of
-the model's vocabulary (``contextfold.core.claude_tokens``).
+Claude tokens per ``o200k_base`` token: the stated estimate of the model's
+vocabulary (``contextfold.core.claude_tokens``), or the one a ``Calibration``
+measured with the upstream's ``count_tokens`` when that is higher. A measured
+factor never lowers the estimate: measured on some conversations, it serves
+them all, and on the benchmark's mixed conversations a lower one undercounted
+some of them.
 
 ``serve --budget N`` fixes the budget: no window is looked up. The view the
 proxy creates keeps the budget of its first request; a later request whose
@@ -98,7 +101,7 @@ def fit(
     calibration: Calibration | None = None,
 ) -> Fit:
     """The budget of the request ``body`` (``fixed``: serve's ``--budget``); a Claude
-    model's room is scaled by ``calibration``'s factor for it, else the estimate's."""
+    model's room is scaled by its estimated factor, or ``calibration``'s when higher."""
     if fixed is not None:
         return Fit(fixed, "flag")
     model = body.get("model")
@@ -124,7 +127,9 @@ def fit(
     if vocab is None or model is None:
         return Fit(room, source, model, window.tokens, reserve, window.source)
     measured = None if calibration is None else calibration.factor(model)
-    factor, counted = (vocab.factor, "estimate") if measured is None else (measured, "count_tokens")
+    factor, counted = vocab.factor, "estimate"
+    if measured is not None and measured > factor:
+        factor, counted = measured, "count_tokens"
     budget = max(1, math.floor(room / factor))
     return Fit(budget, source, model, window.tokens, reserve, window.source, factor, counted)
 
