@@ -30,9 +30,11 @@ class Window(NamedTuple):
     source: str
 
 
-# Read 2026-11 (the "search" tool's copies of the vendors' pages). A model's
-# snapshots and aliases match its name (``gpt-5.4-2026-03-05``); a family whose
-# every model has one window is a ``*`` name (``claude-opus-5*``).
+# Read 2026-11 from the vendors' pages. A model's snapshots and aliases match its
+# name (``gpt-5.4-2026-03-05``); a family whose every model has one window is a
+# ``*`` name (``claude-opus-5*``). Claude's 1M windows need no beta header; the one
+# header that raised a window (``context-1m-2025-08-07``, Sonnet 4 and 4.5) stopped
+# doing so on 2026-04-30, so a request's ``anthropic-beta`` never changes a window.
 KNOWN: Mapping[str, Window] = {
     "gpt-3.5-turbo": Window(16_385, OPENAI),
     "gpt-4": Window(8_192, OPENAI),
