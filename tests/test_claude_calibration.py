@@ -199,6 +199,14 @@ def test_a_hung_count_never_holds_the_call_that_observed_it() -> None:
         gate.set()
         assert await task == pytest.approx(2 * MARGIN)
 
+        hung = Calibration(count, clock=Clock())
+        gate.clear()
+        task = hung.observe(body())
+        assert task is not None
+        await asyncio.sleep(0.2)
+        await hung.aclose()  # the server stops: the count stops with it
+        assert task.cancelled() and hung.factor("claude-opus-5") is None
+
     asyncio.run(run())
 
 

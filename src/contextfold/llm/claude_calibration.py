@@ -30,7 +30,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from contextfold.core.claude_tokens import vocabulary
@@ -55,16 +54,6 @@ COUNTED_FIELDS = ("model", "system", "messages", "tools", "tool_choice", "thinki
 """The Messages request fields that ``count_tokens`` takes; the others are not sent to it."""
 
 
-@dataclass(frozen=True)
-class Measured:
-    """A model's factor after a count, and the two numbers of that count."""
-
-    factor: float
-    provider: int
-    local: int
-    at: float
-
-
 class Calibration:
     """Per-model Claude factors from the provider's count; ``count`` does the counting."""
 
@@ -83,18 +72,14 @@ class Calibration:
         self.min_tokens = min_tokens
         self._clock = clock
         self._counter = get_counter("o200k_base")
-        self._measured: dict[str, Measured] = {}
+        self._factors: dict[str, float] = {}
         self._ratios: dict[str, deque[float]] = {}
         self._not_before: dict[str, float] = {}
         self._running: dict[str, asyncio.Task[float | None]] = {}
 
     def factor(self, model: str) -> float | None:
         """The measured factor of ``model``, however old; None before a count succeeded."""
-        found = self._measured.get(_key(model))
-        return None if found is None else found.factor
-
-    def measured(self, model: str) -> Measured | None:
-        return self._measured.get(_key(model))
+        return self._factors.get(_key(model))
 
     def observe(self, body: Mapping[str, Any]) -> asyncio.Task[float | None] | None:
         """Start counting ``body`` in the background when its model's factor is due; return
@@ -114,6 +99,13 @@ class Calibration:
         self._running[key] = task
         task.add_done_callback(lambda _: self._running.pop(key, None))
         return task
+
+    async def aclose(self) -> None:
+        """Cancel the counts still running (the server's shutdown): none outlives it."""
+        running = list(self._running.values())
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
 
     async def refresh(self, body: Mapping[str, Any]) -> float | None:
         """Count ``body`` now and keep its model's factor; None (logged) when the count
@@ -138,17 +130,16 @@ class Calibration:
             return None
         ratios = self._ratios.setdefault(key, deque(maxlen=KEEP))
         ratios.append(ratio)
-        measured = Measured(round(max(ratios) * MARGIN, 4), provider, local, self._clock())
-        self._measured[key] = measured
-        self._not_before[key] = measured.at + self.refresh_s
+        factor = self._factors[key] = round(max(ratios) * MARGIN, 4)
+        self._not_before[key] = self._clock() + self.refresh_s
         log.info(
             "%s: %d tokens by count_tokens, %d by o200k_base: factor %.3f",
             model,
             provider,
             local,
-            measured.factor,
+            factor,
         )
-        return measured.factor
+        return factor
 
 
 def local_tokens(body: Mapping[str, Any], counter: TokenCounter) -> int:
