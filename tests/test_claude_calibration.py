@@ -16,8 +16,8 @@ from fake_providers import COUNT_TOKENS, FakeProvider, Reply, count_tokens_reply
 from contextfold.core.claude_tokens import V4_7
 from contextfold.core.tokens import get_counter
 from contextfold.llm.claude_calibration import KEEP, MARGIN, Calibration, local_tokens
-from contextfold.llm.windows import KNOWN
-from contextfold.server.proxy_budget import ANSWER_RESERVE, fit, upstream_count
+from contextfold.llm.windows import ANSWER_RESERVE, KNOWN
+from contextfold.server.proxy_budget import fit, upstream_count
 from contextfold.server.proxy_upstream import Upstream
 
 PROSE = "The loader reads the whole file before it parses a row, which is slow on big inputs. "

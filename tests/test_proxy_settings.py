@@ -23,10 +23,10 @@ from server_harness import running
 from contextfold.core.claude_tokens import V3
 from contextfold.core.errors import InvalidInput
 from contextfold.core.tokens import get_counter
-from contextfold.llm.windows import check_windows, find_window, flag_windows
+from contextfold.llm.windows import ANSWER_RESERVE, check_windows, find_window, flag_windows, room
 from contextfold.memory.session import Memory
 from contextfold.server.app import create_app
-from contextfold.server.proxy_budget import ANSWER_RESERVE, FALLBACK_BUDGET
+from contextfold.server.proxy_budget import FALLBACK_BUDGET
 from contextfold.server.service import Service
 from contextfold.server.settings import Settings
 
@@ -310,16 +310,39 @@ def test_a_view_made_with_a_budget_keeps_it_and_a_request_may_ask_less(tmp_path:
     assert seen == [(12_000, "view"), (6144, "table"), (700, "header")]
 
 
-def test_the_library_view_keeps_its_budget_and_renders_to_one_asked(tmp_path: Path) -> None:
+def test_room_is_the_budget_a_model_gives_a_library_view(tmp_path: Path) -> None:
+    claude = room("claude-opus-5")
+    assert claude is not None
+    assert claude.budget == math.floor((1_000_000 - ANSWER_RESERVE) / 1.85)
+    assert (claude.factor, claude.counted, claude.given) == (1.85, "estimate", False)
+    assert room("claude-opus-5", measured=1.2) == claude  # a lower measure is not taken
+    assert room("claude-opus-5", measured=2.0, answer=1000) == (
+        math.floor(999_000 / 2.0),
+        1_000_000,
+        1000,
+        claude.source,
+        False,
+        2.0,
+        "count_tokens",
+    )
+    mine = room("my-local", windows=flag_windows(["my-local=32768"]))
+    assert mine is not None and (mine.budget, mine.given) == (32_768 - 8192, True)
+    assert room("mystery-7b") is None
+    with pytest.raises(InvalidInput) as refused:
+        room("gpt-4", answer=9000)
+    assert refused.value.field == "answer" and "answer 9000 leaves no room" in str(refused.value)
+
     path = str(tmp_path / "lib.db")
     with Memory(path) as memory:
         session = memory.session("s", system="You plan releases.")
         for message in conversation(8):
             session.append(message)
-        session.view("planner", preset="offline", budget=5000)
+        small = room("gpt-4", answer=7000)
+        assert small is not None and small.budget == 1192
+        session.view("planner", preset="offline", budget=small.budget)
     with Memory(path) as memory:
         view = memory.session("s").view("planner")
-        assert view.config.budget == 5000
-        whole, asked = view.render(), view.render(300)
+        assert view.config.budget == 1192
+        kept, asked = view.render(), view.render(300)
     counter = get_counter("o200k_base")
-    assert counter.messages(asked) <= 300 < counter.messages(whole) <= 5000
+    assert counter.messages(asked) <= 300 < counter.messages(kept) <= 1192

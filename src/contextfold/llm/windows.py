@@ -1,5 +1,11 @@
 """Context windows of known models: data, each number with where it was read.
 
+``room`` turns a window into a budget: the window less room for the answer,
+in the ``o200k_base`` tokens a view counts (a Claude window divided by Claude's
+tokens per ``o200k_base`` token, ``contextfold.core.claude_tokens``). The
+proxy's views get theirs from it; a library user sizes a view with it:
+``session.view("v", budget=room("claude-opus-5").budget)``.
+
 A name matches a model called exactly that, or that name then ``-`` and more
 (a dated snapshot: ``gpt-4o`` matches ``gpt-4o-2024-08-06``); a name ending in
 ``*`` matches any model starting with the rest. The longest matching name wins,
@@ -10,10 +16,12 @@ answer together, as each vendor's model page gives them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from contextfold.core.checks import MAX_BUDGET
+from contextfold.core.claude_tokens import vocabulary
 from contextfold.core.errors import InvalidInput
 
 OPENAI = "https://platform.openai.com/docs/models (each model's page: context window)"
@@ -25,9 +33,29 @@ ANTHROPIC_1M = (
 GOOGLE = "https://ai.google.dev/gemini-api/docs/models (input token limit)"
 
 
+ANSWER_RESERVE = 16_384
+"""Tokens left for the answer when a request sets no limit (OpenAI's 128k models' longest)."""
+
+
 class Window(NamedTuple):
     tokens: int
     source: str
+
+
+class Room(NamedTuple):
+    """What a prompt may take in a model's window, in ``o200k_base`` tokens, and why."""
+
+    budget: int
+    window: int
+    reserve: int
+    source: str
+    """Where the window's number was read (a vendor's page, a config file, a flag)."""
+    given: bool
+    """Found among the entries given (a config file, a flag), not the known table."""
+    factor: float | None
+    """The model's tokens per ``o200k_base`` token (Claude), else None."""
+    counted: str | None
+    """Where ``factor`` came from: ``estimate`` or ``count_tokens`` (measured)."""
 
 
 # Read 2026-11 from the vendors' pages. A model's snapshots and aliases match its
@@ -144,3 +172,41 @@ def flag_windows(specs: Iterable[str], where: str = "serve --model-window") -> d
             )
         table[name.strip()] = int(tokens.strip())
     return check_windows(table, where)
+
+
+def room(
+    model: str,
+    *,
+    answer: int | None = None,
+    windows: Mapping[str, Window] | None = None,
+    measured: float | None = None,
+    answer_field: str = "answer",
+) -> Room | None:
+    """The budget of a prompt for ``model``: its window (``windows`` first, then the known
+    ones) less ``answer`` (else ``ANSWER_RESERVE``, at most a quarter of the window); a
+    Claude model's divided by its vocabulary's factor, or by ``measured`` (a factor from
+    its ``count_tokens``) where that is higher. None for a model in neither table; an
+    ``answer`` that fills the window is an ``InvalidInput`` naming ``answer_field``."""
+    found = None if windows is None else find_window(model, windows)
+    given = found is not None
+    if found is None:
+        found = find_window(model, KNOWN)
+    if found is None:
+        return None
+    window = found[1]
+    reserve = answer if answer is not None else min(ANSWER_RESERVE, window.tokens // 4)
+    if reserve >= window.tokens:
+        raise InvalidInput(
+            f"{answer_field} {reserve} leaves no room for a prompt in the {window.tokens}-token "
+            f"window of {model!r}",
+            field=answer_field,
+        )
+    budget = window.tokens - reserve
+    vocab = vocabulary(model)
+    if vocab is None:
+        return Room(budget, window.tokens, reserve, window.source, given, None, None)
+    factor, counted = vocab.factor, "estimate"
+    if measured is not None and measured > factor:
+        factor, counted = measured, "count_tokens"
+    scaled = max(1, math.floor(budget / factor))
+    return Room(scaled, window.tokens, reserve, window.source, given, factor, counted)

@@ -1,11 +1,11 @@
 """The proxy's budget: what a prompt may take in the window of the request's model.
 
-The budget is the model's context window less the room kept for the answer:
-the request's ``max_completion_tokens`` (or ``max_tokens``) when it sets one,
-else ``ANSWER_RESERVE`` tokens, at most a quarter of the window. The window is
-looked up by the request's ``model`` in the server's ``[model_windows]`` table
-first, then in the known models (``contextfold.llm.windows``). A model in
-neither gets ``FALLBACK_BUDGET``, a size every chat model of today holds; the
+The budget is ``contextfold.llm.windows.room`` of the request's ``model``: its
+context window less the room kept for the answer, the request's
+``max_completion_tokens`` (or ``max_tokens``) when it sets one, else
+``ANSWER_RESERVE`` tokens, at most a quarter of the window. The window is
+looked up in the server's own entries (``--model-window``, ``[model_windows]``)
+first, then in the known models. A model in neither gets ``FALLBACK_BUDGET``, a size every chat model of today holds; the
 fallback is logged and reported like every budget (an event ``budget`` on the
 session's stream, the ``X-Contextfold-Budget-Source`` header).
 
@@ -27,23 +27,19 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from contextfold.core.claude_tokens import vocabulary
 from contextfold.core.errors import InvalidInput
 from contextfold.llm.claude_calibration import Calibration, CountTokens
-from contextfold.llm.windows import KNOWN, Window, find_window
+from contextfold.llm.windows import Window, room
 from contextfold.memory.session import Session
 from contextfold.server.proxy_upstream import Upstream, UpstreamError
 from contextfold.server.service import Service
 
 log = logging.getLogger("contextfold.proxy")
 
-ANSWER_RESERVE = 16_384
-"""Tokens left for the answer when the request sets no limit (OpenAI's 128k models' longest)."""
 FALLBACK_BUDGET = 8_000
 
 
@@ -105,33 +101,25 @@ def fit(
     if fixed is not None:
         return Fit(fixed, "flag")
     model = body.get("model")
-    model = model if isinstance(model, str) and model else None
-    found = None if model is None else find_window(model, windows)
-    source = "config"
-    if found is None and model is not None:
-        found, source = find_window(model, KNOWN), "table"
+    if not isinstance(model, str) or not model:
+        return Fit(FALLBACK_BUDGET, "fallback")
+    asked = _answer_limit(body)
+    measured = None if calibration is None else calibration.factor(model)
+    name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+    found = room(model, answer=asked, windows=windows, measured=measured, answer_field=name)
     if found is None:
         return Fit(FALLBACK_BUDGET, "fallback", model)
-    window = found[1]
-    asked = _answer_limit(body)
-    reserve = asked if asked is not None else min(ANSWER_RESERVE, window.tokens // 4)
-    if reserve >= window.tokens:
-        name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-        raise InvalidInput(
-            f"{name} {reserve} leaves no room for a prompt in the {window.tokens}-token "
-            f"window of {model!r}",
-            field=name,
-        )
-    room = window.tokens - reserve
-    vocab = None if model is None else vocabulary(model)
-    if vocab is None or model is None:
-        return Fit(room, source, model, window.tokens, reserve, window.source)
-    measured = None if calibration is None else calibration.factor(model)
-    factor, counted = vocab.factor, "estimate"
-    if measured is not None and measured > factor:
-        factor, counted = measured, "count_tokens"
-    budget = max(1, math.floor(room / factor))
-    return Fit(budget, source, model, window.tokens, reserve, window.source, factor, counted)
+    source = "config" if found.given else "table"
+    return Fit(
+        found.budget,
+        source,
+        model,
+        found.window,
+        found.reserve,
+        found.source,
+        found.factor,
+        found.counted,
+    )
 
 
 def _answer_limit(body: Mapping[str, Any]) -> int | None:
