@@ -171,7 +171,10 @@ def flag_windows(specs: Iterable[str], where: str = "serve --model-window") -> d
                 f"{where} takes NAME=TOKENS (gpt-4o=128000), not {spec!r}", field="model_window"
             )
         table[name.strip()] = int(tokens.strip())
-    return check_windows(table, where)
+    try:
+        return check_windows(table, where)
+    except InvalidInput as exc:
+        raise InvalidInput(exc.reason, field="model_window") from None
 
 
 def room(
