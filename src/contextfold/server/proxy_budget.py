@@ -5,9 +5,10 @@ context window less the room kept for the answer, the request's
 ``max_completion_tokens`` (or ``max_tokens``) when it sets one, else
 ``ANSWER_RESERVE`` tokens, at most a quarter of the window. The window is
 looked up in the server's own entries (``--model-window``, ``[model_windows]``)
-first, then in the known models. A model in neither gets ``FALLBACK_BUDGET``, a size every chat model of today holds; the
-fallback is logged and reported like every budget (an event ``budget`` on the
-session's stream, the ``X-Contextfold-Budget-Source`` header).
+first, then in the known models. A model in neither gets ``FALLBACK_BUDGET``, a
+size every chat model of today holds; the fallback is logged and reported like
+every budget (an event ``budget`` on the session's stream, the
+``X-Contextfold-Budget-Source`` header).
 
 A window is in the model's own tokens and a budget in the view's
 (``o200k_base``). For a Claude model the room is divided by the factor of
@@ -49,13 +50,13 @@ class Fit:
 
     budget: int
     source: str
-    """``flag`` (serve --budget), ``config`` ([model_windows]), ``table`` (known models),
-    or ``fallback`` (a model in neither)."""
+    """``flag`` (serve --budget), ``config`` (--model-window, [model_windows]), ``table``
+    (known models), or ``fallback`` (a model in neither)."""
     model: str | None = None
     window: int | None = None
     reserve: int | None = None
     origin: str | None = None
-    """Where the window's number was read (a vendor's page, or the config file)."""
+    """Where the window's number was read (a vendor's page, the config file, a flag)."""
     factor: float | None = None
     """The model's tokens per token of the view's count (Claude models), else None."""
     counted: str | None = None
@@ -109,16 +110,15 @@ def fit(
     found = room(model, answer=asked, windows=windows, measured=measured, answer_field=name)
     if found is None:
         return Fit(FALLBACK_BUDGET, "fallback", model)
-    source = "config" if found.given else "table"
     return Fit(
         found.budget,
-        source,
+        "config" if found.given else "table",
         model,
-        found.window,
-        found.reserve,
-        found.source,
-        found.factor,
-        found.counted,
+        window=found.window,
+        reserve=found.reserve,
+        origin=found.source,
+        factor=found.factor,
+        counted=found.counted,
     )
 
 
