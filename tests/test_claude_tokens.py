@@ -27,6 +27,8 @@ TEXT = "Refactor the loader so that it streams rows instead of reading the whole
         ("claude-sonnet-5-5", V4_7),
         ("claude-fable-5-1", V4_7),
         ("anthropic/Claude-Sonnet-5", V4_7),
+        ("us.anthropic.claude-opus-4-7-v1:0", V4_7),
+        ("claude-sonnet-4-6@20260217", V3),
         ("claude-some-future-name", V3),
     ],
 )

@@ -51,10 +51,17 @@ _PREFIXES: dict[str, Vocabulary] = {
 }
 
 
-def vocabulary(model: str) -> Vocabulary | None:
-    """The vocabulary of a Claude ``model`` (``anthropic/claude-opus-5`` too); None for
-    a model that is not Claude."""
+def model_name(model: str) -> str:
+    """``model`` as the vendors' tables spell it: lowercased, without a router's prefix
+    (``anthropic/``), a cloud's (Bedrock's ``us.anthropic.``) or a ``@version`` (Vertex)."""
     bare = model.rpartition("/")[2].strip().lower()
+    return bare.rpartition("anthropic.")[2].partition("@")[0]
+
+
+def vocabulary(model: str) -> Vocabulary | None:
+    """The vocabulary of a Claude ``model`` (``anthropic/claude-opus-5``,
+    ``us.anthropic.claude-opus-4-7-v1:0`` too); None for a model that is not Claude."""
+    bare = model_name(model)
     if not bare.startswith("claude-"):
         return None
     found = [prefix for prefix in _PREFIXES if bare.startswith(prefix)]

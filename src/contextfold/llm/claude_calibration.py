@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from contextfold.core.claude_tokens import vocabulary
+from contextfold.core.claude_tokens import model_name, vocabulary
 from contextfold.core.tokens import (
     IMAGE_TOKENS,
     REPLY_PRIMING,
@@ -181,4 +181,4 @@ def _items(value: Any) -> Iterable[Mapping[str, Any]]:
 
 
 def _key(model: str) -> str:
-    return model.rpartition("/")[2].strip().lower()
+    return model_name(model)

@@ -10,7 +10,8 @@ A name matches a model called exactly that, or that name then ``-`` and more
 (a dated snapshot: ``gpt-4o`` matches ``gpt-4o-2024-08-06``); a name ending in
 ``*`` matches any model starting with the rest. The longest matching name wins,
 so ``o1-mini`` beats ``o1``. A provider's prefix before the last ``/``
-(``openai/gpt-4o`` on a router) is ignored. Windows are in tokens, prompt and
+(``openai/gpt-4o`` on a router), a cloud's before ``anthropic.`` (Bedrock's
+``us.anthropic.claude-opus-4-7-v1:0``) and a ``@version`` (Vertex's) are ignored. Windows are in tokens, prompt and
 answer together, as each vendor's model page gives them.
 """
 
@@ -21,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from contextfold.core.checks import MAX_BUDGET
-from contextfold.core.claude_tokens import vocabulary
+from contextfold.core.claude_tokens import model_name, vocabulary
 from contextfold.core.errors import InvalidInput
 
 OPENAI = "https://platform.openai.com/docs/models (each model's page: context window)"
@@ -141,7 +142,7 @@ def matches(name: str, model: str) -> bool:
 
 def find_window(model: str, table: Mapping[str, Window] = KNOWN) -> tuple[str, Window] | None:
     """The entry of ``table`` for ``model`` (longest matching name), or None."""
-    bare = model.rpartition("/")[2].strip().lower()
+    bare = model_name(model)
     found = [(name, w) for name, w in table.items() if matches(name.lower(), bare)]
     if not found:
         return None
