@@ -29,6 +29,7 @@ TEXT = "Refactor the loader so that it streams rows instead of reading the whole
         ("anthropic/Claude-Sonnet-5", V4_7),
         ("us.anthropic.claude-opus-4-7-v1:0", V4_7),
         ("claude-sonnet-4-6@20260217", V3),
+        ("anthropic/claude-opus-4.7", V4_7),
         ("claude-some-future-name", V3),
     ],
 )

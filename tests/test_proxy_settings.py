@@ -240,6 +240,8 @@ def test_an_answer_limit_over_the_window_is_refused(tmp_path: Path) -> None:
         ("claude-fable-5-1", "claude-fable-*"),
         ("us.anthropic.claude-opus-4-7-v1:0", "claude-opus-4-7"),
         ("claude-opus-4-6@20260205", "claude-opus-4-6"),
+        ("anthropic/claude-sonnet-4.6", "claude-sonnet-4-6"),
+        ("claude-instant-1.2", "claude-instant-1.2"),
         ("gemini-3-pro-preview", "gemini-3-pro"),
     ],
 )

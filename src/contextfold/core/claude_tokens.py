@@ -53,9 +53,12 @@ _PREFIXES: dict[str, Vocabulary] = {
 
 def model_name(model: str) -> str:
     """``model`` as the vendors' tables spell it: lowercased, without a router's prefix
-    (``anthropic/``), a cloud's (Bedrock's ``us.anthropic.``) or a ``@version`` (Vertex)."""
+    (``anthropic/``), a cloud's (Bedrock's ``us.anthropic.``) or a ``@version`` (Vertex),
+    and a Claude version with dashes, as Anthropic writes it (``claude-opus-4.7`` on a
+    router is ``claude-opus-4-7``)."""
     bare = model.rpartition("/")[2].strip().lower()
-    return bare.rpartition("anthropic.")[2].partition("@")[0]
+    bare = bare.rpartition("anthropic.")[2].partition("@")[0]
+    return bare.replace(".", "-") if bare.startswith("claude-") else bare
 
 
 def vocabulary(model: str) -> Vocabulary | None:

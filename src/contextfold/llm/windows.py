@@ -11,7 +11,8 @@ A name matches a model called exactly that, or that name then ``-`` and more
 ``*`` matches any model starting with the rest. The longest matching name wins,
 so ``o1-mini`` beats ``o1``. A provider's prefix before the last ``/``
 (``openai/gpt-4o`` on a router), a cloud's before ``anthropic.`` (Bedrock's
-``us.anthropic.claude-opus-4-7-v1:0``) and a ``@version`` (Vertex's) are ignored. Windows are in tokens, prompt and
+``us.anthropic.claude-opus-4-7-v1:0``) and a ``@version`` (Vertex's) are ignored,
+and a Claude version's dots are dashes (``claude-opus-4.7`` is ``claude-opus-4-7``). Windows are in tokens, prompt and
 answer together, as each vendor's model page gives them.
 """
 
@@ -143,7 +144,7 @@ def matches(name: str, model: str) -> bool:
 def find_window(model: str, table: Mapping[str, Window] = KNOWN) -> tuple[str, Window] | None:
     """The entry of ``table`` for ``model`` (longest matching name), or None."""
     bare = model_name(model)
-    found = [(name, w) for name, w in table.items() if matches(name.lower(), bare)]
+    found = [(name, w) for name, w in table.items() if matches(model_name(name), bare)]
     if not found:
         return None
     return max(found, key=lambda entry: len(entry[0].rstrip("*")))
