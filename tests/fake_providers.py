@@ -28,8 +28,6 @@ import httpx2
 Protocol = Literal["openai", "anthropic"]
 
 PATHS: dict[Protocol, str] = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
-COUNT_TOKENS = "/v1/messages/count_tokens"
-"""Anthropic's token counting route; a test adds ``("POST", COUNT_TOKENS)`` to ``routes``."""
 
 
 @dataclass(frozen=True)
@@ -113,11 +111,6 @@ def anthropic_reply(
         },
         headers={"request-id": "req_fake"},
     )
-
-
-def count_tokens_reply(input_tokens: int) -> Reply:
-    """A ``count_tokens`` answer as Anthropic sends it."""
-    return Reply(body={"input_tokens": input_tokens}, headers={"request-id": "req_fake"})
 
 
 def error_reply(
@@ -287,3 +280,12 @@ def sdk_exceptions(sdk: Any, root: type[BaseException]) -> list[BaseException]:
                 Exception.__init__(exc, f"{name} happened")
                 found.append(exc)
     return found
+
+
+COUNT_TOKENS = "/v1/messages/count_tokens"
+"""Anthropic's token counting route; a test adds ``("POST", COUNT_TOKENS)`` to ``routes``."""
+
+
+def count_tokens_reply(input_tokens: int) -> Reply:
+    """A ``count_tokens`` answer as Anthropic sends it."""
+    return Reply(body={"input_tokens": input_tokens}, headers={"request-id": "req_fake"})
