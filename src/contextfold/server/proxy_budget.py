@@ -1,14 +1,16 @@
 """The proxy's budget: what a prompt may take in the window of the request's model.
 
-The budget is ``contextfold.llm.windows.room`` of the request's ``model``: its
-context window less the room kept for the answer, the request's
-``max_completion_tokens`` (or ``max_tokens``) when it sets one, else
-``ANSWER_RESERVE`` tokens, at most a quarter of the window. The window is
-looked up in the server's own entries (``--model-window``, ``[model_windows]``)
-first, then in the known models. A model in neither gets ``FALLBACK_BUDGET``, a
-size every chat model of today holds; the fallback is logged and reported like
-every budget (an event ``budget`` on the session's stream, the
-``X-Contextfold-Budget-Source`` header).
+The budget is the model's context window less the room kept for the answer:
+the request's ``max_completion_tokens`` (or ``max_tokens``) when it sets one,
+else ``ANSWER_RESERVE`` tokens, at most a quarter of the window. The window is
+looked up by the request's ``model`` in the server's ``[model_windows]`` table
+first, then in the known models (``contextfold.llm.windows``). A model in
+neither gets ``FALLBACK_BUDGET``, a size every chat model of today holds; the
+fallback is logged and reported like every budget (an event ``budget`` on the
+session's stream, the ``X-Contextfold-Budget-Source`` header).
+
+The formula is ``contextfold.llm.windows.room``, the library's too; the
+server's own entries are ``serve --model-window`` over ``[model_windows]``.
 
 A window is in the model's own tokens and a budget in the view's
 (``o200k_base``). For a Claude model the room is divided by the factor of
