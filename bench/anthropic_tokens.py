@@ -20,9 +20,11 @@ the proxy uses once a ``Calibration`` has counted the conversations before each
 one (the files' conversations taken in turn, as a server meets them): the
 measured one where it is above the stated one. ``measured_alone`` is the error
 were the measured factor trusted even below the stated one (it is not: this
-figure says why); ``tiktoken_alone`` is the error without a factor. The first 50 conversations of each of the four data files are read,
-each up to 40,000 characters (``--quick``: 4 and 6,000); without the shared data, the copies in ``tests/fixtures``
-(a failure under ``CI=true``).
+figure says why); ``tiktoken_alone`` is the error without a factor.
+
+The first 50 conversations of each of the four data files are read, each up to
+40,000 characters (``--quick``: 4 and 6,000); without the shared data, the
+copies in ``tests/fixtures`` (a failure under ``CI=true``).
 """
 
 from __future__ import annotations
