@@ -280,3 +280,12 @@ def sdk_exceptions(sdk: Any, root: type[BaseException]) -> list[BaseException]:
                 Exception.__init__(exc, f"{name} happened")
                 found.append(exc)
     return found
+
+
+COUNT_TOKENS = "/v1/messages/count_tokens"
+"""Anthropic's token counting route; a test adds ``("POST", COUNT_TOKENS)`` to ``routes``."""
+
+
+def count_tokens_reply(input_tokens: int) -> Reply:
+    """A ``count_tokens`` answer as Anthropic sends it."""
+    return Reply(body={"input_tokens": input_tokens}, headers={"request-id": "req_fake"})
