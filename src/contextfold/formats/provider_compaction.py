@@ -44,10 +44,7 @@ def anthropic_compaction_request(
     it) is sent first, as the block: compacting again summarizes the old
     summary and what follows it.
     """
-    block = provider_items(messages[0], "anthropic") if messages else None
-    system, turns = to_anthropic(messages[1:] if block else messages)
-    if block:
-        turns = [{"role": "assistant", "content": block}, *turns]
+    system, turns = anthropic_turns(messages)
     compaction: dict[str, Any] = {"type": "summarize"}
     if instructions:
         compaction["instructions"] = instructions[:INSTRUCTIONS_LIMIT]
@@ -60,6 +57,22 @@ def anthropic_compaction_request(
     if system:
         body["system"] = system
     return body, {"anthropic-beta": ANTHROPIC_COMPACTION_BETA}
+
+
+def anthropic_turns(
+    messages: Sequence[Message],
+) -> tuple[str | None, list[dict[str, Any]]]:
+    """``to_anthropic``, except that the first message after the system prompt, when
+    it carries a block Anthropic made, is sent as that block, first in
+    ``messages`` as the API requires."""
+    lead = 0
+    while lead < len(messages) and messages[lead]["role"] in ("system", "developer"):
+        lead += 1
+    block = provider_items(messages[lead], "anthropic") if lead < len(messages) else None
+    if not block:
+        return to_anthropic(messages)
+    system, turns = to_anthropic([*messages[:lead], *messages[lead + 1 :]])
+    return system, [{"role": "assistant", "content": block}, *turns]
 
 
 def read_anthropic_compaction(
