@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ from fake_providers import FakeProvider
 
 from contextfold import Memory, Session, View
 from contextfold.core.errors import InvalidInput
-from contextfold.core.provider_items import provider_items
+from contextfold.core.folds import Fold
+from contextfold.core.provider_items import folds_for, for_target, provider_items, refused_fold
 from contextfold.formats.provider_compaction import anthropic_turns, response_items
 from contextfold.llm import get_model
 from contextfold.strategies import Pipeline, ProviderCompaction, RollingCompactor
@@ -87,8 +89,10 @@ def test_openai_compacts_a_tool_conversation_into_a_fold_with_its_window_verbati
     assert fake.compactions == 1
     (sent,) = [r for r in server.requests if r.path == "/v1/responses/compact"]
     assert sent.body["model"] == "gpt-5.1"
+    # The system prompt goes as instructions, the API's place for it.
+    assert sent.body["instructions"] == SYSTEM
     kinds = [i.get("type") for i in sent.body["input"]]
-    assert kinds[0] == "message" and sent.body["input"][0]["role"] == "system"
+    assert kinds[0] == "message" and sent.body["input"][0]["role"] == "user"
     assert "function_call" in kinds and "function_call_output" in kinds
     answer = fake.issued
     payload = fold.data["provider"]
@@ -309,3 +313,31 @@ def test_options_are_stored_and_bad_ones_name_their_field() -> None:
     with pytest.raises(InvalidInput) as caught:
         view.refuse_provider_items("nope", "why")
     assert caught.value.field == "fold_id"
+
+
+def test_anthropic_takes_its_block_only_where_it_leads_the_prompt() -> None:
+    block = {"type": "compaction", "content": "S", "signature": "sig"}
+    fold = Fold(
+        view="v",
+        start=2,
+        end=9,
+        kind="summary",
+        text="S",
+        messages=({"role": "system", "content": "S"},),
+        strategy="provider-compaction",
+        tokens_before=400,
+        tokens_after=5,
+        data={"provider": {"name": "anthropic", "items": [block], "tokens": 7, "refused": None}},
+    )
+    shown = for_target(fold, "anthropic")
+    assert shown.messages[0]["meta"] == {"anthropic": {"content": [block]}}
+    assert shown.messages[0]["role"] == "assistant" and shown.tokens_after == 7
+    assert for_target(fold, "anthropic", leading=False) is fold
+    assert for_target(fold, "openai") is fold and for_target(fold, None) is fold
+    facts = replace(fold, id="facts", placement="facts", data={})
+    assert folds_for([fold], "anthropic", first_seq=2, facts=facts) == [fold]
+    assert folds_for([fold], "anthropic", first_seq=1, facts=None) == [fold]
+    assert folds_for([fold], "anthropic", first_seq=2, facts=None) == [shown]
+    with pytest.raises(InvalidInput) as caught:
+        refused_fold(fold, " ")
+    assert caught.value.field == "reason"

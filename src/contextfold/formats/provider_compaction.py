@@ -107,10 +107,19 @@ def read_anthropic_compaction(
 def openai_compaction_request(
     messages: Sequence[Message], *, model: str, instructions: str | None
 ) -> dict[str, Any]:
-    """The body of ``POST /responses/compact`` for ``messages``."""
-    body: dict[str, Any] = {"model": model, "input": response_items(messages)}
-    if instructions:
-        body["instructions"] = instructions
+    """The body of ``POST /responses/compact`` for ``messages``.
+
+    The leading system prompt goes as ``instructions``, the API's place for it,
+    with ``instructions`` after it: sent as an input item, it could come back in
+    the compacted window, and the prompt would hold it twice.
+    """
+    lead = 0
+    while lead < len(messages) and messages[lead]["role"] in ("system", "developer"):
+        lead += 1
+    said = [text_of(m) for m in messages[:lead]] + ([instructions] if instructions else [])
+    body: dict[str, Any] = {"model": model, "input": response_items(messages[lead:])}
+    if said:
+        body["instructions"] = "\n\n".join(said)
     return body
 
 
@@ -151,9 +160,20 @@ def items_tokens(compacted: ProviderCompacted, counter: TokenCounter) -> int:
         if item.get("type") == "compaction":
             total += written or counter.text(str(item.get("encrypted_content") or ""))
         else:
-            text = json.dumps(item, ensure_ascii=False)
-            total += counter.message({"role": "user", "content": text})
+            total += counter.message({"role": "user", "content": _item_text(item)})
     return total
+
+
+def _item_text(item: Mapping[str, Any]) -> str:
+    """What a retained item says: its text parts, or its JSON when it has none."""
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, Mapping) for p in content):
+        texts = [p.get("text") for p in content]
+        if all(isinstance(t, str) for t in texts):
+            return "\n".join(str(t) for t in texts)
+    return json.dumps(item, ensure_ascii=False)
 
 
 def response_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
