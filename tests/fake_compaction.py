@@ -66,6 +66,8 @@ class AnthropicCompaction:
         self.signatures: dict[str, str] = {}
         self.compactions = 0
         self.refusals = 0
+        self.stop_reason = "compaction"
+        """Another one is the documented 200 without a block (``max_tokens``, ``refusal``)."""
         server.answer("POST", "/v1/messages", self)
 
     def expire(self) -> None:
@@ -95,6 +97,10 @@ class AnthropicCompaction:
 
     def _compacted(self, body: dict[str, Any]) -> Reply:
         self.compactions += 1
+        if self.stop_reason != "compaction":
+            empty = anthropic_reply("", model=body["model"], stop_reason=self.stop_reason)
+            empty.body["content"] = []  # a 200 with empty content, as documented
+            return empty
         summary = digest(_texts_anthropic(body["messages"]))
         signature = hashlib.sha256(f"{self.compactions}:{summary}".encode()).hexdigest()
         self.signatures[signature] = summary

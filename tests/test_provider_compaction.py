@@ -21,7 +21,13 @@ from fake_providers import FakeProvider
 from contextfold import Memory, Session, View
 from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold
-from contextfold.core.provider_items import folds_for, for_target, provider_items, refused_fold
+from contextfold.core.provider_items import (
+    carried_folds,
+    folds_for,
+    for_target,
+    provider_items,
+    refused_fold,
+)
 from contextfold.formats.provider_compaction import anthropic_turns, response_items
 from contextfold.llm import get_model
 from contextfold.strategies import Pipeline, ProviderCompaction, RollingCompactor
@@ -157,7 +163,9 @@ def test_a_refused_item_falls_back_to_the_views_own_summary(
     items = response_items(view.render(for_provider="openai"))
     refused = post(server, "/responses", {"model": "gpt-5.1", "input": items})
     assert refused.status_code == 400
+    assert carried_folds(view.render(for_provider="openai")) == [fold.id]
     new = view.refuse_provider_items(fold.id, refused.json()["error"]["message"])
+    assert carried_folds(view.render(for_provider="openai")) == []
     assert (new.start, new.end) == (fold.start, fold.end) and new.id != fold.id
     assert new.data["provider"]["refused"].startswith("The encrypted content")
     assert new.data["provider"]["items"] == fold.data["provider"]["items"]  # kept for audit
@@ -247,6 +255,29 @@ def test_a_model_that_cannot_compact_for_the_provider_leaves_the_own_summary(
     assert view.render(for_provider="anthropic") == view.render()
 
 
+def test_no_block_back_leaves_the_own_summary_and_says_why(
+    anthropic_server: tuple[FakeProvider, AnthropicCompaction],
+) -> None:
+    server, fake = anthropic_server
+    fake.stop_reason = "max_tokens"  # the documented 200 with no block: the summary was cut off
+    view = folded_view(conversation(Memory()), "anthropic", server)
+    (fold,) = view.compact().folds
+    payload = fold.data["provider"]
+    assert payload["items"] == [] and "stop_reason 'max_tokens'" in payload["error"]
+    assert OWN_SUMMARY in fold.text
+    assert view.render(for_provider="anthropic") == view.render()
+
+
+def test_the_fold_counts_both_calls(openai_server: tuple[FakeProvider, OpenAICompaction]) -> None:
+    server, _ = openai_server
+    view = folded_view(conversation(Memory()), "openai", server)
+    (fold,) = view.compact().folds
+    assert fold.usage is not None and fold.usage["calls"] == 2
+    provider = fold.data["provider"]["usage"]
+    assert provider["calls"] == 1 and provider["output_tokens"] == 300
+    assert fold.usage["output_tokens"] >= provider["output_tokens"]
+
+
 @pytest.fixture(params=["ram", "sqlite", "postgres"])
 def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | None]:
     """Where the log and folds live: None (RAM), a SQLite file, a PostgreSQL schema."""
@@ -330,7 +361,7 @@ def test_anthropic_takes_its_block_only_where_it_leads_the_prompt() -> None:
         data={"provider": {"name": "anthropic", "items": [block], "tokens": 7, "refused": None}},
     )
     shown = for_target(fold, "anthropic")
-    assert shown.messages[0]["meta"] == {"anthropic": {"content": [block]}}
+    assert shown.messages[0]["meta"] == {"anthropic": {"content": [block], "fold": fold.id}}
     assert shown.messages[0]["role"] == "assistant" and shown.tokens_after == 7
     assert for_target(fold, "anthropic", leading=False) is fold
     assert for_target(fold, "openai") is fold and for_target(fold, None) is fold

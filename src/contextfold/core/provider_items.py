@@ -8,8 +8,9 @@ in ``data["provider"]`` with the provider and model that made them; its
 
 A prompt rendered for the provider that made them carries the items in the
 fold's message ``meta`` (``meta["openai"]["items"]``, ``meta["anthropic"]
-["content"]``), the only ``meta`` render keeps, so a wire translator can send
-them as they came; the message's ``content`` is the plain text, for a
+["content"]``, with the fold's id as ``["fold"]``), the only ``meta`` render
+keeps, so a wire translator can send them as they came, and a caller whose
+provider refused them knows which fold to mark; the message's ``content`` is the plain text, for a
 translator that knows nothing of them. A prompt for anyone else, or for no one
 (``None``), gets the plain messages. Once the provider refuses its items, the
 fold is superseded by one whose items are marked refused and whose messages are
@@ -92,7 +93,8 @@ def for_target(fold: Fold, target: str | None, *, leading: bool = True) -> Fold:
     payload = payload_of(fold) or {}
     plain = fold.messages[0]
     items = list(payload["items"])
-    carried = {"items": items} if target == "openai" else {"content": items}
+    carried: dict[str, Any] = {"items": items} if target == "openai" else {"content": items}
+    carried["fold"] = fold.id
     message: Message = {
         "role": "assistant" if target == "anthropic" else plain["role"],
         "content": fold.text,
@@ -135,6 +137,19 @@ def provider_items(message: Mapping[str, Any], provider: Provider) -> list[Any] 
         return None
     items = carried.get("items" if provider == "openai" else "content")
     return list(items) if isinstance(items, list) else None
+
+
+def carried_folds(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The ids of the folds whose provider items a rendered prompt carries: what to
+    pass to ``View.refuse_provider_items`` when the provider refuses the prompt."""
+    out: list[str] = []
+    for message in messages:
+        meta = message.get("meta")
+        for provider in PROVIDERS:
+            carried = meta.get(provider) if isinstance(meta, Mapping) else None
+            if isinstance(carried, Mapping) and isinstance(carried.get("fold"), str):
+                out.append(carried["fold"])
+    return out
 
 
 def refused_fold(fold: Fold, reason: str) -> Fold:

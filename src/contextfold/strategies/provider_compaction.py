@@ -112,14 +112,14 @@ class ProviderCompaction:
                 "usage": dict(compacted.usage),
                 "refused": None,
             }
+        own = replace(own, strategy=self.name, usage=_with_call(own.usage, compacted))
         if compacted is None or compacted.summary is None:
-            return [replace(own, strategy=self.name, data={**own.data, "provider": payload})]
+            return [replace(own, data={**own.data, "provider": payload})]
         message: Message = {"role": own.messages[0]["role"], "content": compacted.summary}
         kept = {"messages": list(own.messages), "tokens": own.tokens_after}
         return [
             replace(
                 own,
-                strategy=self.name,
                 text=compacted.summary,
                 messages=(message,),
                 tokens_after=counter.message(message),
@@ -161,3 +161,16 @@ class ProviderCompaction:
                 field="fallback",
             )
         return folds[0]
+
+
+def _with_call(
+    usage: Mapping[str, Any] | None, compacted: ProviderCompacted | None
+) -> Mapping[str, Any] | None:
+    """The fold's usage: its own summary's calls and the provider's compaction call,
+    so the cycle's figures count both."""
+    if compacted is None:
+        return usage
+    total = dict(usage or {"model": compacted.model})
+    for key in ("input_tokens", "output_tokens", "latency_s", "calls"):
+        total[key] = total.get(key, 0) + compacted.usage.get(key, 0)
+    return total
