@@ -152,6 +152,25 @@ def test_recall_still_finds_the_folded_range_in_the_log(
     assert any("build/step3" in str(m.get("content")) for m in report.messages)
 
 
+def test_openai_compacts_again_from_its_own_window(
+    openai_server: tuple[FakeProvider, OpenAICompaction],
+) -> None:
+    server, fake = openai_server
+    session = conversation(Memory())
+    view = folded_view(session, "openai", server)
+    (first,) = view.compact().folds
+    for i in range(9, 13):
+        session.extend(tool_round(i))
+    (second,) = view.compact().folds
+    assert fake.compactions == 2 and second.start == first.start and second.end > first.end
+    again = [r for r in server.requests if r.path == "/v1/responses/compact"][-1]
+    window = first.data["provider"]["items"]
+    assert again.body["input"][: len(window)] == window
+    assert again.body["instructions"] == SYSTEM
+    mine = view.render(for_provider="openai")
+    assert carried_folds(mine) == [second.id] and mine[1]["role"] == "assistant"
+
+
 def test_a_refused_item_falls_back_to_the_views_own_summary(
     openai_server: tuple[FakeProvider, OpenAICompaction],
 ) -> None:
@@ -336,8 +355,11 @@ def test_options_are_stored_and_bad_ones_name_their_field() -> None:
         ({"max_tokens": 0}, "max_tokens"),
     ]:
         with pytest.raises(InvalidInput) as caught:
-            ProviderCompaction(**options)
+            ProviderCompaction(**{"provider": "openai", **options})
         assert caught.value.field == field
+    with pytest.raises(InvalidInput) as caught:
+        view.update(pipeline={"strategies": [{"type": "provider-compaction"}]})
+    assert caught.value.field.startswith("pipeline.strategies[0]")
     with pytest.raises(InvalidInput) as caught:
         view.render(for_provider="gemini")
     assert caught.value.field == "for_provider"
@@ -361,6 +383,7 @@ def test_anthropic_takes_its_block_only_where_it_leads_the_prompt() -> None:
         data={"provider": {"name": "anthropic", "items": [block], "tokens": 7, "refused": None}},
     )
     shown = for_target(fold, "anthropic")
+    assert for_target(fold, "openai") is fold
     assert shown.messages[0]["meta"] == {"anthropic": {"content": [block], "fold": fold.id}}
     assert shown.messages[0]["role"] == "assistant" and shown.tokens_after == 7
     assert for_target(fold, "anthropic", leading=False) is fold

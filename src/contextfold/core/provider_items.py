@@ -8,7 +8,7 @@ in ``data["provider"]`` with the provider and model that made them; its
 
 A prompt rendered for the provider that made them carries the items in the
 fold's message ``meta`` (``meta["openai"]["items"]``, ``meta["anthropic"]
-["content"]``, with the fold's id as ``["fold"]``), the only ``meta`` render
+["content"]``, with the fold's id as ``["fold"]``) of an assistant message, the only ``meta`` render
 keeps, so a wire translator can send them as they came, and a caller whose
 provider refused them knows which fold to mark; the message's ``content`` is the plain text, for a
 translator that knows nothing of them. A prompt for anyone else, or for no one
@@ -91,12 +91,11 @@ def for_target(fold: Fold, target: str | None, *, leading: bool = True) -> Fold:
     if not usable_for(fold, target) or (target == "anthropic" and not leading):
         return fold
     payload = payload_of(fold) or {}
-    plain = fold.messages[0]
     items = list(payload["items"])
     carried: dict[str, Any] = {"items": items} if target == "openai" else {"content": items}
     carried["fold"] = fold.id
     message: Message = {
-        "role": "assistant" if target == "anthropic" else plain["role"],
+        "role": "assistant",
         "content": fold.text,
         "meta": {str(target): carried},
     }

@@ -65,9 +65,7 @@ def anthropic_turns(
     """``to_anthropic``, except that the first message after the system prompt, when
     it carries a block Anthropic made, is sent as that block, first in
     ``messages`` as the API requires."""
-    lead = 0
-    while lead < len(messages) and messages[lead]["role"] in ("system", "developer"):
-        lead += 1
+    lead = _system_run(messages)
     block = provider_items(messages[lead], "anthropic") if lead < len(messages) else None
     if not block:
         return to_anthropic(messages)
@@ -113,9 +111,7 @@ def openai_compaction_request(
     with ``instructions`` after it: sent as an input item, it could come back in
     the compacted window, and the prompt would hold it twice.
     """
-    lead = 0
-    while lead < len(messages) and messages[lead]["role"] in ("system", "developer"):
-        lead += 1
+    lead = _system_run(messages)
     said = [text_of(m) for m in messages[:lead]] + ([instructions] if instructions else [])
     body: dict[str, Any] = {"model": model, "input": response_items(messages[lead:])}
     if said:
@@ -209,6 +205,17 @@ def response_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
                 }
             )
     return items
+
+
+def _system_run(messages: Sequence[Message]) -> int:
+    """How many messages open with the system prompt: system and developer messages
+    that carry no provider's items."""
+    lead = 0
+    for message in messages:
+        if message["role"] not in ("system", "developer") or message.get("meta"):
+            break
+        lead += 1
+    return lead
 
 
 def _content(message: Message) -> str | list[dict[str, Any]]:

@@ -66,7 +66,7 @@ class ProviderCompaction:
     (thinking included).
     """
 
-    provider: Provider = "openai"
+    provider: Provider
     model: str | None = None
     fallback: Mapping[str, Any] | Strategy = field(default_factory=_rolling)
     instructions: str | None = None
