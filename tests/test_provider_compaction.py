@@ -13,7 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 from fake_compaction import BETA, OWN_SUMMARY, AnthropicCompaction, OpenAICompaction
 from fake_providers import FakeProvider
@@ -80,8 +79,33 @@ def folded_view(
     return session.view("v", pipeline=Pipeline([strategy]), llm=llm, recall=recall)
 
 
-def post(server: FakeProvider, path: str, body: dict[str, Any], **headers: str) -> httpx2.Response:
-    return httpx2.post(f"{server.url}{path}", json=body, headers=headers, timeout=5)
+def send(server: FakeProvider, prompt: list[dict[str, Any]]) -> str | None:
+    """The provider's refusal of ``prompt`` (None: taken), sent through its official SDK
+    as a wire translator sends it: Responses input items, or Messages with the block."""
+    if server.protocol == "openai":
+        import openai
+
+        oai = openai.OpenAI(base_url=server.url, api_key="k", max_retries=0)
+        try:
+            oai.responses.create(model="gpt-5.1", input=response_items(prompt))  # type: ignore[arg-type]
+        except openai.APIStatusError as exc:
+            return f"{exc.status_code} {exc.message}"
+        return None
+    import anthropic
+
+    claude = anthropic.Anthropic(base_url=server.url, api_key="k", max_retries=0)
+    system, turns = anthropic_turns(prompt)
+    try:
+        claude.beta.messages.create(
+            model="claude-sonnet-4-6",
+            max_tokens=64,
+            messages=turns,  # type: ignore[arg-type]
+            betas=[BETA],
+            **({"system": system} if system else {}),
+        )
+    except anthropic.APIStatusError as exc:
+        return f"{exc.status_code} {exc.message}"
+    return None
 
 
 def test_openai_compacts_a_tool_conversation_into_a_fold_with_its_window_verbatim(
@@ -137,7 +161,7 @@ def test_the_items_render_only_for_their_provider_and_their_cost_is_counted(
     # The Responses translator sends the window verbatim, and the provider takes it.
     items = response_items(mine.messages)
     assert items[1 : 1 + len(payload["items"])] == payload["items"]
-    assert post(server, "/responses", {"model": "gpt-5.1", "input": items}).status_code == 200
+    assert send(server, mine.messages) is None
 
 
 def test_recall_still_finds_the_folded_range_in_the_log(
@@ -179,20 +203,17 @@ def test_a_refused_item_falls_back_to_the_views_own_summary(
     view = folded_view(session, "openai", server)
     (fold,) = view.compact().folds
     fake.expire()
-    items = response_items(view.render(for_provider="openai"))
-    refused = post(server, "/responses", {"model": "gpt-5.1", "input": items})
-    assert refused.status_code == 400
+    refused = send(server, view.render(for_provider="openai"))
+    assert refused is not None and refused.startswith("400")
     assert carried_folds(view.render(for_provider="openai")) == [fold.id]
-    new = view.refuse_provider_items(fold.id, refused.json()["error"]["message"])
+    new = view.refuse_provider_items(fold.id, refused)
     assert carried_folds(view.render(for_provider="openai")) == []
     assert (new.start, new.end) == (fold.start, fold.end) and new.id != fold.id
-    assert new.data["provider"]["refused"].startswith("The encrypted content")
+    assert "encrypted content could not be verified" in new.data["provider"]["refused"]
     assert new.data["provider"]["items"] == fold.data["provider"]["items"]  # kept for audit
     again = view.render(for_provider="openai")
     assert again == view.render() and all("meta" not in m for m in again)
-    assert post(
-        server, "/responses", {"model": "gpt-5.1", "input": response_items(again)}
-    ).is_success
+    assert send(server, again) is None
     superseded = [f for f in view.folds(include_superseded=True) if f.id == fold.id]
     assert superseded[0].superseded_by == new.id
     with pytest.raises(InvalidInput) as caught:
@@ -221,13 +242,7 @@ def test_anthropic_keeps_its_signed_block_and_its_readable_summary_as_text(
     mine = view.render(for_provider="anthropic")
     system, turns = anthropic_turns(mine)
     assert turns[0] == {"role": "assistant", "content": [block]}
-    ok = post(
-        server,
-        "/v1/messages",
-        {"model": "claude-sonnet-4-6", "max_tokens": 64, "system": system, "messages": turns},
-        **{"anthropic-beta": BETA},
-    )
-    assert ok.status_code == 200
+    assert system == SYSTEM and send(server, mine) is None
     for target in (None, "openai"):
         shown = view.render(for_provider=target)
         assert all("meta" not in m for m in shown) and shown[1]["content"] == fold.text
@@ -247,17 +262,15 @@ def test_anthropic_refusal_and_compacting_again_from_the_block(
     assert resent.body["messages"][0]["content"] == first.data["provider"]["items"]
     assert second.start == first.start and second.end > first.end
     fake.expire()
-    system, turns = anthropic_turns(view.render(for_provider="anthropic"))
-    body = {"model": "claude-sonnet-4-6", "max_tokens": 64, "system": system, "messages": turns}
-    refused = post(server, "/v1/messages", body, **{"anthropic-beta": BETA})
-    assert refused.status_code == 400
-    assert refused.json()["error"]["details"]["error_code"] == "compaction_signature_invalid"
-    new = view.refuse_provider_items(second.id, refused.json()["error"]["message"])
+    refused = send(server, view.render(for_provider="anthropic"))
+    assert refused is not None and "compaction_signature_invalid" in refused
+    new = view.refuse_provider_items(second.id, refused)
     # Refused: every target gets the view's own summary of the same range.
     assert new.messages == tuple(second.data["fallback"]["messages"])
     assert "fallback" not in new.data
     shown = view.render(for_provider="anthropic")
     assert shown == view.render() and OWN_SUMMARY in shown[1]["content"]
+    assert send(server, shown) is None
 
 
 def test_a_model_that_cannot_compact_for_the_provider_leaves_the_own_summary(
