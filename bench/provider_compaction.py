@@ -10,7 +10,11 @@ summary of that size, not what a real provider would write.
 
 At every user turn the view compacts, and its prompt is rendered for the
 provider and sent to it (the items translated verbatim); the provider's
-refusals are counted (goal 0). At the end each server forgets the items it
+refusals are counted (goal 0). One conversation in five is scripted to get no compaction (OpenAI: a 400 for
+the model; Anthropic: ``stop_reason`` ``max_tokens``, no block), to count the
+folds that fall back to the view's own summary alone.
+
+At the end each server forgets the items it
 issued, as after an expiry: the prompt carrying them is refused, the caller
 marks the fold (``View.refuse_provider_items``) and the next prompt, the
 view's own summary, is accepted (goal: every one).
@@ -38,6 +42,7 @@ from contextfold.strategies import Pipeline, ProviderCompaction
 
 FALLBACK = {"type": "rolling", "options": {"threshold": 3, "retain_recent": 2}}
 MODELS = {"openai": "gpt-5.1", "anthropic": "claude-sonnet-4-6"}
+FAIL_EVERY = 5
 SENT = "x-bench-prompt"
 """Marks the prompts this benchmark sends, apart from the view's own summary calls."""
 
@@ -73,7 +78,12 @@ def replay(provider: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
         fake = AnthropicCompaction(server) if provider == "anthropic" else OpenAICompaction(server)
         llm = get_model(f"{provider}:{MODELS[provider]}", base_url=server.url, api_key="k")
         views: list[View] = []
-        for row in rows:
+        for n, row in enumerate(rows):
+            failing = n % FAIL_EVERY == FAIL_EVERY - 1
+            if isinstance(fake, OpenAICompaction):
+                fake.unsupported = failing
+            else:
+                fake.stop_reason = "max_tokens" if failing else "compaction"
             messages = row["messages"]
             session = Memory().session(row["id"], system=messages[0]["content"])
             strategy = ProviderCompaction(provider=provider, fallback=FALLBACK)  # type: ignore[arg-type]
@@ -108,7 +118,11 @@ def replay(provider: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
             figures["recovered"] += (
                 send(server, provider, view.render(for_provider=provider)) == 200
             )
-        figures["compaction_calls"] = fake.compactions
+        figures["compaction_calls"] = sum(
+            1
+            for r in server.requests
+            if r.path == "/v1/responses/compact" or "compaction" in (r.body or {})
+        )
         figures["own_summary_calls"] = sum(
             1
             for r in server.requests

@@ -179,6 +179,8 @@ class OpenAICompaction:
         self.issued: dict[str, str] = {}
         self.compactions = 0
         self.refusals = 0
+        self.unsupported = False
+        """Answer compactions with a 400, as for a model without compaction."""
         self._ids = itertools.count(1)
         server.answer("POST", "/v1/responses/compact", self.compact)
         server.answer("POST", "/v1/responses", self.respond)
@@ -195,6 +197,8 @@ class OpenAICompaction:
         fault = self._items_fault(items)
         if fault is not None:
             return fault
+        if self.unsupported:
+            return error_reply("openai", 400, f"compaction is not supported for {body['model']}")
         self.compactions += 1
         n = next(self._ids)
         texts = [_item_text(i) for i in items]
