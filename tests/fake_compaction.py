@@ -93,6 +93,11 @@ class AnthropicCompaction:
             return _anthropic_error(400, "nothing to summarize", "compaction_nothing_to_summarize")
         if _ends_in_open_call(turns):
             return _anthropic_error(400, "the last assistant turn ends in an unanswered tool call")
+        unanswered = _unanswered(turns)
+        if unanswered:
+            return _anthropic_error(
+                400, f"tool_use ids were found without tool_result blocks: {unanswered}"
+            )
         return self._compacted(body)
 
     def _compacted(self, body: dict[str, Any]) -> Reply:
@@ -161,6 +166,22 @@ def _ends_in_open_call(turns: list[dict[str, Any]]) -> bool:
         and isinstance(content, list)
         and any(b.get("type") == "tool_use" for b in content)
     )
+
+
+def _unanswered(turns: list[dict[str, Any]]) -> list[str]:
+    """``tool_use`` ids not answered by a ``tool_result`` in the next turn, which the
+    Messages API refuses wherever they are."""
+    missing: list[str] = []
+    for turn, after in zip(turns, [*turns[1:], {}], strict=True):
+        if turn.get("role") != "assistant" or not after:
+            continue
+        blocks = turn["content"] if isinstance(turn.get("content"), list) else []
+        answers = after.get("content") if isinstance(after.get("content"), list) else []
+        answered = {b.get("tool_use_id") for b in answers if b.get("type") == "tool_result"}
+        missing += [
+            b["id"] for b in blocks if b.get("type") == "tool_use" and b["id"] not in answered
+        ]
+    return missing
 
 
 def _anthropic_error(status: int, message: str, code: str | None = None) -> Reply:

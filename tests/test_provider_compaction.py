@@ -287,6 +287,33 @@ def test_a_model_that_cannot_compact_for_the_provider_leaves_the_own_summary(
     assert view.render(for_provider="anthropic") == view.render()
 
 
+def test_a_call_the_log_never_answered_is_answered_in_the_compaction_request(
+    anthropic_server: tuple[FakeProvider, AnthropicCompaction],
+) -> None:
+    server, fake = anthropic_server
+    session = conversation(Memory(), rounds=2)
+    lost = {"id": "call_lost", "type": "function", "function": {"name": "shell", "arguments": "{}"}}
+    session.extend(
+        [
+            {"role": "user", "content": "Run the flaky step."},
+            {"role": "assistant", "content": None, "tool_calls": [lost]},
+            {"role": "user", "content": "Never mind, go on."},
+            {"role": "assistant", "content": "Going on."},
+        ]
+    )
+    for i in range(3, 9):
+        session.extend(tool_round(i))
+    view = folded_view(session, "anthropic", server)
+    (fold,) = view.compact().folds
+    assert fold.data["provider"]["items"] and fake.compactions == 1
+    (sent,) = [r for r in server.requests if r.body and "compaction" in r.body]
+    results = [
+        b for t in sent.body["messages"] for b in t["content"] if b.get("type") == "tool_result"
+    ]
+    assert "call_lost" in {b["tool_use_id"] for b in results}
+    assert len(session.history()) == 1 + 2 * 4 + 4 + 6 * 4  # the log keeps the call unanswered
+
+
 def test_no_block_back_leaves_the_own_summary_and_says_why(
     anthropic_server: tuple[FakeProvider, AnthropicCompaction],
 ) -> None:
