@@ -10,14 +10,15 @@ summary of that size, not what a real provider would write.
 
 At every user turn the view compacts, and its prompt is rendered for the
 provider and sent to it (the items translated verbatim); the provider's
-refusals are counted (goal 0). One conversation in five is scripted to get no compaction (OpenAI: a 400 for
-the model; Anthropic: ``stop_reason`` ``max_tokens``, no block), to count the
-folds that fall back to the view's own summary alone.
+refusals are counted (goal 0). One conversation in five is scripted to get no
+compaction (OpenAI: a 400 for the model; Anthropic: ``stop_reason``
+``max_tokens``, no block), to count the folds that fall back to the view's own
+summary alone.
 
-At the end each server forgets the items it
-issued, as after an expiry: the prompt carrying them is refused, the caller
-marks the fold (``View.refuse_provider_items``) and the next prompt, the
-view's own summary, is accepted (goal: every one).
+At the end each server forgets the items it issued, as after an expiry: the
+prompt carrying them is refused, the caller marks the fold
+(``View.refuse_provider_items``) and the next prompt, the view's own summary,
+is accepted (goal: every one).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def replay(provider: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
                 fake.stop_reason = "max_tokens" if failing else "compaction"
             messages = row["messages"]
             session = Memory().session(row["id"], system=messages[0]["content"])
-            strategy = ProviderCompaction(provider=provider, fallback=FALLBACK)  # type: ignore[arg-type]
+            strategy = ProviderCompaction(provider, fallback=FALLBACK)  # type: ignore[arg-type]
             view = session.view("v", pipeline=Pipeline([strategy]), llm=llm)
             for message in messages[1:]:
                 session.append(message)

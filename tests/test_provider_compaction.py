@@ -75,7 +75,7 @@ def folded_view(
     """A view folding with ``provider``'s compaction, its model on ``server``'s protocol."""
     spec = "openai:gpt-5.1" if server.protocol == "openai" else "anthropic:claude-sonnet-4-6"
     llm = get_model(spec, base_url=server.url, api_key="k", timeout=5)
-    strategy = ProviderCompaction(provider=provider, fallback=FALLBACK, **options)  # type: ignore[arg-type]
+    strategy = ProviderCompaction(provider, fallback=FALLBACK, **options)  # type: ignore[arg-type]
     return session.view("v", pipeline=Pipeline([strategy]), llm=llm, recall=recall)
 
 
@@ -87,7 +87,8 @@ def send(server: FakeProvider, prompt: list[dict[str, Any]]) -> str | None:
 
         oai = openai.OpenAI(base_url=server.url, api_key="k", max_retries=0)
         try:
-            oai.responses.create(model="gpt-5.1", input=response_items(prompt))  # type: ignore[arg-type]
+            items: Any = response_items(prompt)
+            oai.responses.create(model="gpt-5.1", input=items)
         except openai.APIStatusError as exc:
             return f"{exc.status_code} {exc.message}"
         return None

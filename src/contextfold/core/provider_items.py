@@ -29,8 +29,8 @@ from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message, for_model
 
-Provider = Literal["anthropic", "openai"]
-PROVIDERS: tuple[Provider, ...] = ("anthropic", "openai")
+ProviderName = Literal["anthropic", "openai"]
+COMPACTION_PROVIDERS: tuple[ProviderName, ...] = ("anthropic", "openai")
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class ProviderCompacted:
     call cost (``model``, ``input_tokens``, ``output_tokens``, ``calls``, ...).
     """
 
-    provider: Provider
+    provider: ProviderName
     model: str
     items: tuple[Mapping[str, Any], ...]
     summary: str | None
@@ -57,7 +57,7 @@ class Compacts(Protocol):
         self,
         messages: Sequence[Message],
         *,
-        provider: Provider,
+        provider: ProviderName,
         model: str | None = None,
         instructions: str | None = None,
         max_tokens: int | None = None,
@@ -121,13 +121,13 @@ def for_prompt(message: Mapping[str, Any]) -> Message:
     out = for_model(message)
     meta = message.get("meta")
     if isinstance(meta, Mapping):
-        kept = {k: v for k, v in meta.items() if k in PROVIDERS}
+        kept = {k: v for k, v in meta.items() if k in COMPACTION_PROVIDERS}
         if kept:
             out["meta"] = kept
     return out
 
 
-def provider_items(message: Mapping[str, Any], provider: Provider) -> list[Any] | None:
+def provider_items(message: Mapping[str, Any], provider: ProviderName) -> list[Any] | None:
     """The items ``provider`` made that a rendered message carries, or None: what a
     wire translator sends in the message's place."""
     meta = message.get("meta")
@@ -144,7 +144,7 @@ def carried_folds(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     out: list[str] = []
     for message in messages:
         meta = message.get("meta")
-        for provider in PROVIDERS:
+        for provider in COMPACTION_PROVIDERS:
             carried = meta.get(provider) if isinstance(meta, Mapping) else None
             if isinstance(carried, Mapping) and isinstance(carried.get("fold"), str):
                 out.append(carried["fold"])

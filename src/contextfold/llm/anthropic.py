@@ -23,7 +23,7 @@ from typing import Any
 
 from contextfold.core.errors import ModelError
 from contextfold.core.messages import Message
-from contextfold.core.provider_items import Provider, ProviderCompacted
+from contextfold.core.provider_items import ProviderCompacted, ProviderName
 from contextfold.formats.anthropic import to_anthropic
 from contextfold.formats.provider_compaction import (
     anthropic_compaction_request,
@@ -113,7 +113,7 @@ class AnthropicModel(Model):
         self,
         messages: Sequence[Message],
         *,
-        provider: Provider,
+        provider: ProviderName,
         model: str | None = None,
         instructions: str | None = None,
         max_tokens: int | None = None,

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from contextfold.core.errors import ContextfoldError, ModelError
 from contextfold.core.messages import Message
-from contextfold.core.provider_items import Compacts, Provider, ProviderCompacted
+from contextfold.core.provider_items import Compacts, ProviderCompacted, ProviderName
 from contextfold.llm.base import LLM, Completion, Model
 from contextfold.llm.budget import JobBudget, NoAnswer, call_within
 
@@ -52,7 +52,7 @@ class Guarded:
         self,
         messages: Sequence[Message],
         *,
-        provider: Provider,
+        provider: ProviderName,
         model: str | None = None,
         instructions: str | None = None,
         max_tokens: int | None = None,

@@ -22,7 +22,7 @@ from typing import Any
 
 from contextfold.core.errors import ModelError
 from contextfold.core.messages import Message, for_model
-from contextfold.core.provider_items import Provider, ProviderCompacted
+from contextfold.core.provider_items import ProviderCompacted, ProviderName
 from contextfold.formats.provider_compaction import (
     OPENAI_COMPACT_PATH,
     openai_compaction_request,
@@ -126,7 +126,7 @@ class OpenAIModel(Model):
         self,
         messages: Sequence[Message],
         *,
-        provider: Provider,
+        provider: ProviderName,
         model: str | None = None,
         instructions: str | None = None,
         max_tokens: int | None = None,

@@ -27,7 +27,7 @@ from contextfold.core.errors import InvalidInput
 from contextfold.core.events import EventCallback
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message
-from contextfold.core.provider_items import PROVIDERS, refused_fold
+from contextfold.core.provider_items import COMPACTION_PROVIDERS, refused_fold
 from contextfold.core.render import Rendered, floor
 from contextfold.llm.base import LLM
 from contextfold.llm.budget import DEFAULT_LIMITS, JobLimits
@@ -233,9 +233,10 @@ class View:
         check_budget(budget)
         if query is not None and not isinstance(query, str):
             raise InvalidInput("query is a string", field="query")
-        if for_provider is not None and for_provider not in PROVIDERS:
+        if for_provider is not None and for_provider not in COMPACTION_PROVIDERS:
+            known = ", ".join(COMPACTION_PROVIDERS)
             raise InvalidInput(
-                f"for_provider is one of {', '.join(PROVIDERS)} or None, not {for_provider!r}",
+                f"for_provider is one of {known} or None, not {for_provider!r}",
                 field="for_provider",
             )
         head = self._reader.head()

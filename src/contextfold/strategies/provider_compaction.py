@@ -33,10 +33,10 @@ from contextfold.core.errors import InvalidInput, ModelError
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message, for_model
 from contextfold.core.provider_items import (
-    PROVIDERS,
+    COMPACTION_PROVIDERS,
     Compacts,
-    Provider,
     ProviderCompacted,
+    ProviderName,
     for_target,
 )
 from contextfold.core.tokens import TokenCounter
@@ -66,7 +66,7 @@ class ProviderCompaction:
     (thinking included).
     """
 
-    provider: Provider
+    provider: ProviderName
     model: str | None = None
     fallback: Mapping[str, Any] | Strategy = field(default_factory=_rolling)
     instructions: str | None = None
@@ -74,9 +74,9 @@ class ProviderCompaction:
     name: str = TYPE_NAME
 
     def __post_init__(self) -> None:
-        if self.provider not in PROVIDERS:
+        if self.provider not in COMPACTION_PROVIDERS:
             raise InvalidInput(
-                f"provider must be one of {', '.join(PROVIDERS)}, not {self.provider!r}",
+                f"provider must be one of {', '.join(COMPACTION_PROVIDERS)}, not {self.provider!r}",
                 field="provider",
             )
         if not isinstance(self.fallback, Mapping):
