@@ -159,6 +159,9 @@ def test_the_items_render_only_for_their_provider_and_their_cost_is_counted(
     assert len(carried) == 1 and provider_items(carried[0], "openai") == payload["items"]
     assert carried[0]["content"] == fold.text  # a translator that ignores meta sends text
     assert mine.tokens - plain.tokens == payload["tokens"] - fold.tokens_after
+    # The budget holds what is rendered: the items' cost, not the plain text's.
+    tight = view.render_report(mine.tokens - 1, for_provider="openai")
+    assert tight.tokens <= mine.tokens - 1 and not tight.whole
     # The Responses translator sends the window verbatim, and the provider takes it.
     items = response_items(mine.messages)
     assert items[1 : 1 + len(payload["items"])] == payload["items"]
