@@ -35,6 +35,10 @@ from fake_providers import (
 )
 
 BETA = "compact-2026-09-04"
+BLOCK_FIELDS = frozenset(
+    {"type", "content", "signature", "encrypted_content", "tool_changes", "cache_control"}
+)
+"""What a block sent back may hold (the SDK's ``BetaCompactionBlockParam``); more is a 400."""
 OWN_SUMMARY = "The user asked for the build steps; the assistant ran each with the shell tool."
 """What either server answers an ordinary request: the view's own summarizer reads it."""
 
@@ -149,7 +153,7 @@ class AnthropicCompaction:
         i, j, block = found[0]
         if (i, j) != (0, 0):
             return _anthropic_error(400, "the block must come first", "compaction_block_misplaced")
-        if set(block) - {"type", "content", "signature", "encrypted_content", "cache_control"}:
+        if set(block) - BLOCK_FIELDS:
             return _anthropic_error(400, "messages.0.content.0.compaction: Extra inputs")
         if block.get("signature") not in self.signatures:
             return _anthropic_error(400, "invalid signature", "compaction_signature_invalid")
