@@ -6,15 +6,16 @@ a conversation on their side and hand back items only they can read: a signed
 in ``data["provider"]`` with the provider and model that made them; its
 ``messages`` stay plain text, which every other target reads.
 
-A prompt rendered for the provider that made them carries the items in the
-fold's message ``meta`` (``meta["openai"]["items"]``, ``meta["anthropic"]
-["content"]``, with the fold's id as ``["fold"]``) of an assistant message, the only ``meta`` render
-keeps, so a wire translator can send them as they came, and a caller whose
-provider refused them knows which fold to mark; the message's ``content`` is the plain text, for a
-translator that knows nothing of them. A prompt for anyone else, or for no one
-(``None``), gets the plain messages. Once the provider refuses its items, the
-fold is superseded by one whose items are marked refused and whose messages are
-the view's own summary of the same range (``refused_fold``).
+A prompt rendered for the provider that made them shows the fold as one
+assistant message whose ``meta`` carries the items (``meta["openai"]["items"]``,
+``meta["anthropic"]["content"]``) and the fold's id (``["fold"]``): the only
+``meta`` render keeps, so a wire translator can send the items as they came,
+and a caller whose provider refused them knows which fold to mark. The
+message's ``content`` is the plain text, for a translator that knows nothing of
+them. A prompt for anyone else, or for no one (``None``), gets the plain
+messages. Once the provider refuses its items, the fold is superseded by one
+whose items are marked refused and whose messages are the view's own summary of
+the same range (``refused_fold``).
 """
 
 from __future__ import annotations
