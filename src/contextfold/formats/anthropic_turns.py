@@ -39,6 +39,17 @@ def read_request(system: Any, messages: Any) -> list[Message]:
         raise InvalidInput("messages must be a non-empty list of turns", field="messages")
     if system is not None and not isinstance(system, str | list):
         raise InvalidInput("system must be a string or a list of text blocks", field="system")
+    for index, turn in enumerate(messages):
+        for key in turn if isinstance(turn, Mapping) else ():
+            if key not in ("role", "content"):
+                shown = (
+                    key if isinstance(key, str) and key.isascii() and key.isprintable() else None
+                )
+                raise InvalidInput(
+                    f"a turn holds only role and content, not {key!a}",
+                    index=index,
+                    field=shown or "messages",
+                )
     readable = [_readable(turn) for turn in messages]
     head, turns = from_anthropic_turns(system, readable)
     if head and isinstance(system, list):

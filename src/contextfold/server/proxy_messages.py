@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message
 from contextfold.formats.anthropic_turns import answer_of, read_request, request_of
 from contextfold.server.proxy_match import digest
@@ -134,6 +135,9 @@ class MessagesWire:
     upstream_path = "/messages"
 
     def conversation(self, body: dict[str, Any]) -> Conversation:
+        limit = body.get("max_tokens")
+        if "max_tokens" in body and (type(limit) is not int or limit < 1):
+            raise InvalidInput("max_tokens must be a positive integer", field="max_tokens")
         return Conversation(read_request(body.get("system"), body.get("messages")))
 
     def upstream_body(self, body: dict[str, Any], prompt: list[Message]) -> dict[str, Any]:
