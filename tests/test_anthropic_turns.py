@@ -75,7 +75,7 @@ def test_a_request_to_the_log_and_back_is_the_same_request(
 def test_the_log_reads_what_it_cannot_hold_as_short_text() -> None:
     log = read_request(None, [{"role": "user", "content": [DOCUMENT, IMAGE]}])
     content = log[0]["content"]
-    assert content[0] == {"type": "text", "text": "[document: notes]"}
+    assert content[0] == {"type": "text", "text": "[document: notes]\nthe doc"}
     assert content[1]["type"] == "image_url"
 
 

@@ -7,8 +7,8 @@ ends and the next begins) is kept in ``meta["anthropic"]`` of the turn's first
 message: the turn's content as the client sent it, and how many log messages
 it reads as. ``request_of`` sends a kept turn back exactly as it came, any
 other message translated (``to_anthropic``). A block the log has no place for
-is read as a short text (``[document]``), so search and summaries see that
-something was there.
+is read as a short text (``[document: title]``, a plain-text document's text
+after it), so search and summaries see that something was there.
 
 The round trip is exact (``request_of(read_request(s, m)) == (s, m)``) for
 every request Anthropic accepts, but for: an empty system prompt (``""`` or
@@ -123,4 +123,8 @@ def _block(block: Any, known: frozenset[str]) -> Any:
         return block
     title = block.get("title")
     said = f"[{kind}: {title}]" if isinstance(title, str) and title else f"[{kind}]"
+    source = block.get("source")
+    if isinstance(source, Mapping) and source.get("type") == "text":
+        # A plain-text document is read whole: searched, summarised and counted as sent.
+        said += f"\n{source.get('data', '')}"
     return {"type": "text", "text": said}
