@@ -67,10 +67,13 @@ def read_request(system: Any, messages: Any) -> list[Message]:
     return out
 
 
-def request_of(messages: Sequence[Mapping[str, Any]]) -> tuple[Any, list[dict[str, Any]]]:
-    """Log messages as ``(system, messages)`` of a request: kept turns as they came."""
+def request_of(
+    messages: Sequence[Mapping[str, Any]], *, valid: bool = False
+) -> tuple[Any, list[dict[str, Any]]]:
+    """Log messages as ``(system, messages)`` of a request: kept turns as they came.
+    ``valid``: the messages are known valid (``to_anthropic``)."""
     system: Any
-    system, turns = to_anthropic(messages, kept=_kept)
+    system, turns = to_anthropic(messages, kept=_kept, valid=valid)
     leading = 0
     while leading < len(messages) and messages[leading].get("role") in ("system", "developer"):
         leading += 1
