@@ -163,7 +163,9 @@ def test_a_function_calling_task_over_many_turns(rig: Rig, stream: bool) -> None
         prompt = [for_model(m) for m in request_messages(body)]
         assert pairing_faults(prompt) == []
         assert prompt_tokens(prompt) <= BUDGET
-    assert len(sent_all[-1]["input"]) < len(history)  # compacted: not everything was sent
+    # Compacted: not everything was sent, and what left the prompt took its kept items along.
+    assert len(sent_all[-1]["input"]) < len(history)
+    assert reasoning(0) not in sent_all[-1]["input"]
     # The log: every message once, in order, answers included, as the client's history reads.
     whole = request_messages({"instructions": "Be brief.", "input": json.loads(
         json.dumps([i if isinstance(i, dict) else i.model_dump(exclude_unset=True)
