@@ -16,8 +16,9 @@ grow by one round per call up to ``--turns`` rounds, then a new session
 starts, so the conversation resent averages ``turns`` messages. Streaming
 calls (``stream: true``, read to the end) are measured apart, and plain chat
 calls once more with the service's background compaction runner off, to show
-its share. Each wire format (``FORMATS``: Chat Completions and the Anthropic
-Messages API) is measured plain and streamed against an upstream of its own
+its share. Each wire format (``FORMATS``: Chat Completions, the Anthropic
+Messages API and the OpenAI Responses API, whose answers carry a reasoning
+item the proxy keeps and sends back) is measured plain and streamed against an upstream of its own
 protocol; ``<format>_overhead_p99_ms`` is the larger of the two. ``load_1m_*`` is the machine's load average around the run: on a
 shared 2-core machine the p99 follows it. ``*_service_cpu_ms_per_call`` is the
 CPU time the service process spent per call (all its threads, from /proc),
@@ -45,6 +46,7 @@ from typing import Any
 
 import httpx
 from _common import ROOT, parse_args, report
+from _proxy_responses import OUTPUT, RESPONSE, responses_stream
 
 ANSWER = {
     "id": "chatcmpl-bench",
@@ -121,20 +123,25 @@ class Format:
     upstream: str  # the --upstream spec's kind
     answer: bytes
     stream: bytes
-    reply: dict[str, Any]  # the answer as the client appends it to its conversation
-    extra: dict[str, Any]  # body fields besides messages and stream
+    reply: list[dict[str, Any]]  # the answer as the client appends it to its conversation
+    extra: dict[str, Any]  # body fields besides the conversation and stream
+    field: str = "messages"  # where the body carries the conversation
 
 
 FORMATS = {
     "chat_completions": Format(
         "/chat/completions", "openai-compatible", json.dumps(ANSWER).encode(), _chat_stream(),
-        ANSWER["choices"][0]["message"], {"model": "bench"},  # type: ignore[index]
+        [ANSWER["choices"][0]["message"]], {"model": "bench"},  # type: ignore[index]
     ),
     "messages": Format(
         "/messages", "anthropic", json.dumps(MESSAGE).encode(), _messages_stream(),
-        {"role": "assistant", "content": MESSAGE["content"]}, {"model": "bench", "max_tokens": 256},
+        [{"role": "assistant", "content": MESSAGE["content"]}],
+        {"model": "bench", "max_tokens": 256},
     ),
-    # "responses": the OpenAI Responses API, once the proxy serves it.
+    "responses": Format(
+        "/responses", "openai-compatible", json.dumps(RESPONSE).encode(), responses_stream(),
+        OUTPUT, {"model": "bench", "instructions": "Be brief."}, "input",
+    ),
 }  # fmt: skip
 
 
@@ -236,11 +243,11 @@ def _measure(
     conversation: list[dict[str, Any]] = []
     session = 0
     for i in range(calls):
-        if len(conversation) >= 2 * turns:
+        if len(conversation) >= (1 + len(wire.reply)) * turns:
             conversation, session = [], session + 1
         question = f"turn {i}: how does the loader handle file {i % 97}? " * 3
         conversation.append({"role": "user", "content": question})
-        body = {**wire.extra, "messages": conversation, "stream": stream}
+        body = {**wire.extra, wire.field: conversation, "stream": stream}
         headers = {"authorization": f"Bearer {key}", "x-contextfold-session": f"{label}-{session}"}
         took: dict[str, float] = {}
         for target in ("direct", "proxy") if i % 2 else ("proxy", "direct"):
@@ -251,7 +258,7 @@ def _measure(
             took[target] = time.perf_counter() - start
             if answer.status_code != 200:
                 raise RuntimeError(f"{target} answered {answer.status_code}: {answer.text[:300]}")
-        conversation.append(wire.reply)
+        conversation += wire.reply
         if i >= calls // 10:  # the first tenth warms the caches, connections and JIT-less paths
             direct.append(took["direct"] * 1000)
             proxied.append(took["proxy"] * 1000)
@@ -282,7 +289,7 @@ def _service(folder: str, upstream_port: int, *, runner: bool) -> Iterator[tuple
     db = str(Path(folder) / f"bench-{port}.db")
     process = subprocess.Popen(
         [sys.executable, "-c", _SERVICE, db, str(port),
-         ",".join(f"{f.upstream}:http://127.0.0.1:{upstream_port}/v1" for f in FORMATS.values()),
+         ",".join({f"{f.upstream}:http://127.0.0.1:{upstream_port}/v1" for f in FORMATS.values()}),
          KEY_ID, SECRET,
          "on" if runner else "off"],
         env={**os.environ, "PYTHONPATH": str(ROOT / "src")},

@@ -298,7 +298,8 @@ def malformed(rig: Rig, quick: bool) -> Tally:
         for path, bodies in MALFORMED_WIRES.items():
             for n, raw in enumerate(bodies):
                 sent = {**JSON, "X-Contextfold-Session": f"mal-{path[4:8]}-{n}"}
-                tally.call(client.post, path, content=raw.replace("@S", S), headers=sent)
+                answer = tally.call(client.post, path, content=raw.replace("@S", S), headers=sent)
+                tally.faults += int(answer is not None and not 400 <= answer.status_code < 500)
         for method, path, raw in MALFORMED_REST:
             raw = raw.replace("@S", S)
             tally.call(client.request, method, path, content=raw, headers=JSON)

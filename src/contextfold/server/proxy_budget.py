@@ -1,7 +1,8 @@
 """The proxy's budget: what a prompt may take in the window of the request's model.
 
 The budget is the model's context window less the room kept for the answer:
-the request's ``max_completion_tokens`` (or ``max_tokens``) when it sets one,
+the request's ``max_completion_tokens`` (Responses: ``max_output_tokens``, Messages:
+``max_tokens``) when it sets one,
 else ``ANSWER_RESERVE`` tokens, at most a quarter of the window. The window is
 looked up by the request's ``model`` in the server's ``[model_windows]`` table
 first, then in the known models (``contextfold.llm.windows``). A model in
@@ -108,7 +109,7 @@ def fit(
         return Fit(FALLBACK_BUDGET, "fallback")
     asked = _answer_limit(body)
     measured = None if calibration is None else calibration.factor(model)
-    name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+    name = next((n for n in _ANSWER_LIMITS if body.get(n) is not None), "max_tokens")
     found = room(model, answer=asked, windows=windows, measured=measured, answer_field=name)
     if found is None:
         return Fit(FALLBACK_BUDGET, "fallback", model)
@@ -124,8 +125,12 @@ def fit(
     )
 
 
+_ANSWER_LIMITS = ("max_completion_tokens", "max_output_tokens", "max_tokens")
+"""Where a request sets its answer's length: Chat Completions, Responses, Messages."""
+
+
 def _answer_limit(body: Mapping[str, Any]) -> int | None:
-    for name in ("max_completion_tokens", "max_tokens"):
+    for name in _ANSWER_LIMITS:
         value = body.get(name)
         if value is None:
             continue

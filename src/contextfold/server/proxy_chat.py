@@ -199,6 +199,7 @@ class ChatWire:
     name = "chat_completions"
     upstream = "openai"
     upstream_path = "/chat/completions"
+    keeps: str | None = None
 
     def conversation(self, body: dict[str, Any]) -> Conversation:
         return Conversation(client_messages(body.get("messages")))

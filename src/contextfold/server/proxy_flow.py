@@ -37,6 +37,7 @@ from contextfold.core.messages import Message, validate_messages
 from contextfold.memory.session import Session
 from contextfold.server.errors import ServiceError
 from contextfold.server.proxy_budget import Fit, create_view, fit
+from contextfold.server.proxy_kept import with_kept
 from contextfold.server.proxy_match import Divergence, LogDigest, LogDigests, digest, new_from
 from contextfold.server.proxy_request import (
     check_json_type,
@@ -139,6 +140,7 @@ def _prepare(
     view_name: str,
     budget: int | None,
     fitted: Fit,
+    keeps: str | None = None,
 ) -> _Turn:
     """Match and append the client's new messages, then render the view.
 
@@ -185,7 +187,11 @@ def _prepare(
         log.views.add(ready)
     view = session.view(view_name)
     budget, source = fitted.choose(budget, view.config.budget)
-    prompt = view.render(budget)
+    if keeps is None:
+        prompt = view.render(budget)
+    else:
+        kept = state.kept.of(session, log.last_seq, keeps)
+        prompt = with_kept(view.render_report(budget), kept, keeps, log.system)
     shown = str(budget if budget is not None else view.config.budget)
     headers = {"X-Contextfold-Budget": shown, "X-Contextfold-Budget-Source": source}
     return _Turn(service, session, log, state.digests, prompt, headers)
@@ -268,7 +274,7 @@ async def serve(call: Call, wire: Wire) -> Response:
     release = await state.hold(store_id)
     try:
         turn = await service.run(
-            _prepare, service, state, store_id, conversation, view_name, budget, fitted
+            _prepare, service, state, store_id, conversation, view_name, budget, fitted, wire.keeps
         )
         payload = json.dumps(
             wire.upstream_body(body, turn.prompt), ensure_ascii=False, separators=(",", ":")

@@ -133,6 +133,7 @@ class MessagesWire:
     name = "messages"
     upstream = "anthropic"
     upstream_path = "/messages"
+    keeps: str | None = None
 
     def conversation(self, body: dict[str, Any]) -> Conversation:
         limit = body.get("max_tokens")

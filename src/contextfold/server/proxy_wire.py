@@ -71,6 +71,10 @@ class Wire(Protocol):
     """The kind of upstream that serves it: ``openai`` or ``anthropic``."""
     upstream_path: str
     """Where the request goes, under the upstream's base URL."""
+    keeps: str | None
+    """The ``meta`` key under which this format's messages keep what a chat message cannot
+    hold; the prompt's unchanged messages carry it to ``upstream_body``
+    (``contextfold.server.proxy_kept``). None: the prompt has no ``meta``."""
 
     def conversation(self, body: dict[str, Any]) -> Conversation:
         """The client's history as log messages; ``InvalidInput(field=...)`` on bad input."""
