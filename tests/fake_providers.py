@@ -138,7 +138,8 @@ class FakeProvider:
     def __init__(self, protocol: Protocol) -> None:
         self.protocol = protocol
         self.requests: list[Request] = []
-        # Routes answered from the queue; any other is a 404 in the provider's shape.
+        # Routes answered from the queue (the query aside: Claude Code adds ``?beta=true``);
+        # any other is a 404 in the provider's shape.
         self.routes: set[tuple[str, str]] = {("POST", PATHS[protocol])}
         self._replies: deque[Reply] = deque()
         self._lock = threading.Lock()
@@ -163,7 +164,7 @@ class FakeProvider:
     def _next(self, request: Request) -> Reply:
         with self._lock:
             self.requests.append(request)
-            if (request.method, request.path) not in self.routes:
+            if (request.method, request.path.split("?", 1)[0]) not in self.routes:
                 return error_reply(self.protocol, 404, f"no route {request.method} {request.path}")
             if not self._replies:
                 return error_reply(self.protocol, 599, "the fake server has no scripted reply left")
