@@ -53,13 +53,23 @@ def add_commands(sub: Any) -> None:
     )
     serve.add_argument(
         "--upstream",
-        help="the proxy's model server, e.g. openai-compatible:http://127.0.0.1:8080/v1",
+        action="append",
+        default=[],
+        help="the proxy's model server, e.g. openai-compatible:http://127.0.0.1:8080/v1 "
+        "(chat completions, responses) or anthropic:https://api.anthropic.com/v1 (messages); "
+        "repeat it for one of each",
     )
     serve.add_argument(
         "--upstream-key-env",
         default="CONTEXTFOLD_UPSTREAM_KEY",
         metavar="NAME",
-        help="environment variable holding the upstream's API key",
+        help="environment variable holding the OpenAI-compatible upstream's API key",
+    )
+    serve.add_argument(
+        "--anthropic-key-env",
+        default="ANTHROPIC_API_KEY",
+        metavar="NAME",
+        help="environment variable holding the Anthropic upstream's API key",
     )
     serve.add_argument(
         "--model",
@@ -151,8 +161,9 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
             host=args.host,
             port=args.port,
             auth=not (args.no_auth or args.demo),
-            upstream=args.upstream,
+            upstream=tuple(args.upstream),
             upstream_key_env=args.upstream_key_env,
+            anthropic_key_env=args.anthropic_key_env,
             model=args.model,
             preset=args.preset,
             budget=args.budget,
@@ -176,8 +187,9 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
     say(redact(f"contextfold serving {args.database} on {base}  (API docs: {base}/docs)"))
     if not settings.auth:
         say("no auth: every request is tenant 'local'")
-    if settings.upstream is not None:
-        say(redact(f"proxy: {base}/v1 to {settings.upstream}; {proxy_views(settings)}"))
+    if settings.upstreams:
+        to = " and ".join(args.upstream)
+        say(redact(f"proxy: {base}/v1 to {to}; {proxy_views(settings)}"))
     if settings.workers is not None:
         say(
             redact(

@@ -1,7 +1,8 @@
 """The proxy's budget: what a prompt may take in the window of the request's model.
 
 The budget is the model's context window less the room kept for the answer:
-the request's ``max_completion_tokens`` (or ``max_tokens``) when it sets one,
+the request's ``max_completion_tokens`` (Responses: ``max_output_tokens``, Messages:
+``max_tokens``) when it sets one,
 else ``ANSWER_RESERVE`` tokens, at most a quarter of the window. The window is
 looked up by the request's ``model`` in the server's ``[model_windows]`` table
 first, then in the known models (``contextfold.llm.windows``). A model in
@@ -89,7 +90,7 @@ def fit(fixed: int | None, windows: Mapping[str, Window], body: Mapping[str, Any
     asked = _answer_limit(body)
     reserve = asked if asked is not None else min(ANSWER_RESERVE, window.tokens // 4)
     if reserve >= window.tokens:
-        name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+        name = next(n for n in _ANSWER_LIMITS if body.get(n) is not None)
         raise InvalidInput(
             f"{name} {reserve} leaves no room for a prompt in the {window.tokens}-token "
             f"window of {model!r}",
@@ -98,8 +99,12 @@ def fit(fixed: int | None, windows: Mapping[str, Window], body: Mapping[str, Any
     return Fit(window.tokens - reserve, source, model, window.tokens, reserve, window.source)
 
 
+_ANSWER_LIMITS = ("max_completion_tokens", "max_output_tokens", "max_tokens")
+"""Where a request sets its answer's length: Chat Completions, Responses, Messages."""
+
+
 def _answer_limit(body: Mapping[str, Any]) -> int | None:
-    for name in ("max_completion_tokens", "max_tokens"):
+    for name in _ANSWER_LIMITS:
         value = body.get(name)
         if value is None:
             continue

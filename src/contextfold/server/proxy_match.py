@@ -33,16 +33,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextfold.core.errors import InvalidInput
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, validate_message
 from contextfold.memory.session import Session
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
-# Fields of an answer that exist only in responses; a client echoing an answer
-# back (the SDK's message object) sends them, the log does not keep them.
-_RESPONSE_ONLY = frozenset({"annotations"})
-_ANSWER_KEYS = ("role", "content", "tool_calls", "refusal", "name")
 
 
 class Divergence(Exception):
@@ -52,61 +47,6 @@ class Divergence(Exception):
         self.index = index
         self.reason = reason
         super().__init__(reason)
-
-
-def client_messages(raw: Any) -> list[Message]:
-    """The request's ``messages`` with what clients add around the protocol removed.
-
-    Keys set to null are dropped (the SDK echoes ``refusal: null``,
-    ``audio: null``), as are response-only keys and an empty ``tool_calls``;
-    an assistant message with neither text nor tool calls gets empty text, as
-    the proxy logs such answers. Everything else is checked when it is matched
-    or appended.
-    """
-    if not isinstance(raw, list) or not raw:
-        raise InvalidInput("messages must be a non-empty list of messages", field="messages")
-    out: list[Message] = []
-    for i, message in enumerate(raw):
-        if not isinstance(message, Mapping):
-            raise InvalidInput(
-                f"expected a message object, got {type(message).__name__}",
-                index=i,
-                field="messages",
-            )
-        clean = {
-            k: v
-            for k, v in message.items()
-            if v is not None and k not in _RESPONSE_ONLY and not (k == "tool_calls" and v == [])
-        }
-        if (
-            clean.get("role") == "assistant"
-            and "content" not in clean
-            and "tool_calls" not in clean
-        ):
-            clean["content"] = ""
-        out.append(clean)
-    return out
-
-
-def answer_message(message: Any) -> Message | None:
-    """The assistant message to log from an upstream answer, or None if there is none.
-
-    Only what a model is sent back is kept: text, tool calls, a refusal.
-    """
-    if not isinstance(message, Mapping):
-        return None
-    kept = {k: message[k] for k in _ANSWER_KEYS if message.get(k) is not None}
-    kept["role"] = "assistant"
-    return client_messages([kept])[0]
-
-
-def completion_message(data: bytes) -> Message | None:
-    """The assistant message of a whole chat completion's body, or None if it has none."""
-    try:
-        choices = json.loads(data).get("choices")
-        return answer_message(choices[0]["message"])
-    except (ValueError, AttributeError, TypeError, LookupError, InvalidInput):
-        return None
 
 
 def digest(message: Mapping[str, Any]) -> bytes:
