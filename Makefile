@@ -67,7 +67,7 @@ agent-clis:
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
-bench: $(STAMP)
+bench: $(STAMP) agent-clis
 	$(PY) -m pip install -q -e '.[peers]'
 	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
 

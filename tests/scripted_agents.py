@@ -234,3 +234,47 @@ def tool_results(wire: Wire, body: Mapping[str, Any]) -> list[str]:
         for block in message["content"]
         if block.get("type") == "tool_result"
     ]
+
+
+def log_faults(steps: Sequence[Step], prompt: str, log: Sequence[Mapping[str, Any]]) -> list[str]:
+    """How a session's log differs from the task's conversation logged once, in order.
+
+    The log (messages as the REST API shows them) must hold, after its system
+    prompt, the CLI's user messages ending with ``prompt``, then per step the
+    answer (its text, and its tool call), then the call's one result holding
+    the step's marker; nothing missing, nothing twice.
+    """
+    rest = [m for m in log if m["role"] not in ("system", "developer")]
+    users = [i for i, m in enumerate(rest) if m["role"] == "user"]
+    found: list[str] = []
+    if not users or prompt not in json.dumps(rest[users[-1]]["content"]):
+        return [f"the prompt is not the last user message: roles {_roles(rest)}"]
+    if users != list(range(len(users))):
+        found.append(f"a user message after the first answer: roles {_roles(rest)}")
+    turns = rest[len(users) :]
+    expected: list[str] = []
+    for step in steps:
+        expected += ["assistant"] if step.command is None else ["assistant", "tool"]
+    if [m["role"] for m in turns] != expected:
+        found.append(f"roles after the prompt {_roles(turns)}, expected {_roles(expected)}")
+    answers = iter(m for m in turns if m["role"] == "assistant")
+    results = iter(m for m in turns if m["role"] == "tool")
+    for n, step in enumerate(steps, 1):
+        answer = next(answers, None)
+        if answer is None or step.text not in json.dumps(answer.get("content")):
+            found.append(f"step {n}: answer {step.text!r} missing")
+            continue
+        if step.command is None:
+            continue
+        calls = answer.get("tool_calls") or []
+        result = next(results, None)
+        if len(calls) != 1 or result is None or result.get("tool_call_id") != calls[0]["id"]:
+            found.append(f"step {n}: the call and its one result are not logged together")
+        elif step.marker not in json.dumps(result.get("content")):
+            found.append(f"step {n}: the result lacks {step.marker!r}")
+    return found
+
+
+def _roles(messages: Sequence[Any]) -> str:
+    roles = [m if isinstance(m, str) else m["role"] for m in messages]
+    return " ".join(r[0] for r in roles)

@@ -12,20 +12,8 @@ from pathlib import Path
 
 import pytest
 from agent_clis import CLIENTS, Client, need_cli, run_client
-from fake_providers import FakeProvider
-from scripted_agents import Wire, pairing_faults, replies, task, tool_results
-
-WIRE: dict[Client, Wire] = {"claude_code": "messages", "codex": "responses"}
-PROMPT = "Run the commands the task needs, then say when you are done."
-
-
-def scripted_upstream(client: Client) -> FakeProvider:
-    """Claude Code's upstream answers ``/v1/messages``; Codex's ``/v1/responses``."""
-    if client == "claude_code":
-        return FakeProvider("anthropic")
-    upstream = FakeProvider("openai")
-    upstream.routes = {("POST", "/v1/responses")}
-    return upstream
+from client_rig import PROMPT, ROUTE, WIRE, scripted_upstream, through_proxy
+from scripted_agents import pairing_faults, replies, task, tool_results
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -42,9 +30,7 @@ def test_a_cli_runs_its_tool_task_against_the_scripted_upstream(
         run = run_client(client, upstream.url, PROMPT, work, key="sk-scripted", session="s1")
     assert run.code == 0, run.describe()
     assert steps[-1].text in run.answer, run.describe()
-    assert [r.path.split("?")[0] for r in upstream.requests] == [
-        "/v1/messages" if wire == "messages" else "/v1/responses"
-    ] * len(steps)
+    assert [r.path.split("?")[0] for r in upstream.requests] == [ROUTE[wire]] * len(steps)
     for n, request in enumerate(upstream.requests):
         assert request.headers["x-contextfold-session"] == "s1"
         assert request.headers["authorization"] == "Bearer sk-scripted"
@@ -54,3 +40,17 @@ def test_a_cli_runs_its_tool_task_against_the_scripted_upstream(
         assert len(results) == n
         for step, result in zip(steps[:n], results, strict=True):
             assert step.marker in result
+
+
+@pytest.mark.parametrize("client", ["codex"])
+def test_a_cli_runs_a_longer_task_through_the_proxy_compacted_within_budget(
+    client: Client, tmp_path: Path
+) -> None:
+    """Every call succeeds, every forwarded prompt fits the view's budget, tool calls and
+    results stay paired, and the log holds every message once, in order."""
+    need_cli(client)
+    outcome = through_proxy(client, tmp_path / "work", steps=8, lines=120, room=1500)
+    assert outcome.problems() == []
+    assert outcome.calls == len(outcome.steps) == len(outcome.sent)
+    assert outcome.steps[-1].text in outcome.run.answer
+    assert outcome.folds > 0, "the task never overflowed the budget: nothing was compacted"

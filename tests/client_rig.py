@@ -1,0 +1,196 @@
+"""One agent CLI's scripted task through the contextfold proxy, and the figures it leaves.
+
+The rig: the CLI's scripted upstream (``scripted_agents`` on ``FakeProvider``),
+the service (``create_app`` under uvicorn on 127.0.0.1, API keys on, the
+background runner compacting, the proxy's views given a small fixed budget so
+the task overflows it) and the CLI, unmodified (``agent_clis``), pointed at the
+service with a key of its own. Everything measured is read from outside: the
+requests the upstream received, the service's own request counts
+(``/metrics``), and the session's log, view and folds through the REST API.
+Shared by ``tests/test_clients.py`` and ``bench/clients.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from agent_clis import Client, Run, run_client
+from fake_providers import FakeProvider, Request
+from scripted_agents import Step, Wire, log_faults, pairing_faults, replies, task
+from server_harness import bearer, make_service, running
+
+from contextfold.core.messages import Message
+from contextfold.core.tokens import get_counter
+from contextfold.formats.anthropic_read import from_anthropic
+from contextfold.formats.responses import request_messages
+from contextfold.server.app import create_app
+from contextfold.server.keys import create_key
+
+WIRE: dict[Client, Wire] = {"claude_code": "messages", "codex": "responses"}
+ROUTE: dict[Wire, str] = {"messages": "/v1/messages", "responses": "/v1/responses"}
+PROMPT = "Run the commands the task needs, then say when you are done."
+TENANT = "agents"
+SESSION = "task-1"
+ROOM = 2000
+"""Budget tokens given beyond the CLI's first prompt (its system prompt and first message)."""
+
+
+def scripted_upstream(client: Client) -> FakeProvider:
+    """Claude Code's upstream answers ``/v1/messages``; Codex's ``/v1/responses``."""
+    if client == "claude_code":
+        return FakeProvider("anthropic")
+    upstream = FakeProvider("openai")
+    upstream.routes = {("POST", "/v1/responses")}
+    return upstream
+
+
+def cli_base(client: Client, root: str) -> str:
+    """The base URL each CLI is given for a server at ``root``: Codex's ends in ``/v1``."""
+    return root if client == "claude_code" else f"{root}/v1"
+
+
+@dataclass
+class Outcome:
+    """What one run left, each count 0 when all went right."""
+
+    client: Client
+    run: Run
+    steps: list[Step]
+    sent: list[Request]
+    """What the upstream received, in order."""
+    calls: int
+    """Calls the CLI made to the proxy's route (the service's own count)."""
+    failed: int
+    """Calls answered with another status than 200, plus 1 for a run that did not finish."""
+    over_budget: list[int]
+    """The forwarded prompts' token counts that exceed the view's budget."""
+    pairs_broken: list[str]
+    log_faults: list[str]
+    budget: int
+    folds: int
+    """Folds the view holds at the end: compaction really happened when above 0."""
+    largest_prompt: int
+
+    def problems(self) -> list[str]:
+        """Each thing that went wrong, said in a line."""
+        found = [] if self.run.code == 0 else [f"the run failed: {self.run.describe()}"]
+        if self.failed:
+            found.append(f"{self.failed} call(s) failed")
+        found += [f"a prompt of {n} tokens, over {self.budget}" for n in self.over_budget]
+        return found + self.pairs_broken + self.log_faults
+
+    def figures(self) -> dict[str, int]:
+        return {
+            "calls_made": self.calls,
+            "calls_failed": self.failed,
+            "prompts_over_budget": len(self.over_budget),
+            "tool_pairs_broken": len(self.pairs_broken),
+            "log_messages_missing_or_duplicated": len(self.log_faults),
+            "folds": self.folds,
+            "budget": self.budget,
+            "largest_prompt_tokens": self.largest_prompt,
+        }
+
+
+@contextmanager
+def proxy(upstream: FakeProvider, budget: int) -> Iterator[tuple[str, str]]:
+    """The service proxying to ``upstream`` with views of ``budget`` tokens: (base URL, key)."""
+    root = upstream.url.removesuffix("/v1")
+    spec = (
+        f"anthropic:{root}/v1"
+        if upstream.protocol == "anthropic"
+        else f"openai-compatible:{root}/v1"
+    )
+    service = make_service(upstream=(spec,), budget=budget, runner_processes=0)
+    key = create_key(service.memory, TENANT)
+    with running(create_app(service)) as base:
+        yield base, key
+
+
+def first_prompt(client: Client, work: Path) -> int:
+    """The tokens of the CLI's first prompt (system prompt, first messages), from a run of
+    one call straight against its scripted upstream."""
+    wire = WIRE[client]
+    with scripted_upstream(client) as upstream:
+        upstream.add(*replies(wire, task(0, tag="probe")))
+        run = run_client(client, upstream.url, PROMPT, work, key="sk-probe", session="probe")
+    if run.code != 0 or len(upstream.requests) != 1:
+        raise RuntimeError(f"the probe run of {client} failed: {run.describe()}")
+    return prompt_tokens(wire, upstream.requests[0].body)
+
+
+def through_proxy(client: Client, work: Path, *, steps: int, lines: int, room: int) -> Outcome:
+    """Run ``client`` through the proxy on a task of ``steps`` tool calls of ``lines`` lines
+    each, its views' budget ``room`` tokens over what its first prompt takes."""
+    wire = WIRE[client]
+    script = task(steps, lines=lines)
+    work.mkdir(parents=True, exist_ok=True)
+    budget = first_prompt(client, work) + room
+    with scripted_upstream(client) as upstream, proxy(upstream, budget) as (base, key):
+        upstream.add(*replies(wire, script))
+        run = run_client(client, cli_base(client, base), PROMPT, work, key=key, session=SESSION)
+        with httpx.Client(base_url=base, headers=bearer(key), timeout=30) as api:
+            statuses = route_statuses(api, ROUTE[wire])
+            log = whole_log(api, SESSION)
+            view = api.get(f"/api/v1/sessions/{SESSION}/views/default").raise_for_status().json()
+            folds = api.get(f"/api/v1/sessions/{SESSION}/views/default/folds").raise_for_status()
+    sent = list(upstream.requests)
+    sizes = [prompt_tokens(wire, r.body) for r in sent]
+    view_budget = int(view["config"]["budget"])
+    return Outcome(
+        client=client,
+        run=run,
+        steps=script,
+        sent=sent,
+        calls=sum(statuses.values()),
+        failed=sum(n for s, n in statuses.items() if s != "200") + int(run.code != 0),
+        over_budget=[n for n in sizes if n > view_budget],
+        pairs_broken=[
+            f"call {i}: {f}" for i, r in enumerate(sent) for f in pairing_faults(wire, r.body)
+        ],
+        log_faults=log_faults(script, PROMPT, log),
+        budget=view_budget,
+        folds=len(folds.json()["folds"]),
+        largest_prompt=max(sizes, default=0),
+    )
+
+
+def route_statuses(api: httpx.Client, route: str) -> dict[str, int]:
+    """The service's count of requests to ``route`` by status, from its ``/metrics``."""
+    text = api.get("/metrics").raise_for_status().text
+    pattern = re.compile(r"^contextfold_http_requests_total\{([^}]*)\} ([0-9.e+]+)$", re.MULTILINE)
+    found: dict[str, int] = {}
+    for labels, value in pattern.findall(text):
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        if fields.get("route") == route and fields.get("method") == "POST":
+            found[fields["status"]] = found.get(fields["status"], 0) + int(float(value))
+    return found
+
+
+def whole_log(api: httpx.Client, sid: str) -> list[dict[str, Any]]:
+    """Every logged message of ``sid``, a page at a time, through the REST API."""
+    found: list[dict[str, Any]] = []
+    after: int | None = 0
+    while after is not None:
+        page = api.get(f"/api/v1/sessions/{sid}/messages", params={"after": after}).json()
+        found += [record["message"] for record in page["messages"]]
+        after = page["next_after"]
+    return found
+
+
+def prompt_tokens(wire: Wire, body: dict[str, Any]) -> int:
+    """A forwarded request's prompt in contextfold's tokens, read back as log messages."""
+    return get_counter().messages(read_back(wire, body))
+
+
+def read_back(wire: Wire, body: dict[str, Any]) -> list[Message]:
+    """A forwarded request's prompt as the log messages it was written from."""
+    if wire == "responses":
+        return request_messages(body)
+    return from_anthropic(body.get("system"), body["messages"])
