@@ -202,10 +202,11 @@ def _responses_item(
 
 
 def pairing_faults(wire: Wire, body: Mapping[str, Any]) -> list[str]:
-    """Each tool call in a request without its result, or result without its call."""
+    """Each tool call in a request without its result, or result without its call (for the
+    Messages API, contextfold's checks of what Anthropic refuses, pairing included)."""
     if wire == "messages":
         faults = prompt_faults(body["messages"], "anthropic", system=body.get("system"))
-        return [f"{f.field}: {f.message}" for f in faults]
+        return [str(f) for f in faults]
     found: list[str] = []
     open_calls: list[str] = []
     for i, item in enumerate(body["input"]):

@@ -9,11 +9,12 @@ CLI accepts and shows what it sends.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agent_clis import CLIENTS, Client, need_cli, run_client
 from client_rig import PROMPT, ROUTE, WIRE, scripted_upstream, through_proxy
-from scripted_agents import pairing_faults, replies, task, tool_results
+from scripted_agents import Step, log_faults, pairing_faults, replies, task, tool_results
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -54,3 +55,54 @@ def test_a_cli_runs_a_longer_task_through_the_proxy_compacted_within_budget(
     assert outcome.calls == len(outcome.steps) == len(outcome.sent)
     assert outcome.steps[-1].text in outcome.run.answer
     assert outcome.folds > 0, "the task never overflowed the budget: nothing was compacted"
+
+
+def logged(steps: list[Step]) -> list[dict[str, Any]]:
+    """The log a task leaves when all goes right."""
+    log: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": [{"type": "text", "text": PROMPT}]},
+    ]
+    for n, step in enumerate(steps):
+        answer: dict[str, Any] = {"role": "assistant", "content": step.text}
+        if step.command is not None:
+            call = {
+                "id": f"c{n}",
+                "type": "function",
+                "function": {"name": "sh", "arguments": "{}"},
+            }
+            answer["tool_calls"] = [call]
+        log.append(answer)
+        if step.command is not None:
+            log.append({"role": "tool", "tool_call_id": f"c{n}", "content": f"{step.marker}\n1"})
+    return log
+
+
+def test_the_log_check_finds_a_message_missing_twice_or_out_of_order() -> None:
+    steps = task(3)
+    log = logged(steps)
+    assert log_faults(steps, PROMPT, log) == []
+    assert log_faults(steps, PROMPT, log[:4] + log[5:])  # a tool result missing
+    assert log_faults(steps, PROMPT, log[:4] + log[3:])  # an answer twice
+    assert log_faults(steps, PROMPT, log[:2] + log[4:6] + log[2:4] + log[6:])  # two steps swapped
+    assert log_faults(steps, PROMPT, log[:1] + log[2:])  # the prompt missing
+    assert log_faults(steps, PROMPT, [*log, log[1]])  # the prompt again at the end
+
+
+def test_the_pairing_check_finds_a_call_without_its_result_and_a_result_without_its_call() -> None:
+    call = {"type": "function_call", "call_id": "c1", "name": "sh", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
+    user = {"type": "message", "role": "user", "content": "go"}
+    assert pairing_faults("responses", {"input": [user, call, output]}) == []
+    assert pairing_faults("responses", {"input": [user, call]}) != []
+    assert pairing_faults("responses", {"input": [user, output]}) != []
+    use = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}
+    turns = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [use]},
+        {"role": "user", "content": [result]},
+    ]
+    assert pairing_faults("messages", {"messages": turns}) == []
+    assert pairing_faults("messages", {"messages": [*turns[:2], {"role": "user", "content": "x"}]})
+    assert pairing_faults("messages", {"messages": [turns[0], turns[2]]})
