@@ -117,6 +117,66 @@ def anthropic_reply(
     )
 
 
+def anthropic_content_reply(
+    content: list[dict[str, Any]], *, stop_reason: str = "end_turn", stream: bool = False
+) -> Reply:
+    """A Messages answer of these ``content`` blocks, whole or as Anthropic streams it:
+    ``message_start``, each block's start, deltas (text, thinking and signature, a tool
+    use's input as ``input_json_delta`` pieces) and stop, ``message_delta``, ``message_stop``."""
+    message = {
+        "id": "msg_01abc",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 14, "output_tokens": 4},
+    }
+    if not stream:
+        return Reply(body=message, headers={"request-id": "req_fake"})
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": {**message, "content": [],
+                                                                "stop_reason": None}}),
+    ]  # fmt: skip
+    for i, block in enumerate(content):
+        kind = block["type"]
+        empty = {"text": {"text": ""}, "thinking": {"thinking": "", "signature": ""},
+                 "tool_use": {"input": {}}}.get(kind, {})  # fmt: skip
+        start = {**block, **empty}
+        events.append(("content_block_start",
+                       {"type": "content_block_start", "index": i, "content_block": start}))  # fmt: skip
+        for delta in _deltas(block):
+            events.append(("content_block_delta",
+                           {"type": "content_block_delta", "index": i, "delta": delta}))  # fmt: skip
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    events.append(("message_delta", {"type": "message_delta",
+                                     "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                                     "usage": {"output_tokens": 4}}))  # fmt: skip
+    events.append(("message_stop", {"type": "message_stop"}))
+    body = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events)
+    return Reply(body=body, headers={"content-type": "text/event-stream", "request-id": "req_fake"})
+
+
+def _deltas(block: dict[str, Any]) -> list[dict[str, Any]]:
+    kind = block["type"]
+    if kind == "text":
+        text = block["text"]
+        return [{"type": "text_delta", "text": text[:3]}, {"type": "text_delta", "text": text[3:]}]
+    if kind == "thinking":
+        return [
+            {"type": "thinking_delta", "thinking": block["thinking"]},
+            {"type": "signature_delta", "signature": block["signature"]},
+        ]
+    if kind == "tool_use":
+        raw = json.dumps(block["input"])
+        return [
+            {"type": "input_json_delta", "partial_json": raw[:4]},
+            {"type": "input_json_delta", "partial_json": raw[4:]},
+        ]
+    return []
+
+
 def error_reply(
     protocol: Protocol, status: int, message: str = "failed", headers: dict[str, str] | None = None
 ) -> Reply:

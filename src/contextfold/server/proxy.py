@@ -1,8 +1,9 @@
 """The proxy's routes: any app gets compaction by changing its ``base_url``.
 
-``POST /v1/chat/completions`` (OpenAI Chat Completions) and ``POST
-/v1/responses`` (the OpenAI Responses API), streamed or not, tools included;
-every route runs the one flow of
+``POST /v1/chat/completions`` (OpenAI Chat Completions), ``POST
+/v1/responses`` (the OpenAI Responses API) and ``POST /v1/messages``
+(Anthropic Messages), streamed or not, tools included, and ``POST
+/v1/messages/count_tokens``; every route runs the one flow of
 ``contextfold.server.proxy_flow`` with its wire format
 (``contextfold.server.proxy_wire``):
 
@@ -39,8 +40,11 @@ from fastapi.responses import Response
 from contextfold.server.auth import Tenant
 from contextfold.server.errors import ServiceError
 from contextfold.server.proxy_chat import CHAT
-from contextfold.server.proxy_flow import Call, ProxyState, proxy_state, serve, whole
+from contextfold.server.proxy_count import count_tokens
+from contextfold.server.proxy_flow import Call, serve, whole
+from contextfold.server.proxy_messages import MESSAGES
 from contextfold.server.proxy_responses import RESPONSES
+from contextfold.server.proxy_shared import ProxyState, proxy_state
 from contextfold.server.proxy_upstream import UpstreamError
 from contextfold.server.service import ServiceDep
 
@@ -91,6 +95,29 @@ _RESPONSES_BODY: dict[str, Any] = {
                         },
                         "stream": {"type": "boolean"},
                         "user": {"type": "string", "description": "session id fallback"},
+                    },
+                    "additionalProperties": True,
+                }
+            }
+        },
+    }
+}
+_MESSAGES_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "description": "An Anthropic Messages request; fields other than system "
+                    "and messages go upstream unchanged.",
+                    "required": ["messages"],
+                    "properties": {
+                        "model": {"type": "string"},
+                        "system": {"oneOf": [{"type": "string"}, {"type": "array"}]},
+                        "messages": {"type": "array", "minItems": 1, "items": {"type": "object"}},
+                        "max_tokens": {"type": "integer"},
+                        "stream": {"type": "boolean"},
                     },
                     "additionalProperties": True,
                 }
@@ -178,6 +205,45 @@ async def responses(
         request, tenant, service, x_contextfold_session, x_contextfold_view, x_contextfold_budget
     )
     return await serve(call, RESPONSES)
+
+
+@router.post(
+    "/v1/messages",
+    openapi_extra=_MESSAGES_BODY,
+    responses=_ANSWERS,
+    summary="Anthropic Messages through the session's compacted prompt",
+)
+async def messages(
+    request: Request,
+    tenant: Tenant,
+    service: ServiceDep,
+    x_contextfold_session: Annotated[str | None, Header()] = None,
+    x_contextfold_view: Annotated[str | None, Header()] = None,
+    x_contextfold_budget: Annotated[str | None, Header()] = None,
+) -> Response:
+    call = Call(
+        request, tenant, service, x_contextfold_session, x_contextfold_view, x_contextfold_budget
+    )
+    return await serve(call, MESSAGES)
+
+
+@router.post(
+    "/v1/messages/count_tokens",
+    openapi_extra=_MESSAGES_BODY,
+    summary="Tokens of the compacted prompt the next Messages call would send",
+)
+async def messages_count_tokens(
+    request: Request,
+    tenant: Tenant,
+    service: ServiceDep,
+    x_contextfold_session: Annotated[str | None, Header()] = None,
+    x_contextfold_view: Annotated[str | None, Header()] = None,
+    x_contextfold_budget: Annotated[str | None, Header()] = None,
+) -> Response:
+    call = Call(
+        request, tenant, service, x_contextfold_session, x_contextfold_view, x_contextfold_budget
+    )
+    return await count_tokens(call)
 
 
 @router.get("/v1/models", summary="The upstream's models, passed through")

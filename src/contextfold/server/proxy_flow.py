@@ -22,12 +22,10 @@ cannot log two answers.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import os
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -49,6 +47,7 @@ from contextfold.server.proxy_request import (
     read_session_id,
     read_view_name,
 )
+from contextfold.server.proxy_shared import ProxyState, proxy_state
 from contextfold.server.proxy_stream import RelayResponse
 from contextfold.server.proxy_upstream import (
     Upstream,
@@ -61,80 +60,6 @@ from contextfold.server.proxy_wire import Conversation, Wire
 from contextfold.server.service import Service
 
 log = logging.getLogger("contextfold.proxy")
-
-_SPECS = {"openai": "openai-compatible", "anthropic": "anthropic"}
-
-
-@dataclass
-class ProxyState:
-    """What the proxy keeps per app: the upstream clients by kind, log digests, session locks."""
-
-    upstreams: dict[str, Upstream]
-    digests: LogDigests = field(default_factory=LogDigests)
-    locks: dict[str, tuple[asyncio.Lock, int]] = field(default_factory=dict)
-
-    def upstream(self, wire: Wire) -> Upstream:
-        """The upstream that serves ``wire``; a 502 naming the flag when there is none."""
-        found = self.upstreams.get(wire.upstream)
-        if found is None:
-            raise ServiceError(
-                502,
-                "upstream_error",
-                f"this server has no {wire.upstream} upstream, so no {wire.name} proxy: start "
-                f"it with --upstream {_SPECS.get(wire.upstream, wire.upstream)}:URL",
-            )
-        return found
-
-    async def hold(self, key: str) -> Callable[[], None]:
-        """Wait for the session's lock; returns its release (idempotent)."""
-        held = self.locks.get(key)
-        lock, users = held if held is not None else (asyncio.Lock(), 0)
-        self.locks[key] = (lock, users + 1)
-        try:
-            await lock.acquire()
-        except BaseException:
-            self._leave(key)
-            raise
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                lock.release()
-                self._leave(key)
-
-        return release
-
-    def _leave(self, key: str) -> None:
-        lock, users = self.locks[key]
-        if users == 1:
-            del self.locks[key]
-        else:
-            self.locks[key] = (lock, users - 1)
-
-    async def aclose(self) -> None:
-        for upstream in self.upstreams.values():
-            await upstream.aclose()
-
-
-def proxy_state(request: Request) -> ProxyState:
-    """The app's proxy state, made on first use inside the server's event loop."""
-    state: ProxyState | None = getattr(request.app.state, "proxy", None)
-    if state is None:
-        settings = request.app.state.service.settings
-        upstreams = {
-            kind: Upstream(
-                url,
-                api_key=os.environ.get(settings.upstream_key(kind)) or None,
-                timeout_s=settings.upstream_timeout_s,
-                kind=kind,
-            )
-            for kind, url in settings.upstreams.items()
-        }
-        state = ProxyState(upstreams)
-        request.app.state.proxy = state
-    return state
 
 
 def response_key(response_id: str) -> str:
@@ -271,6 +196,34 @@ def _prepare(
     return _Turn(service, session, log, state.digests, prompt, headers)
 
 
+def peek(
+    service: Service,
+    state: ProxyState,
+    store_id: str,
+    conversation: Conversation,
+    view_name: str,
+    budget: int | None,
+    fitted: Fit,
+) -> list[Message]:
+    """The prompt a call with ``conversation`` would send, nothing stored: the view's
+    rendering followed by the messages new to the log (the conversation itself for a
+    session or view not made yet)."""
+    try:
+        session = service.memory.existing_session(store_id)
+    except NotFound:
+        return conversation.messages
+    log = state.digests.current(session)
+    try:
+        first, _ = _match(session, log, conversation)
+    except Divergence as exc:
+        raise ServiceError(409, "conflict", exc.reason, index=exc.index) from None
+    view = session.view(view_name)
+    if view.version == 0:
+        return [*session.history(), *conversation.messages[first:]]
+    chosen, _ = fitted.choose(budget, view.config.budget)
+    return [*view.render(chosen), *conversation.messages[first:]]
+
+
 @dataclass(frozen=True)
 class Call:
     """A proxy request as its route received it: the caller and the proxy's headers."""
@@ -283,20 +236,40 @@ class Call:
     budget: str | None
 
 
-async def serve(call: Call, wire: Wire) -> Response:
-    """One proxied call in ``wire``'s format, from the request to the logged answer."""
-    request, service = call.request, call.service
-    check_json_type(request.headers.get("content-type"))
-    body = read_body(await request.body())
+@dataclass(frozen=True)
+class Asked:
+    """A request read and checked, before the session is touched."""
+
+    body: dict[str, Any]
+    conversation: Conversation
+    store_id: str
+    view: str
+    budget: int | None
+    fitted: Fit
+
+
+async def read_call(call: Call, wire: Wire) -> Asked:
+    """The request's body, conversation, session, view and budget; 4xx on bad input."""
+    check_json_type(call.request.headers.get("content-type"))
+    body = read_body(await call.request.body())
     sid = read_session_id(call.session, body)
     view_name = read_view_name(call.view)
     budget = read_budget(call.budget)
-    settings = service.settings
+    settings = call.service.settings
     fitted = fit(settings.budget, settings.model_windows, body)
     conversation = wire.conversation(body)
+    store_id = call.service.store_id(call.tenant, sid)
+    return Asked(body, conversation, store_id, view_name, budget, fitted)
+
+
+async def serve(call: Call, wire: Wire) -> Response:
+    """One proxied call in ``wire``'s format, from the request to the logged answer."""
+    request, service = call.request, call.service
+    asked = await read_call(call, wire)
+    body, conversation, store_id = asked.body, asked.conversation, asked.store_id
+    view_name, budget, fitted = asked.view, asked.budget, asked.fitted
     state = proxy_state(request)
     upstream = state.upstream(wire)
-    store_id = service.store_id(call.tenant, sid)
     release = await state.hold(store_id)
     try:
         turn = await service.run(
@@ -353,8 +326,8 @@ async def whole(
             raise ServiceError(502, "upstream_error", failure.reason)
         data = wire.refusal(status, data, upstream.secrets)
     elif turn is not None and status < 300:
-        message = wire.answer(data)
         try:
+            message = wire.answer(data)
             if message is None:
                 raise InvalidInput(
                     f"the upstream's {wire.name} answer has no message", field="body"
