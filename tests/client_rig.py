@@ -27,7 +27,7 @@ from server_harness import bearer, make_service, running
 
 from contextfold.core.messages import Message
 from contextfold.core.tokens import get_counter
-from contextfold.formats.anthropic_read import from_anthropic
+from contextfold.formats.anthropic_turns import read_request
 from contextfold.formats.responses import request_messages
 from contextfold.server.app import create_app
 from contextfold.server.keys import create_key
@@ -190,7 +190,12 @@ def prompt_tokens(wire: Wire, body: dict[str, Any]) -> int:
 
 
 def read_back(wire: Wire, body: dict[str, Any]) -> list[Message]:
-    """A forwarded request's prompt as the log messages it was written from."""
+    """A forwarded request's prompt as the log messages it was written from (as the proxy
+    reads a client's request), less what the reader infers rather than reads: the ``name``
+    it gives a Messages tool result from its call (a ``tool_result`` block has none)."""
     if wire == "responses":
         return request_messages(body)
-    return from_anthropic(body.get("system"), body["messages"])
+    return [
+        {k: v for k, v in m.items() if not (k == "name" and m["role"] == "tool")}
+        for m in read_request(body.get("system"), body["messages"])
+    ]

@@ -43,7 +43,7 @@ def test_a_cli_runs_its_tool_task_against_the_scripted_upstream(
             assert step.marker in result
 
 
-@pytest.mark.parametrize("client", ["codex"])
+@pytest.mark.parametrize("client", CLIENTS)
 def test_a_cli_runs_a_longer_task_through_the_proxy_compacted_within_budget(
     client: Client, tmp_path: Path
 ) -> None:
