@@ -8,7 +8,7 @@ lines, then answers in text; the CLI runs them through the contextfold service
 of ``--room`` tokens over what the CLI's system prompt and first message take,
 so the growing task must be compacted. ``make agent-clis`` installs the CLIs.
 
-Figures per client, each goal 0 but ``calls_made`` and ``folds``:
+Figures per client, each goal 0 but ``calls_made`` and ``folds_made``:
 ``calls_made`` (calls the CLI made to the proxy, the service's count),
 ``calls_failed`` (answered with another status than 200, plus 1 for a run that
 did not finish), ``prompts_over_budget`` (forwarded prompts larger than the
@@ -16,8 +16,8 @@ view's budget, counted in contextfold's tokens on the prompt read back),
 ``tool_pairs_broken`` (a forwarded tool call without its result, or result
 without its call), ``log_messages_missing_or_duplicated`` (the session's log,
 read through the REST API, against the task's conversation logged once, in
-order); ``folds`` shows compaction happened, ``largest_prompt_tokens`` and
-``budget`` how close it came.
+order); ``folds_made`` (superseded ones included) shows compaction happened,
+``largest_prompt_tokens`` and ``budget`` how close it came.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ class Outcome:
     log_faults: list[str]
     budget: int
     folds: int
-    """Folds the view holds at the end: compaction really happened when above 0."""
+    """Folds the view made, superseded ones included: compaction really happened when above 0."""
     largest_prompt: int
 
     def problems(self) -> list[str]:
@@ -92,7 +92,7 @@ class Outcome:
             "prompts_over_budget": len(self.over_budget),
             "tool_pairs_broken": len(self.pairs_broken),
             "log_messages_missing_or_duplicated": len(self.log_faults),
-            "folds": self.folds,
+            "folds_made": self.folds,
             "budget": self.budget,
             "largest_prompt_tokens": self.largest_prompt,
         }
@@ -139,7 +139,9 @@ def through_proxy(client: Client, work: Path, *, steps: int, lines: int, room: i
             statuses = route_statuses(api, ROUTE[wire])
             log = whole_log(api, SESSION)
             view = api.get(f"/api/v1/sessions/{SESSION}/views/default").raise_for_status().json()
-            folds = api.get(f"/api/v1/sessions/{SESSION}/views/default/folds").raise_for_status()
+            folds = api.get(
+                f"/api/v1/sessions/{SESSION}/views/default/folds", params={"superseded": "true"}
+            ).raise_for_status()
     sent = list(upstream.requests)
     sizes = [prompt_tokens(wire, r.body) for r in sent]
     view_budget = int(view["config"]["budget"])
