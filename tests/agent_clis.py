@@ -6,8 +6,9 @@ temporary home, so nothing of the user's own setup (keys, settings, history)
 is read, and each CLI is configured the way its documentation says a custom
 endpoint is:
 
-- Claude Code: ``ANTHROPIC_BASE_URL`` and ``ANTHROPIC_AUTH_TOKEN`` (sent as
-  ``Authorization: Bearer``), ``ANTHROPIC_CUSTOM_HEADERS`` for the session
+- Claude Code: ``ANTHROPIC_BASE_URL``, the key in ``ANTHROPIC_API_KEY`` (sent
+  as ``x-api-key``) or ``ANTHROPIC_AUTH_TOKEN`` (sent as ``Authorization:
+  Bearer``), ``ANTHROPIC_CUSTOM_HEADERS`` for the session
   header, ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` so it sends nothing
   but model calls, run with ``-p`` and ``--allowedTools Bash`` so its shell
   tool runs without a prompt;
@@ -39,6 +40,8 @@ CLIENTS: tuple[Client, ...] = ("claude_code", "codex")
 PROGRAM: dict[Client, str] = {"claude_code": "claude", "codex": "codex"}
 CLAUDE_MODEL = "claude-sonnet-4-5"
 CODEX_MODEL = "gpt-5"
+CLAUDE_KEY_ENVS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+"""Where Claude Code reads its key: sent as ``x-api-key``, or as ``Authorization: Bearer``."""
 
 
 def need_cli(client: Client) -> Path:
@@ -73,15 +76,17 @@ def run_claude(
     *,
     key: str,
     session: str,
+    key_env: str = CLAUDE_KEY_ENVS[0],
     timeout: float = 180.0,
 ) -> Run:
-    """``claude -p`` in ``work``: its JSON result's ``result`` is the answer."""
+    """``claude -p`` in ``work``, its key in ``key_env``: its JSON result's ``result`` is the
+    answer."""
     home = Path(tempfile.mkdtemp(prefix="claude-home-", dir=work.parent))
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": base_url,
-        "ANTHROPIC_AUTH_TOKEN": key,
+        key_env: key,
         "ANTHROPIC_CUSTOM_HEADERS": f"X-Contextfold-Session: {session}",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_AUTOUPDATER": "1",
@@ -149,12 +154,23 @@ def run_codex(
 
 
 def run_client(
-    client: Client, base_url: str, prompt: str, work: Path, *, key: str, session: str
+    client: Client,
+    base_url: str,
+    prompt: str,
+    work: Path,
+    *,
+    key: str,
+    session: str,
+    key_env: str = CLAUDE_KEY_ENVS[0],
 ) -> Run:
-    """Run ``client`` once on ``prompt``; ``base_url`` as the CLI wants it (Codex's with ``/v1``)."""
+    """Run ``client`` once on ``prompt``; ``base_url`` as the CLI wants it (Codex's with ``/v1``);
+    ``key_env``: where Claude Code reads its key (Codex reads it from ``env_key``)."""
     program = BIN / PROGRAM[client]
-    run = run_claude if client == "claude_code" else run_codex
-    return run(program, base_url, prompt, work, key=key, session=session)
+    if client == "claude_code":
+        return run_claude(
+            program, base_url, prompt, work, key=key, session=session, key_env=key_env
+        )
+    return run_codex(program, base_url, prompt, work, key=key, session=session)
 
 
 def _run(args: list[str], work: Path, env: dict[str, str], timeout: float) -> Run:

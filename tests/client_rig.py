@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from agent_clis import Client, Run, run_client
+from agent_clis import CLAUDE_KEY_ENVS, Client, Run, run_client
 from fake_providers import FakeProvider, Request
 from scripted_agents import Step, Wire, log_faults, pairing_faults, replies, task
 from server_harness import bearer, make_service, running
@@ -125,16 +125,26 @@ def first_prompt(client: Client, work: Path) -> int:
     return prompt_tokens(wire, upstream.requests[0].body)
 
 
-def through_proxy(client: Client, work: Path, *, steps: int, lines: int, room: int) -> Outcome:
+def through_proxy(
+    client: Client,
+    work: Path,
+    *,
+    steps: int,
+    lines: int,
+    room: int,
+    key_env: str = CLAUDE_KEY_ENVS[0],
+) -> Outcome:
     """Run ``client`` through the proxy on a task of ``steps`` tool calls of ``lines`` lines
-    each, its views' budget ``room`` tokens over what its first prompt takes."""
+    each, its views' budget ``room`` tokens over what its first prompt takes (``key_env``:
+    where Claude Code reads its contextfold key)."""
     wire = WIRE[client]
     script = task(steps, lines=lines)
     work.mkdir(parents=True, exist_ok=True)
     budget = first_prompt(client, work) + room
     with scripted_upstream(client) as upstream, proxy(upstream, budget) as (base, key):
         upstream.add(*replies(wire, script))
-        run = run_client(client, cli_base(client, base), PROMPT, work, key=key, session=SESSION)
+        base_url = cli_base(client, base)
+        run = run_client(client, base_url, PROMPT, work, key=key, session=SESSION, key_env=key_env)
         with httpx.Client(base_url=base, headers=bearer(key), timeout=30) as api:
             statuses = route_statuses(api, ROUTE[wire])
             log = whole_log(api, SESSION)

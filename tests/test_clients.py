@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_clis import CLIENTS, Client, need_cli, run_client
+from agent_clis import CLAUDE_KEY_ENVS, CLIENTS, Client, need_cli, run_client
 from client_rig import PROMPT, ROUTE, WIRE, scripted_upstream, through_proxy
 from scripted_agents import Step, log_faults, pairing_faults, replies, task, tool_results
 
@@ -34,7 +34,10 @@ def test_a_cli_runs_its_tool_task_against_the_scripted_upstream(
     assert [r.path.split("?")[0] for r in upstream.requests] == [ROUTE[wire]] * len(steps)
     for n, request in enumerate(upstream.requests):
         assert request.headers["x-contextfold-session"] == "s1"
-        assert request.headers["authorization"] == "Bearer sk-scripted"
+        if client == "claude_code":  # its key from ANTHROPIC_API_KEY
+            assert request.headers["x-api-key"] == "sk-scripted"
+        else:
+            assert request.headers["authorization"] == "Bearer sk-scripted"
         assert request.body["stream"] is True
         assert pairing_faults(wire, request.body) == [], n
         results = tool_results(wire, request.body)
@@ -106,3 +109,14 @@ def test_the_pairing_check_finds_a_call_without_its_result_and_a_result_without_
     assert pairing_faults("messages", {"messages": turns}) == []
     assert pairing_faults("messages", {"messages": [*turns[:2], {"role": "user", "content": "x"}]})
     assert pairing_faults("messages", {"messages": [turns[0], turns[2]]})
+
+
+def test_claude_code_reaches_the_proxy_with_its_key_in_either_variable(tmp_path: Path) -> None:
+    """``ANTHROPIC_AUTH_TOKEN`` goes as ``Authorization: Bearer``, ``ANTHROPIC_API_KEY`` as
+    ``x-api-key``: the proxy takes the contextfold key from either."""
+    need_cli("claude_code")
+    for key_env in CLAUDE_KEY_ENVS:
+        work = tmp_path / key_env / "work"
+        outcome = through_proxy("claude_code", work, steps=1, lines=5, room=1500, key_env=key_env)
+        assert outcome.problems() == [], key_env
+        assert outcome.calls == 2
