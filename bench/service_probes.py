@@ -29,10 +29,19 @@ from typing import Any
 
 import httpx
 from _common import parse_args, report
-from _probe_inputs import BUDGETS, HOSTS, MALFORMED_PROXY, MALFORMED_REST, TYPES, S
+from _probe_inputs import (
+    BUDGETS,
+    HOSTS,
+    MALFORMED_PROXY,
+    MALFORMED_RESPONSES,
+    MALFORMED_REST,
+    TYPES,
+    S,
+)
 from _service import SECRET, EchoUpstream, Served, create_key, revoke_key
 
 CHAT = "/v1/chat/completions"
+RESPONSES = "/v1/responses"
 API = "/api/v1/sessions"
 JSON = {"content-type": "application/json"}
 
@@ -299,6 +308,10 @@ def malformed(rig: Rig, quick: bool) -> Tally:
             sent = {**JSON, "X-Contextfold-Session": f"mal-proxy-{n}"}
             raw = raw.replace("@S", S)
             tally.call(client.post, CHAT, content=raw, headers=sent)
+        for n, raw in enumerate(MALFORMED_RESPONSES):
+            sent = {**JSON, "X-Contextfold-Session": f"mal-responses-{n}"}
+            answer = tally.call(client.post, RESPONSES, content=raw.replace("@S", S), headers=sent)
+            tally.faults += int(answer is not None and not 400 <= answer.status_code < 500)
         for method, path, raw in MALFORMED_REST:
             raw = raw.replace("@S", S)
             tally.call(client.request, method, path, content=raw, headers=JSON)

@@ -29,7 +29,7 @@ from fake_providers import (
     responses_stream,
     said,
 )
-from prompt_checks import prompt_tokens
+from prompt_checks import pairing_faults, prompt_tokens
 from server_harness import running
 
 from contextfold.core.messages import Message, for_model
@@ -160,8 +160,12 @@ def test_a_function_calling_task_over_many_turns(rig: Rig, stream: bool) -> None
         assert body["instructions"] == "Be brief." and body["tools"] == TOOLS
         assert body.get("stream", False) is stream
         assert paired(body["input"])
-        assert prompt_tokens([for_model(m) for m in request_messages(body)]) <= BUDGET
-    assert len(sent_all[-1]["input"]) < len(history)  # compacted: not everything was sent
+        prompt = [for_model(m) for m in request_messages(body)]
+        assert pairing_faults(prompt) == []
+        assert prompt_tokens(prompt) <= BUDGET
+    # Compacted: not everything was sent, and what left the prompt took its kept items along.
+    assert len(sent_all[-1]["input"]) < len(history)
+    assert reasoning(0) not in sent_all[-1]["input"]
     # The log: every message once, in order, answers included, as the client's history reads.
     whole = request_messages({"instructions": "Be brief.", "input": json.loads(
         json.dumps([i if isinstance(i, dict) else i.model_dump(exclude_unset=True)

@@ -1,8 +1,8 @@
 """The proxy's routes: any app gets compaction by changing its ``base_url``.
 
-``POST /v1/chat/completions`` (OpenAI Chat Completions), ``POST
-/v1/responses`` (the OpenAI Responses API) and ``POST /v1/messages``
-(Anthropic Messages), streamed or not, tools included, and ``POST
+``POST /v1/chat/completions`` (OpenAI Chat Completions) and ``POST
+/v1/messages`` (Anthropic Messages), ``POST /v1/responses`` (the OpenAI
+Responses API), streamed or not, tools included, and ``POST
 /v1/messages/count_tokens``; every route runs the one flow of
 ``contextfold.server.proxy_flow`` with its wire format
 (``contextfold.server.proxy_wire``):
@@ -43,7 +43,7 @@ from contextfold.server.proxy_chat import CHAT
 from contextfold.server.proxy_count import count_tokens
 from contextfold.server.proxy_flow import Call, serve, whole
 from contextfold.server.proxy_messages import MESSAGES
-from contextfold.server.proxy_responses import RESPONSES
+from contextfold.server.proxy_responses import RESPONSES, RESPONSES_BODY
 from contextfold.server.proxy_shared import ProxyState, proxy_state
 from contextfold.server.proxy_upstream import UpstreamError
 from contextfold.server.service import ServiceDep
@@ -61,38 +61,6 @@ _CHAT_BODY: dict[str, Any] = {
                     "properties": {
                         "model": {"type": "string"},
                         "messages": {"type": "array", "minItems": 1, "items": {"type": "object"}},
-                        "stream": {"type": "boolean"},
-                        "user": {"type": "string", "description": "session id fallback"},
-                    },
-                    "additionalProperties": True,
-                }
-            }
-        },
-    }
-}
-_RESPONSES_BODY: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "description": "An OpenAI Responses API request; fields other than "
-                    "input, instructions and previous_response_id go upstream unchanged.",
-                    "properties": {
-                        "model": {"type": "string"},
-                        "instructions": {"type": "string"},
-                        "input": {
-                            "oneOf": [
-                                {"type": "string"},
-                                {"type": "array", "items": {"type": "object"}},
-                            ]
-                        },
-                        "previous_response_id": {
-                            "type": "string",
-                            "description": "an answer this session logged: the log up to it "
-                            "is the history",
-                        },
                         "stream": {"type": "boolean"},
                         "user": {"type": "string", "description": "session id fallback"},
                     },
@@ -182,32 +150,6 @@ async def chat_completions(
 
 
 @router.post(
-    "/v1/responses",
-    openapi_extra=_RESPONSES_BODY,
-    responses={
-        **_ANSWERS,
-        400: {
-            "description": "previous_response_id names no answer of this session, or the "
-            "request names a conversation (code invalid_input)."
-        },
-    },
-    summary="Responses API call through the session's compacted prompt",
-)
-async def responses(
-    request: Request,
-    tenant: Tenant,
-    service: ServiceDep,
-    x_contextfold_session: Annotated[str | None, Header()] = None,
-    x_contextfold_view: Annotated[str | None, Header()] = None,
-    x_contextfold_budget: Annotated[str | None, Header()] = None,
-) -> Response:
-    call = Call(
-        request, tenant, service, x_contextfold_session, x_contextfold_view, x_contextfold_budget
-    )
-    return await serve(call, RESPONSES)
-
-
-@router.post(
     "/v1/messages",
     openapi_extra=_MESSAGES_BODY,
     responses=_ANSWERS,
@@ -244,6 +186,32 @@ async def messages_count_tokens(
         request, tenant, service, x_contextfold_session, x_contextfold_view, x_contextfold_budget
     )
     return await count_tokens(call)
+
+
+@router.post(
+    "/v1/responses",
+    openapi_extra=RESPONSES_BODY,
+    responses={
+        **_ANSWERS,
+        400: {
+            "description": "previous_response_id names no answer of this session, or the "
+            "request names a conversation (code invalid_input)."
+        },
+    },
+    summary="OpenAI Responses through the session's compacted prompt",
+)
+async def responses(
+    request: Request,
+    tenant: Tenant,
+    service: ServiceDep,
+    x_contextfold_session: Annotated[str | None, Header()] = None,
+    x_contextfold_view: Annotated[str | None, Header()] = None,
+    x_contextfold_budget: Annotated[str | None, Header()] = None,
+) -> Response:
+    call = Call(
+        request, tenant, service, x_contextfold_session, x_contextfold_view, x_contextfold_budget
+    )
+    return await serve(call, RESPONSES)
 
 
 @router.get("/v1/models", summary="The upstream's models, passed through")

@@ -132,7 +132,7 @@ class MessagesWire:
     name = "messages"
     upstream = "anthropic"
     upstream_path = "/messages"
-    keeps: str | None = None  # the client's own blocks come back through ``aligned`` instead
+    keeps: str | None = None
 
     def conversation(self, body: dict[str, Any]) -> Conversation:
         return Conversation(read_request(body.get("system"), body.get("messages")))

@@ -39,6 +39,40 @@ from contextfold.server.proxy_sse import SseReader
 from contextfold.server.proxy_upstream import refusal_body
 from contextfold.server.proxy_wire import Conversation
 
+RESPONSES_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "description": "An OpenAI Responses API request; fields other than "
+                    "input, instructions and previous_response_id go upstream unchanged.",
+                    "properties": {
+                        "model": {"type": "string"},
+                        "instructions": {"type": "string"},
+                        "input": {
+                            "oneOf": [
+                                {"type": "string"},
+                                {"type": "array", "items": {"type": "object"}},
+                            ]
+                        },
+                        "previous_response_id": {
+                            "type": "string",
+                            "description": "an answer this session logged: the log up to it "
+                            "is the history",
+                        },
+                        "stream": {"type": "boolean"},
+                        "user": {"type": "string", "description": "session id fallback"},
+                    },
+                    "additionalProperties": True,
+                }
+            }
+        },
+    }
+}
+"""The request body as the OpenAPI document shows it."""
+
 
 class ResponsesAssembler:
     """A streamed Response's events as they are relayed, assembled into the answer to log."""
