@@ -13,6 +13,7 @@ Shared by ``tests/test_clients.py`` and ``bench/clients.py``.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -76,6 +77,8 @@ class Outcome:
     folds: int
     """Folds the view made, superseded ones included: compaction really happened when above 0."""
     largest_prompt: int
+    job: dict[str, Any] | None
+    """The view's compaction job at the end: None once it is idle."""
 
     def problems(self) -> list[str]:
         """Each thing that went wrong, said in a line."""
@@ -83,6 +86,8 @@ class Outcome:
         if self.failed:
             found.append(f"{self.failed} call(s) failed")
         found += [f"a prompt of {n} tokens, over {self.budget}" for n in self.over_budget]
+        if self.job is not None:
+            found.append(f"the view's compaction job did not settle: {self.job}")
         return found + self.pairs_broken + self.log_faults
 
     def figures(self) -> dict[str, int]:
@@ -148,7 +153,7 @@ def through_proxy(
         with httpx.Client(base_url=base, headers=bearer(key), timeout=30) as api:
             statuses = route_statuses(api, ROUTE[wire])
             log = whole_log(api, SESSION)
-            view = api.get(f"/api/v1/sessions/{SESSION}/views/default").raise_for_status().json()
+            view = settled_view(api, SESSION)
             folds = api.get(
                 f"/api/v1/sessions/{SESSION}/views/default/folds", params={"superseded": "true"}
             ).raise_for_status()
@@ -170,7 +175,21 @@ def through_proxy(
         budget=view_budget,
         folds=len(folds.json()["folds"]),
         largest_prompt=max(sizes, default=0),
+        job=view["job"],
     )
+
+
+def settled_view(api: httpx.Client, sid: str, timeout: float = 30.0) -> dict[str, Any]:
+    """The default view once its compaction job is done (or has failed): what it ends with."""
+    deadline = time.monotonic() + timeout
+    while True:
+        view: dict[str, Any] = (
+            api.get(f"/api/v1/sessions/{sid}/views/default").raise_for_status().json()
+        )
+        job = view["job"]
+        if job is None or job["state"] in ("parked", "failing") or time.monotonic() > deadline:
+            return view
+        time.sleep(0.1)
 
 
 def route_statuses(api: httpx.Client, route: str) -> dict[str, int]:
