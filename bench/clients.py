@@ -1,12 +1,15 @@
-"""Agent CLIs through the proxy: Claude Code and Codex CLI, unmodified, on a scripted task.
+"""Agents through the proxy: Claude Code and Codex CLI, unmodified, on a scripted task.
 
-Per client, one run (``tests/client_rig.py``): the CLI's scripted upstream on
-127.0.0.1 (Anthropic Messages for Claude Code, OpenAI Responses for Codex, both
-streamed) asks it for ``--steps`` shell commands, each printing ``--lines``
-lines, then answers in text; the CLI runs them through the contextfold service
-(API keys on, the background runner compacting), whose proxy views get a budget
-of ``--room`` tokens over what the CLI's system prompt and first message take,
-so the growing task must be compacted. ``make agent-clis`` installs the CLIs.
+Per client, one run (``tests/client_rig.py``): the client's scripted upstream
+on 127.0.0.1 (Anthropic Messages for Claude Code, OpenAI Responses for Codex,
+both streamed) asks it for ``--steps`` shell commands, each printing
+``--lines`` lines, then answers in text; the client runs them through the
+contextfold service (API keys on, the background runner compacting), whose
+proxy views get a budget of ``--room`` tokens over what the client's system
+prompt and first message take, so the growing task must be compacted.
+``make agent-clis`` installs the CLIs. Two more rows run the same task with a
+minimal agent on each official SDK (``anthropic_sdk`` on the Messages API,
+``openai_sdk`` on the Responses API, both streamed; ``tests/sdk_agents.py``).
 
 Figures per client, each goal 0 but ``calls_made`` and ``folds_made``:
 ``calls_made`` (calls the CLI made to the proxy, the service's count),
@@ -33,7 +36,7 @@ from _common import ROOT, parse_args, report
 sys.path.insert(0, str(ROOT / "tests"))
 
 from agent_clis import BIN, CLIENTS, PROGRAM
-from client_rig import ROOM, through_proxy
+from client_rig import AGENTS, ROOM, through_proxy
 
 
 def options(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +54,7 @@ def main() -> None:
     if missing:
         raise SystemExit(f"missing {', '.join(missing)}: run make agent-clis")
     figures: dict[str, int | float] = {"steps": steps, "lines_per_step": args.lines}
-    for client in CLIENTS:
+    for client in AGENTS:
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=f"bench-{client}-") as folder:
             outcome = through_proxy(

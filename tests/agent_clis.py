@@ -38,7 +38,7 @@ BIN = Path(os.environ.get("CONTEXTFOLD_NPM_TOOLS", ROOT / ".npm-tools")) / "node
 Client = Literal["claude_code", "codex"]
 CLIENTS: tuple[Client, ...] = ("claude_code", "codex")
 PROGRAM: dict[Client, str] = {"claude_code": "claude", "codex": "codex"}
-CLAUDE_MODEL = "claude-sonnet-4-5"
+CLAUDE_MODEL = "claude-sonnet-4-6"
 CODEX_MODEL = "gpt-5"
 CLAUDE_KEY_ENVS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 """Where Claude Code reads its key: sent as ``x-api-key``, or as ``Authorization: Bearer``."""

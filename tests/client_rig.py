@@ -1,10 +1,11 @@
-"""One agent CLI's scripted task through the contextfold proxy, and the figures it leaves.
+"""One agent's scripted task through the contextfold proxy, and the figures it leaves.
 
-The rig: the CLI's scripted upstream (``scripted_agents`` on ``FakeProvider``),
+The rig: the agent's scripted upstream (``scripted_agents`` on ``FakeProvider``),
 the service (``create_app`` under uvicorn on 127.0.0.1, API keys on, the
 background runner compacting, the proxy's views given a small fixed budget so
-the task overflows it) and the CLI, unmodified (``agent_clis``), pointed at the
-service with a key of its own. Everything measured is read from outside: the
+the task overflows it) and the agent pointed at the service with a key of its
+own: a CLI, unmodified (``agent_clis``), or a minimal agent on an official SDK
+(``sdk_agents``). Everything measured is read from outside: the
 requests the upstream received, the service's own request counts
 (``/metrics``), and the session's log, view and folds through the REST API.
 Shared by ``tests/test_clients.py`` and ``bench/clients.py``.
@@ -18,12 +19,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
-from agent_clis import CLAUDE_KEY_ENVS, Client, Run, run_client
+from agent_clis import CLAUDE_KEY_ENVS, Run, run_client
 from fake_providers import FakeProvider, Request
 from scripted_agents import Step, Wire, log_faults, pairing_faults, replies, task
+from sdk_agents import anthropic_agent, responses_agent
 from server_harness import bearer, make_service, running
 
 from contextfold.core.messages import Message
@@ -33,7 +35,14 @@ from contextfold.formats.responses import request_messages
 from contextfold.server.app import create_app
 from contextfold.server.keys import create_key
 
-WIRE: dict[Client, Wire] = {"claude_code": "messages", "codex": "responses"}
+Agent = Literal["claude_code", "codex", "anthropic_sdk", "openai_sdk"]
+AGENTS: tuple[Agent, ...] = ("claude_code", "codex", "anthropic_sdk", "openai_sdk")
+WIRE: dict[Agent, Wire] = {
+    "claude_code": "messages",
+    "codex": "responses",
+    "anthropic_sdk": "messages",
+    "openai_sdk": "responses",
+}
 ROUTE: dict[Wire, str] = {"messages": "/v1/messages", "responses": "/v1/responses"}
 PROMPT = "Run the commands the task needs, then say when you are done."
 TENANT = "agents"
@@ -42,25 +51,36 @@ ROOM = 2000
 """Budget tokens given beyond the CLI's first prompt (its system prompt and first message)."""
 
 
-def scripted_upstream(client: Client) -> FakeProvider:
-    """Claude Code's upstream answers ``/v1/messages``; Codex's ``/v1/responses``."""
-    if client == "claude_code":
+def scripted_upstream(wire: Wire) -> FakeProvider:
+    """An upstream answering ``/v1/messages`` (Anthropic's) or ``/v1/responses`` (OpenAI's)."""
+    if wire == "messages":
         return FakeProvider("anthropic")
     upstream = FakeProvider("openai")
     upstream.routes = {("POST", "/v1/responses")}
     return upstream
 
 
-def cli_base(client: Client, root: str) -> str:
-    """The base URL each CLI is given for a server at ``root``: Codex's ends in ``/v1``."""
-    return root if client == "claude_code" else f"{root}/v1"
+def base_for(wire: Wire, root: str) -> str:
+    """The base URL a client of ``wire`` is given for a server at ``root``: Anthropic's
+    clients add ``/v1`` themselves, OpenAI's do not."""
+    return root if wire == "messages" else f"{root}/v1"
+
+
+def run_agent(agent: Agent, root: str, work: Path, *, key: str, session: str, key_env: str) -> Run:
+    """Run ``agent`` once on the task's prompt against the server at ``root``."""
+    base = base_for(WIRE[agent], root)
+    if agent == "anthropic_sdk":
+        return anthropic_agent(base, PROMPT, work, key=key, session=session)
+    if agent == "openai_sdk":
+        return responses_agent(base, PROMPT, work, key=key, session=session)
+    return run_client(agent, base, PROMPT, work, key=key, session=session, key_env=key_env)
 
 
 @dataclass
 class Outcome:
     """What one run left, each count 0 when all went right."""
 
-    client: Client
+    client: Agent
     run: Run
     steps: list[Step]
     sent: list[Request]
@@ -118,20 +138,21 @@ def proxy(upstream: FakeProvider, budget: int) -> Iterator[tuple[str, str]]:
         yield base, key
 
 
-def first_prompt(client: Client, work: Path) -> int:
-    """The tokens of the CLI's first prompt (system prompt, first messages), from a run of
-    one call straight against its scripted upstream."""
-    wire = WIRE[client]
-    with scripted_upstream(client) as upstream:
+def first_prompt(agent: Agent, work: Path, key_env: str) -> int:
+    """The tokens of the agent's first prompt (system prompt, first messages), from a run
+    of one call straight against its scripted upstream."""
+    wire = WIRE[agent]
+    with scripted_upstream(wire) as upstream:
         upstream.add(*replies(wire, task(0, tag="probe")))
-        run = run_client(client, upstream.url, PROMPT, work, key="sk-probe", session="probe")
+        root = upstream.url.removesuffix("/v1")
+        run = run_agent(agent, root, work, key="sk-probe", session="probe", key_env=key_env)
     if run.code != 0 or len(upstream.requests) != 1:
-        raise RuntimeError(f"the probe run of {client} failed: {run.describe()}")
+        raise RuntimeError(f"the probe run of {agent} failed: {run.describe()}")
     return prompt_tokens(wire, upstream.requests[0].body)
 
 
 def through_proxy(
-    client: Client,
+    client: Agent,
     work: Path,
     *,
     steps: int,
@@ -139,17 +160,16 @@ def through_proxy(
     room: int,
     key_env: str = CLAUDE_KEY_ENVS[0],
 ) -> Outcome:
-    """Run ``client`` through the proxy on a task of ``steps`` tool calls of ``lines`` lines
-    each, its views' budget ``room`` tokens over what its first prompt takes (``key_env``:
-    where Claude Code reads its contextfold key)."""
+    """Run ``client`` (a CLI or an SDK agent) through the proxy on a task of ``steps`` tool
+    calls of ``lines`` lines each, its views' budget ``room`` tokens over what its first
+    prompt takes (``key_env``: where Claude Code reads its contextfold key)."""
     wire = WIRE[client]
     script = task(steps, lines=lines)
     work.mkdir(parents=True, exist_ok=True)
-    budget = first_prompt(client, work) + room
-    with scripted_upstream(client) as upstream, proxy(upstream, budget) as (base, key):
+    budget = first_prompt(client, work, key_env) + room
+    with scripted_upstream(wire) as upstream, proxy(upstream, budget) as (base, key):
         upstream.add(*replies(wire, script))
-        base_url = cli_base(client, base)
-        run = run_client(client, base_url, PROMPT, work, key=key, session=SESSION, key_env=key_env)
+        run = run_agent(client, base, work, key=key, session=SESSION, key_env=key_env)
         with httpx.Client(base_url=base, headers=bearer(key), timeout=30) as api:
             statuses = route_statuses(api, ROUTE[wire])
             log = whole_log(api, SESSION)

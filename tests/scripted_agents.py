@@ -73,7 +73,7 @@ def _messages_stream(step: Step, n: int) -> Reply:
         "id": f"msg_{n:04d}",
         "type": "message",
         "role": "assistant",
-        "model": "claude-sonnet-4-5",
+        "model": "claude-sonnet-4-6",
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from agent_clis import CLAUDE_KEY_ENVS, CLIENTS, Client, need_cli, run_client
-from client_rig import PROMPT, ROUTE, WIRE, scripted_upstream, through_proxy
+from client_rig import AGENTS, PROMPT, ROUTE, WIRE, Agent, scripted_upstream, through_proxy
 from scripted_agents import Step, log_faults, pairing_faults, replies, task, tool_results
 
 
@@ -26,7 +26,7 @@ def test_a_cli_runs_its_tool_task_against_the_scripted_upstream(
     steps = task(2)
     work = tmp_path / "work"
     work.mkdir()
-    with scripted_upstream(client) as upstream:
+    with scripted_upstream(WIRE[client]) as upstream:
         upstream.add(*replies(wire, steps))
         run = run_client(client, upstream.url, PROMPT, work, key="sk-scripted", session="s1")
     assert run.code == 0, run.describe()
@@ -46,13 +46,15 @@ def test_a_cli_runs_its_tool_task_against_the_scripted_upstream(
             assert step.marker in result
 
 
-@pytest.mark.parametrize("client", CLIENTS)
-def test_a_cli_runs_a_longer_task_through_the_proxy_compacted_within_budget(
-    client: Client, tmp_path: Path
+@pytest.mark.parametrize("client", AGENTS)
+def test_an_agent_runs_a_longer_task_through_the_proxy_compacted_within_budget(
+    client: Agent, tmp_path: Path
 ) -> None:
     """Every call succeeds, every forwarded prompt fits the view's budget, tool calls and
-    results stay paired, and the log holds every message once, in order."""
-    need_cli(client)
+    results stay paired, and the log holds every message once, in order: for each CLI,
+    and for a minimal agent on each official SDK."""
+    if client in CLIENTS:
+        need_cli(client)
     outcome = through_proxy(client, tmp_path / "work", steps=8, lines=120, room=1500)
     assert outcome.problems() == []
     assert outcome.calls == len(outcome.steps) == len(outcome.sent)
