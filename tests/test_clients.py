@@ -1,9 +1,12 @@
 """Claude Code and Codex CLI, unmodified, run a multi-turn tool-using task.
 
-Each CLI runs a scripted task (``scripted_agents``): two shell commands asked
-for by its upstream, then a text answer. First straight against a scripted
-upstream of its protocol on 127.0.0.1, which proves the scripts are what each
-CLI accepts and shows what it sends.
+Each runs a scripted task (``scripted_agents``): shell commands asked for by
+its upstream, then a text answer. First straight against a scripted upstream
+of its protocol on 127.0.0.1, which proves the scripts are what each CLI
+accepts; then through the proxy (``client_rig``), with a budget the task
+overflows, beside a minimal agent on each official SDK: every call succeeds,
+every forwarded prompt fits the view's budget, tool calls and results stay
+paired, and the log holds every message once, in order.
 """
 
 from __future__ import annotations
