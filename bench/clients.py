@@ -1,12 +1,14 @@
 """Agents through the proxy: Claude Code and Codex CLI, unmodified, on a scripted task.
 
-Per client, one run (``tests/client_rig.py``): the client's scripted upstream
-on 127.0.0.1 (Anthropic Messages for Claude Code, OpenAI Responses for Codex,
+Per client (``tests/client_rig.py``): the client's scripted upstream on
+127.0.0.1 (Anthropic Messages for Claude Code, OpenAI Responses for Codex,
 both streamed) asks it for ``--steps`` shell commands, each printing
 ``--lines`` lines, then answers in text; the client runs them through the
 contextfold service (API keys on, the background runner compacting), whose
 proxy views get a budget of ``--room`` tokens over what the client's system
-prompt and first message take, so the growing task must be compacted.
+prompt and first message take, so the growing task must be compacted. Each
+CLI is run ``--turns`` times on a new prompt, each run resuming the
+conversation (``claude -p --continue``, ``codex exec resume --last``).
 ``make agent-clis`` installs the CLIs. Two more rows run the same task with a
 minimal agent on each official SDK (``anthropic_sdk`` on the Messages API,
 ``openai_sdk`` on the Responses API, both streamed; ``tests/sdk_agents.py``).
@@ -45,6 +47,9 @@ def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--room", type=int, default=ROOM, help="budget tokens beyond the system prompt"
     )
+    parser.add_argument(
+        "--turns", type=int, default=2, help="user prompts per CLI, each run resuming the last"
+    )
 
 
 def main() -> None:
@@ -55,16 +60,24 @@ def main() -> None:
         raise SystemExit(f"missing {', '.join(missing)}: run make agent-clis")
     figures: dict[str, int | float] = {"steps": steps, "lines_per_step": args.lines}
     for client in AGENTS:
+        turns = args.turns if client in CLIENTS else 1
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=f"bench-{client}-") as folder:
             outcome = through_proxy(
-                client, Path(folder) / "work", steps=steps, lines=args.lines, room=args.room
+                client,
+                Path(folder) / "work",
+                steps=steps,
+                lines=args.lines,
+                room=args.room,
+                turns=turns,
             )
         seconds = time.monotonic() - started
-        print(f"{client}: exit {outcome.run.code} in {seconds:.1f} s", flush=True)
+        codes = [r.code for r in outcome.runs]
+        print(f"{client}: {turns} run(s), exits {codes}, {seconds:.1f} s", flush=True)
         for problem in outcome.problems():
             print(f"  {problem}")
         figures.update({f"{client}_{k}": v for k, v in outcome.figures().items()})
+        figures[f"{client}_turns"] = turns
         figures[f"{client}_seconds"] = round(seconds, 1)
     report(figures, args.json)
 

@@ -19,6 +19,8 @@ endpoint is:
 
 Both retry a failed call on their own; a run here allows no retry, so a call
 the server fails shows as a failed run rather than a hidden second request.
+A run with ``resume`` continues the latest conversation kept in its home
+(``claude -p --continue``, ``codex exec resume --last``): a second user turn.
 """
 
 from __future__ import annotations
@@ -76,12 +78,13 @@ def run_claude(
     *,
     key: str,
     session: str,
+    home: Path,
+    resume: bool = False,
     key_env: str = CLAUDE_KEY_ENVS[0],
     timeout: float = 180.0,
 ) -> Run:
-    """``claude -p`` in ``work``, its key in ``key_env``: its JSON result's ``result`` is the
-    answer."""
-    home = Path(tempfile.mkdtemp(prefix="claude-home-", dir=work.parent))
+    """``claude -p`` in ``work`` with ``home`` as its home, its key in ``key_env``: its JSON
+    result's ``result`` is the answer."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
@@ -95,7 +98,7 @@ def run_claude(
         "CLAUDE_CODE_MAX_RETRIES": "0",
     }
     args = [str(program), "-p", prompt, "--output-format", "json", "--model", CLAUDE_MODEL]
-    args += ["--allowedTools", "Bash"]
+    args += ["--allowedTools", "Bash", *(["--continue"] if resume else [])]
     done = _run(args, work, env, timeout)
     answer = ""
     if done.code == 0:
@@ -133,10 +136,12 @@ def run_codex(
     *,
     key: str,
     session: str,
+    home: Path,
+    resume: bool = False,
     timeout: float = 180.0,
 ) -> Run:
-    """``codex exec`` in ``work``: the file ``--output-last-message`` writes is the answer."""
-    home = Path(tempfile.mkdtemp(prefix="codex-home-", dir=work.parent))
+    """``codex exec`` in ``work`` with ``home`` as its home: the file
+    ``--output-last-message`` writes is the answer."""
     (home / "config.toml").write_text(codex_config(base_url, session))
     last = home / "last-message.txt"
     env = {
@@ -147,7 +152,7 @@ def run_codex(
     }
     args = [str(program), "exec", "--skip-git-repo-check", "--color", "never"]
     args += ["--dangerously-bypass-approvals-and-sandbox", "--output-last-message", str(last)]
-    args.append(prompt)
+    args += [*(["resume", "--last"] if resume else []), prompt]
     done = _run(args, work, env, timeout)
     answer = last.read_text().strip() if done.code == 0 and last.exists() else ""
     return Run(done.code, done.stdout, done.stderr, answer)
@@ -161,16 +166,32 @@ def run_client(
     *,
     key: str,
     session: str,
+    home: Path | None = None,
+    resume: bool = False,
     key_env: str = CLAUDE_KEY_ENVS[0],
 ) -> Run:
     """Run ``client`` once on ``prompt``; ``base_url`` as the CLI wants it (Codex's with ``/v1``);
-    ``key_env``: where Claude Code reads its key (Codex reads it from ``env_key``)."""
+    ``home``: the CLI's home (a fresh one when None); ``resume``: continue the latest
+    conversation kept there; ``key_env``: where Claude Code reads its key (Codex reads it
+    from ``env_key``)."""
     program = BIN / PROGRAM[client]
+    if home is None:
+        home = Path(tempfile.mkdtemp(prefix=f"{client}-home-", dir=work.parent))
     if client == "claude_code":
         return run_claude(
-            program, base_url, prompt, work, key=key, session=session, key_env=key_env
+            program,
+            base_url,
+            prompt,
+            work,
+            key=key,
+            session=session,
+            home=home,
+            resume=resume,
+            key_env=key_env,
         )
-    return run_codex(program, base_url, prompt, work, key=key, session=session)
+    return run_codex(
+        program, base_url, prompt, work, key=key, session=session, home=home, resume=resume
+    )
 
 
 def _run(args: list[str], work: Path, env: dict[str, str], timeout: float) -> Run:

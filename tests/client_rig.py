@@ -66,14 +66,43 @@ def base_for(wire: Wire, root: str) -> str:
     return root if wire == "messages" else f"{root}/v1"
 
 
-def run_agent(agent: Agent, root: str, work: Path, *, key: str, session: str, key_env: str) -> Run:
-    """Run ``agent`` once on the task's prompt against the server at ``root``."""
+def prompt_of(turn: int) -> str:
+    """The user's prompt of turn ``turn`` (from 1)."""
+    return f"Part {turn}: {PROMPT}"
+
+
+def run_agent(
+    agent: Agent,
+    root: str,
+    work: Path,
+    turn: int,
+    *,
+    key: str,
+    session: str,
+    key_env: str,
+    home: Path | None = None,
+) -> Run:
+    """Run ``agent`` on turn ``turn``'s prompt against the server at ``root``; a CLI's
+    later turns resume the conversation kept in ``home``."""
     base = base_for(WIRE[agent], root)
-    if agent == "anthropic_sdk":
-        return anthropic_agent(base, PROMPT, work, key=key, session=session)
-    if agent == "openai_sdk":
-        return responses_agent(base, PROMPT, work, key=key, session=session)
-    return run_client(agent, base, PROMPT, work, key=key, session=session, key_env=key_env)
+    prompt = prompt_of(turn)
+    if agent in ("anthropic_sdk", "openai_sdk"):
+        if turn != 1:
+            raise ValueError("the SDK agents keep no conversation between runs: one turn only")
+        run = anthropic_agent if agent == "anthropic_sdk" else responses_agent
+        return run(base, prompt, work, key=key, session=session)
+    resume = turn > 1
+    return run_client(
+        agent,
+        base,
+        prompt,
+        work,
+        key=key,
+        session=session,
+        home=home,
+        resume=resume,
+        key_env=key_env,
+    )
 
 
 @dataclass
@@ -81,14 +110,16 @@ class Outcome:
     """What one run left, each count 0 when all went right."""
 
     client: Agent
-    run: Run
-    steps: list[Step]
+    runs: list[Run]
+    """One run per user turn."""
+    scripts: list[list[Step]]
+    """The task each turn was answered with."""
     sent: list[Request]
     """What the upstream received, in order."""
     calls: int
     """Calls the CLI made to the proxy's route (the service's own count)."""
     failed: int
-    """Calls answered with another status than 200, plus 1 for a run that did not finish."""
+    """Calls answered with another status than 200, plus 1 for each run that did not finish."""
     over_budget: list[int]
     """The forwarded prompts' token counts that exceed the view's budget."""
     pairs_broken: list[str]
@@ -102,7 +133,7 @@ class Outcome:
 
     def problems(self) -> list[str]:
         """Each thing that went wrong, said in a line."""
-        found = [] if self.run.code == 0 else [f"the run failed: {self.run.describe()}"]
+        found = [f"a run failed: {r.describe()}" for r in self.runs if r.code != 0]
         if self.failed:
             found.append(f"{self.failed} call(s) failed")
         found += [f"a prompt of {n} tokens, over {self.budget}" for n in self.over_budget]
@@ -145,7 +176,7 @@ def first_prompt(agent: Agent, work: Path, key_env: str) -> int:
     with scripted_upstream(wire) as upstream:
         upstream.add(*replies(wire, task(0, tag="probe")))
         root = upstream.url.removesuffix("/v1")
-        run = run_agent(agent, root, work, key="sk-probe", session="probe", key_env=key_env)
+        run = run_agent(agent, root, work, 1, key="sk-probe", session="probe", key_env=key_env)
     if run.code != 0 or len(upstream.requests) != 1:
         raise RuntimeError(f"the probe run of {agent} failed: {run.describe()}")
     return prompt_tokens(wire, upstream.requests[0].body)
@@ -158,18 +189,28 @@ def through_proxy(
     steps: int,
     lines: int,
     room: int,
+    turns: int = 1,
     key_env: str = CLAUDE_KEY_ENVS[0],
 ) -> Outcome:
     """Run ``client`` (a CLI or an SDK agent) through the proxy on a task of ``steps`` tool
     calls of ``lines`` lines each, its views' budget ``room`` tokens over what its first
-    prompt takes (``key_env``: where Claude Code reads its contextfold key)."""
+    prompt takes; with ``turns`` above 1, a CLI is run again on a new prompt that many
+    times, each resuming the conversation (``key_env``: where Claude Code reads its key)."""
     wire = WIRE[client]
-    script = task(steps, lines=lines)
+    scripts = [task(steps, lines=lines, tag=f"t{t}") for t in range(1, turns + 1)]
     work.mkdir(parents=True, exist_ok=True)
+    home = work.parent / "home"
+    home.mkdir(exist_ok=True)
     budget = first_prompt(client, work, key_env) + room
     with scripted_upstream(wire) as upstream, proxy(upstream, budget) as (base, key):
-        upstream.add(*replies(wire, script))
-        run = run_agent(client, base, work, key=key, session=SESSION, key_env=key_env)
+        runs: list[Run] = []
+        for t, script in enumerate(scripts, 1):
+            upstream.add(*replies(wire, script))
+            runs.append(
+                run_agent(
+                    client, base, work, t, key=key, session=SESSION, key_env=key_env, home=home
+                )
+            )
         with httpx.Client(base_url=base, headers=bearer(key), timeout=30) as api:
             statuses = route_statuses(api, ROUTE[wire])
             log = whole_log(api, SESSION)
@@ -182,16 +223,16 @@ def through_proxy(
     view_budget = int(view["config"]["budget"])
     return Outcome(
         client=client,
-        run=run,
-        steps=script,
+        runs=runs,
+        scripts=scripts,
         sent=sent,
         calls=sum(statuses.values()),
-        failed=sum(n for s, n in statuses.items() if s != "200") + int(run.code != 0),
+        failed=sum(n for s, n in statuses.items() if s != "200") + sum(r.code != 0 for r in runs),
         over_budget=[n for n in sizes if n > view_budget],
         pairs_broken=[
             f"call {i}: {f}" for i, r in enumerate(sent) for f in pairing_faults(wire, r.body)
         ],
-        log_faults=log_faults(script, PROMPT, log),
+        log_faults=log_faults([(prompt_of(t), s) for t, s in enumerate(scripts, 1)], log),
         budget=view_budget,
         folds=len(folds.json()["folds"]),
         largest_prompt=max(sizes, default=0),

@@ -31,8 +31,11 @@ TOOL: dict[Wire, str] = {"messages": "Bash", "responses": "exec_command"}
 
 @dataclass(frozen=True)
 class Step:
-    """One model turn: run ``command`` (its output holds ``marker``), or, with none, answer ``text``."""
+    """One model turn: run ``command`` (its output holds ``marker``), or, with none, answer
+    ``text``. ``key`` makes the turn's ids (message, tool call) unique across tasks, as a
+    provider's are: Claude Code drops a tool call whose id its history already holds."""
 
+    key: str
     marker: str
     command: str | None
     text: str
@@ -42,13 +45,15 @@ def task(steps: int, *, lines: int = 40, tag: str = "cf") -> list[Step]:
     """``steps`` tool calls, each printing its marker and ``lines`` numbered lines, then a text answer."""
     found = [
         Step(
+            key=f"{tag}_{n:04d}",
             marker=f"{tag}-step-{n}-done",
             command=f"echo {tag}-step-{n}-done; seq {n * 1000} {n * 1000 + lines - 1}",
             text=f"Running step {n}.",
         )
         for n in range(1, steps + 1)
     ]
-    return [*found, Step(marker=f"{tag}-finished", command=None, text=f"All done: {tag}-finished")]
+    end = Step(f"{tag}_end", f"{tag}-finished", None, f"All done: {tag}-finished")
+    return [*found, end]
 
 
 def replies(wire: Wire, steps: Sequence[Step]) -> list[Reply]:
@@ -70,7 +75,7 @@ def _reply(events: Sequence[tuple[str, dict[str, Any]]]) -> Reply:
 def _messages_stream(step: Step, n: int) -> Reply:
     """message_start, a text block, a tool_use block streamed as input_json_delta, message_stop."""
     message = {
-        "id": f"msg_{n:04d}",
+        "id": f"msg_{step.key}",
         "type": "message",
         "role": "assistant",
         "model": "claude-sonnet-4-6",
@@ -84,7 +89,7 @@ def _messages_stream(step: Step, n: int) -> Reply:
         *_messages_block(0, {"type": "text", "text": ""}, "text_delta", "text", step.text),
     ]
     if step.command is not None:
-        block = {"type": "tool_use", "id": f"toolu_{n:04d}", "name": "Bash", "input": {}}
+        block = {"type": "tool_use", "id": f"toolu_{step.key}", "name": "Bash", "input": {}}
         arguments = json.dumps({"command": step.command, "description": f"Run step {n}"})
         events += _messages_block(1, block, "input_json_delta", "partial_json", arguments)
     stop = "end_turn" if step.command is None else "tool_use"
@@ -121,7 +126,7 @@ def _responses_stream(step: Step, n: int) -> Reply:
     """response.created, a message item, a function_call item, response.completed."""
     seq = itertools.count()
     response: dict[str, Any] = {
-        "id": f"resp_{n:04d}",
+        "id": f"resp_{step.key}",
         "object": "response",
         "created_at": 1_700_000_000 + n,
         "status": "in_progress",
@@ -134,7 +139,7 @@ def _responses_stream(step: Step, n: int) -> Reply:
     ]
     message = {
         "type": "message",
-        "id": f"msg_{n:04d}",
+        "id": f"msg_{step.key}",
         "status": "completed",
         "role": "assistant",
         "content": [{"type": "output_text", "text": step.text, "annotations": []}],
@@ -144,8 +149,8 @@ def _responses_stream(step: Step, n: int) -> Reply:
     if step.command is not None:
         call = {
             "type": "function_call",
-            "id": f"fc_{n:04d}",
-            "call_id": f"call_{n:04d}",
+            "id": f"fc_{step.key}",
+            "call_id": f"call_{step.key}",
             "name": "exec_command",
             "arguments": json.dumps({"cmd": step.command}),
             "status": "completed",
@@ -237,29 +242,45 @@ def tool_results(wire: Wire, body: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def log_faults(steps: Sequence[Step], prompt: str, log: Sequence[Mapping[str, Any]]) -> list[str]:
-    """How a session's log differs from the task's conversation logged once, in order.
+def log_faults(
+    turns: Sequence[tuple[str, Sequence[Step]]], log: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """How a session's log differs from the conversation of ``turns`` logged once, in order.
 
-    The log (messages as the REST API shows them) must hold, after its system
-    prompt, the CLI's user messages ending with ``prompt``, then per step the
-    answer (its text, and its tool call), then the call's one result holding
-    the step's marker; nothing missing, nothing twice.
+    Each turn is a user prompt and the task it was answered with. The log
+    (messages as the REST API shows them) must hold, after its system prompt,
+    per turn: the client's user messages ending with the prompt, then per step
+    the answer (its text, and its tool call) and the call's one result holding
+    the step's marker; nothing missing, nothing twice, nothing after.
     """
     rest = [m for m in log if m["role"] not in ("system", "developer")]
-    users = [i for i, m in enumerate(rest) if m["role"] == "user"]
     found: list[str] = []
-    if not users or prompt not in json.dumps(rest[users[-1]]["content"]):
-        return [f"the prompt is not the last user message: roles {_roles(rest)}"]
-    if users != list(range(len(users))):
-        found.append(f"a user message after the first answer: roles {_roles(rest)}")
-    turns = rest[len(users) :]
-    expected: list[str] = []
-    for step in steps:
-        expected += ["assistant"] if step.command is None else ["assistant", "tool"]
-    if [m["role"] for m in turns] != expected:
-        found.append(f"roles after the prompt {_roles(turns)}, expected {_roles(expected)}")
-    answers = iter(m for m in turns if m["role"] == "assistant")
-    results = iter(m for m in turns if m["role"] == "tool")
+    at = 0
+    for t, (prompt, steps) in enumerate(turns, 1):
+        users = 0
+        while at + users < len(rest) and rest[at + users]["role"] == "user":
+            users += 1
+        if not users or prompt not in json.dumps(rest[at + users - 1]["content"]):
+            return [*found, f"turn {t}: the prompt is not where it belongs: roles {_roles(rest)}"]
+        at += users
+        expected: list[str] = []
+        for step in steps:
+            expected += ["assistant"] if step.command is None else ["assistant", "tool"]
+        logged = rest[at : at + len(expected)]
+        if [m["role"] for m in logged] != expected:
+            found.append(f"turn {t}: roles {_roles(logged)}, expected {_roles(expected)}")
+        found += [f"turn {t}, {fault}" for fault in _step_faults(steps, logged)]
+        at += len(expected)
+    if at < len(rest):
+        found.append(f"{len(rest) - at} message(s) after the last answer: {_roles(rest[at:])}")
+    return found
+
+
+def _step_faults(steps: Sequence[Step], logged: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each step whose answer, call or result is not the logged one."""
+    found: list[str] = []
+    answers = iter(m for m in logged if m["role"] == "assistant")
+    results = iter(m for m in logged if m["role"] == "tool")
     for n, step in enumerate(steps, 1):
         answer = next(answers, None)
         if answer is None or step.text not in json.dumps(answer.get("content")):

@@ -60,17 +60,30 @@ def test_an_agent_runs_a_longer_task_through_the_proxy_compacted_within_budget(
         need_cli(client)
     outcome = through_proxy(client, tmp_path / "work", steps=8, lines=120, room=1500)
     assert outcome.problems() == []
-    assert outcome.calls == len(outcome.steps) == len(outcome.sent)
-    assert outcome.steps[-1].text in outcome.run.answer
+    [steps] = outcome.scripts
+    assert outcome.calls == len(steps) == len(outcome.sent)
+    assert steps[-1].text in outcome.runs[0].answer
     assert outcome.folds > 0, "the task never overflowed the budget: nothing was compacted"
 
 
-def logged(steps: list[Step]) -> list[dict[str, Any]]:
-    """The log a task leaves when all goes right."""
-    log: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are an agent."},
-        {"role": "user", "content": [{"type": "text", "text": PROMPT}]},
-    ]
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_cli_resumed_for_a_second_prompt_goes_on_in_the_same_session(
+    client: Client, tmp_path: Path
+) -> None:
+    """``claude -p --continue`` and ``codex exec resume --last`` send the first run's
+    conversation again with the new prompt: the proxy goes on from the log, compacted."""
+    need_cli(client)
+    outcome = through_proxy(client, tmp_path / "work", steps=4, lines=120, room=1500, turns=2)
+    assert outcome.problems() == []
+    assert outcome.calls == sum(len(s) for s in outcome.scripts) == len(outcome.sent)
+    answers = [r.answer for r in outcome.runs]
+    assert answers == [f"All done: t{t}-finished" for t in (1, 2)]
+    assert outcome.folds > 0
+
+
+def logged(prompt: str, steps: list[Step]) -> list[dict[str, Any]]:
+    """The messages a turn leaves in the log when all goes right."""
+    log: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": prompt}]}]
     for n, step in enumerate(steps):
         answer: dict[str, Any] = {"role": "assistant", "content": step.text}
         if step.command is not None:
@@ -87,14 +100,19 @@ def logged(steps: list[Step]) -> list[dict[str, Any]]:
 
 
 def test_the_log_check_finds_a_message_missing_twice_or_out_of_order() -> None:
-    steps = task(3)
-    log = logged(steps)
-    assert log_faults(steps, PROMPT, log) == []
-    assert log_faults(steps, PROMPT, log[:4] + log[5:])  # a tool result missing
-    assert log_faults(steps, PROMPT, log[:4] + log[3:])  # an answer twice
-    assert log_faults(steps, PROMPT, log[:2] + log[4:6] + log[2:4] + log[6:])  # two steps swapped
-    assert log_faults(steps, PROMPT, log[:1] + log[2:])  # the prompt missing
-    assert log_faults(steps, PROMPT, [*log, log[1]])  # the prompt again at the end
+    steps, later = task(3, tag="a"), task(1, tag="b")
+    turns = [("first", steps), ("second", later)]
+    system = {"role": "system", "content": "You are an agent."}
+    log = [system, *logged("first", steps)]
+    assert log_faults(turns[:1], log) == []
+    assert log_faults(turns, [*log, *logged("second", later)]) == []
+    assert log_faults(turns[:1], log[:4] + log[5:])  # a tool result missing
+    assert log_faults(turns[:1], log[:4] + log[3:])  # an answer twice
+    assert log_faults(turns[:1], log[:2] + log[4:6] + log[2:4] + log[6:])  # two steps swapped
+    assert log_faults(turns[:1], log[:1] + log[2:])  # the prompt missing
+    assert log_faults(turns[:1], [*log, log[1]])  # the prompt again at the end
+    assert log_faults(turns, [*log, *logged("second", later), *logged("second", later)])
+    assert log_faults(turns, [*log, *logged("first", later)])  # the second prompt is not there
 
 
 def test_the_pairing_check_finds_a_call_without_its_result_and_a_result_without_its_call() -> None:
