@@ -44,6 +44,26 @@ MALFORMED_RESPONSES = [
     '{"model":"ok","input":[' + ",".join(['"x"'] * 20_001) + "]}",
     '{"model":"ok","input":' + "[" * 100_000 + "]" * 100_000 + "}",
 ]
+MALFORMED_MESSAGES = [
+    '{"model":"ok","max_tokens":9,"messages":[{"role":"user","content":"x",@S:1}]}',
+    '{"model":"ok","max_tokens":9,"messages":[{"role":"user","content":[{"type":@S}]}]}',
+    '{"model":"ok","max_tokens":9,"system":@S,"messages":[{"role":"user","content":"x"}]}',
+    '{"model":"ok","max_tokens":9,"system":7,"messages":[{"role":"user","content":"x"}]}',
+    '{"model":"ok","max_tokens":9,"messages":[{"role":"user","content":[]}]}',
+    '{"model":"ok","max_tokens":9,"messages":[{"role":"system","content":"x"}]}',
+    '{"model":"ok","max_tokens":9,"messages":[{"role":"user","content":[{"type":"tool_result",'
+    '"tool_use_id":"toolu_x","content":"r"}]}]}',
+    '{"model":"ok","max_tokens":9,"messages":[{"role":"assistant","content":[{"type":"tool_use",'
+    '"id":"toolu_x","name":"f","input":NaN}]}]}',
+    '{"model":"ok","max_tokens":0,"messages":[{"role":"user","content":"x"}]}',
+    '{"model":"ok","max_tokens":9,"messages":{"role":"user","content":"x"}}',
+]
+MALFORMED_WIRES = {
+    "/v1/chat/completions": MALFORMED_PROXY,
+    "/v1/messages": MALFORMED_MESSAGES,
+    "/v1/responses": MALFORMED_RESPONSES,
+}
+"""Bodies each proxy route must refuse with a 4xx, keeping nothing."""
 MALFORMED_REST = [
     ("POST", API, '{"id":"mal-a","meta":{@S:1}}'),
     ("POST", API, '{"id":"."}'),

@@ -5,7 +5,9 @@ request the SDK really sends and the response it really parses, errors
 included. Each test scripts a queue of replies (status, headers, body, delay,
 or a dropped connection); every request is recorded with its path, headers and
 JSON body. An empty queue answers 599, so a test that makes one call too many
-fails loudly instead of hanging.
+fails loudly instead of hanging. A route may instead be answered by a
+``Responder``, a function of the request, for endpoints whose answer follows
+from what was sent (``tests/fake_compaction.py``: the providers' compaction).
 
 ``sdk_exceptions`` builds one instance of every exception class an SDK
 exports, as the SDK itself would, for the tests that check each is mapped.
@@ -18,6 +20,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -53,6 +56,9 @@ class Request:
     path: str
     headers: dict[str, str]
     body: Any
+
+
+Responder = Callable[[Request], Reply]
 
 
 def openai_reply(
@@ -311,6 +317,8 @@ class FakeProvider:
         # Routes answered from the queue (the query aside: Claude Code adds ``?beta=true``);
         # any other is a 404 in the provider's shape.
         self.routes: set[tuple[str, str]] = {("POST", PATHS[protocol])}
+        # Routes answered by a function of the request instead of the queue.
+        self.responders: dict[tuple[str, str], Responder] = {}
         self._replies: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -331,10 +339,20 @@ class FakeProvider:
         with self._lock:
             self._replies.extend(replies)
 
+    def answer(self, method: str, path: str, responder: Responder) -> None:
+        """Answer ``method path`` with ``responder(request)`` from now on."""
+        with self._lock:
+            self.responders[(method, path)] = responder
+
     def _next(self, request: Request) -> Reply:
         with self._lock:
             self.requests.append(request)
-            if (request.method, request.path.split("?", 1)[0]) not in self.routes:
+            route = (request.method, request.path.split("?", 1)[0])
+            responder = self.responders.get(route)
+        if responder is not None:
+            return responder(request)
+        with self._lock:
+            if route not in self.routes:
                 return error_reply(self.protocol, 404, f"no route {request.method} {request.path}")
             if not self._replies:
                 return error_reply(self.protocol, 599, "the fake server has no scripted reply left")
@@ -451,3 +469,12 @@ def sdk_exceptions(sdk: Any, root: type[BaseException]) -> list[BaseException]:
                 Exception.__init__(exc, f"{name} happened")
                 found.append(exc)
     return found
+
+
+COUNT_TOKENS = "/v1/messages/count_tokens"
+"""Anthropic's token counting route; a test adds ``("POST", COUNT_TOKENS)`` to ``routes``."""
+
+
+def count_tokens_reply(input_tokens: int) -> Reply:
+    """A ``count_tokens`` answer as Anthropic sends it."""
+    return Reply(body={"input_tokens": input_tokens}, headers={"request-id": "req_fake"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from contextfold.core.errors import InvalidInput
@@ -66,7 +66,7 @@ def test_a_request_to_the_log_and_back_is_the_same_request(
     asked: tuple[Any, list[dict[str, Any]]],
 ) -> None:
     system, turns = asked
-    assert list(anthropic_faults(turns, system)) == []  # a request Anthropic accepts
+    assume(not list(anthropic_faults(turns, system)))  # a request Anthropic accepts
     log = read_request(system, turns)
     validate_messages(log)  # the log can keep it
     assert request_of(log) == (system, turns)
@@ -75,7 +75,7 @@ def test_a_request_to_the_log_and_back_is_the_same_request(
 def test_the_log_reads_what_it_cannot_hold_as_short_text() -> None:
     log = read_request(None, [{"role": "user", "content": [DOCUMENT, IMAGE]}])
     content = log[0]["content"]
-    assert content[0] == {"type": "text", "text": "[document: notes]"}
+    assert content[0] == {"type": "text", "text": "[document: notes]\nthe doc"}
     assert content[1]["type"] == "image_url"
 
 

@@ -259,3 +259,19 @@ def test_a_malformed_body_is_a_4xx_naming_the_field(
     assert rig.upstream.requests == []
     with pytest.raises(NotFound):  # not even a new session
         rig.log()
+
+
+def test_a_turn_already_logged_is_checked_as_sent_now_before_anything_is_stored(rig: Rig) -> None:
+    rig.upstream.add(anthropic_content_reply([{"type": "text", "text": "ok"}]))
+    first = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    rig.client().messages.create(model=MODEL, max_tokens=9, messages=first)  # type: ignore[arg-type]
+    # The same turn as a model sees it, with a lone surrogate beside its text.
+    again = [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control":
+                                           {"type": "\udc80"}}]},
+             {"role": "assistant", "content": "ok"}, {"role": "user", "content": "next"}]  # fmt: skip
+    answer = httpx.post(f"{rig.url}/v1/messages", headers={"X-Contextfold-Session": "s1",
+                        "content-type": "application/json"},
+                        content=json.dumps({"model": MODEL, "max_tokens": 9, "messages": again}))  # fmt: skip
+    assert answer.status_code == 422 and answer.json()["error"]["field"].startswith("messages")
+    assert plain(rig.log()) == [{"role": "user", "content": "hi"},
+                                {"role": "assistant", "content": "ok"}]  # fmt: skip

@@ -56,7 +56,7 @@ LEADING_USER_TEXT = "[contextfold: the conversation so far]"
 
 
 def to_anthropic(
-    messages: Sequence[Mapping[str, Any]], *, kept: KeptTurn | None = None
+    messages: Sequence[Mapping[str, Any]], *, kept: KeptTurn | None = None, valid: bool = False
 ) -> tuple[str | None, list[dict[str, Any]]]:
     """OpenAI messages as ``(system, messages)`` for Anthropic's Messages API.
 
@@ -64,8 +64,9 @@ def to_anthropic(
     index and field rather than as a provider's HTTP 400. ``kept`` names turns
     to send exactly as a client sent them (the proxy keeps a Messages
     request's own blocks): such a turn is neither merged, sorted nor stripped.
+    ``valid`` skips the validation of messages known valid (a prompt rendered from a log).
     """
-    msgs = validate_messages(messages)
+    msgs = list(messages) if valid else validate_messages(messages)
     first = 0
     system: list[str] = []
     while first < len(msgs) and msgs[first]["role"] in _SYSTEM_ROLES:

@@ -7,8 +7,8 @@ ends and the next begins) is kept in ``meta["anthropic"]`` of the turn's first
 message: the turn's content as the client sent it, and how many log messages
 it reads as. ``request_of`` sends a kept turn back exactly as it came, any
 other message translated (``to_anthropic``). A block the log has no place for
-is read as a short text (``[document]``), so search and summaries see that
-something was there.
+is read as a short text (``[document: title]``, a plain-text document's text
+after it), so search and summaries see that something was there.
 
 The round trip is exact (``request_of(read_request(s, m)) == (s, m)``) for
 every request Anthropic accepts, but for: an empty system prompt (``""`` or
@@ -39,6 +39,17 @@ def read_request(system: Any, messages: Any) -> list[Message]:
         raise InvalidInput("messages must be a non-empty list of turns", field="messages")
     if system is not None and not isinstance(system, str | list):
         raise InvalidInput("system must be a string or a list of text blocks", field="system")
+    for index, turn in enumerate(messages):
+        for key in turn if isinstance(turn, Mapping) else ():
+            if key not in ("role", "content"):
+                shown = (
+                    key if isinstance(key, str) and key.isascii() and key.isprintable() else None
+                )
+                raise InvalidInput(
+                    f"a turn holds only role and content, not {key!a}",
+                    index=index,
+                    field=shown or "messages",
+                )
     readable = [_readable(turn) for turn in messages]
     head, turns = from_anthropic_turns(system, readable)
     if head and isinstance(system, list):
@@ -56,10 +67,13 @@ def read_request(system: Any, messages: Any) -> list[Message]:
     return out
 
 
-def request_of(messages: Sequence[Mapping[str, Any]]) -> tuple[Any, list[dict[str, Any]]]:
-    """Log messages as ``(system, messages)`` of a request: kept turns as they came."""
+def request_of(
+    messages: Sequence[Mapping[str, Any]], *, valid: bool = False
+) -> tuple[Any, list[dict[str, Any]]]:
+    """Log messages as ``(system, messages)`` of a request: kept turns as they came.
+    ``valid``: the messages are known valid (``to_anthropic``)."""
     system: Any
-    system, turns = to_anthropic(messages, kept=_kept)
+    system, turns = to_anthropic(messages, kept=_kept, valid=valid)
     leading = 0
     while leading < len(messages) and messages[leading].get("role") in ("system", "developer"):
         leading += 1
@@ -112,4 +126,8 @@ def _block(block: Any, known: frozenset[str]) -> Any:
         return block
     title = block.get("title")
     said = f"[{kind}: {title}]" if isinstance(title, str) and title else f"[{kind}]"
+    source = block.get("source")
+    if isinstance(source, Mapping) and source.get("type") == "text":
+        # A plain-text document is read whole: searched, summarised and counted as sent.
+        said += f"\n{source.get('data', '')}"
     return {"type": "text", "text": said}

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
-from contextfold.core.messages import Message, for_model, validate_message
+from contextfold.core.messages import Message, check_json, for_model, validate_message
 from contextfold.core.order import Tail, first_violation
 
 Item = dict[str, Any]
@@ -90,7 +90,7 @@ def read_items(items: Sequence[Any], *, continued: bool = False) -> list[Message
 
     def flush() -> None:
         if run:
-            out.append(_assistant(run))
+            out.append(_checked(_assistant(run), [i for _, i in run], f"input[{run[0][0]}]"))
             origins.append(run[0][0])
             run.clear()
 
@@ -99,18 +99,12 @@ def read_items(items: Sequence[Any], *, continued: bool = False) -> list[Message
             raise InvalidInput(
                 f"an input item is an object, got {type(item).__name__}", field=f"input[{k}]"
             )
-        kind = item_kind(item, f"input[{k}]")
-        if kind == "message" and item.get("role") != "assistant":
-            message = _message(item, k)
-        elif kind in _OUTPUTS:
-            message = _output(item, k, kind)
-        elif kind in _CLIENT_ITEMS or kind.endswith("_output"):
-            message = _client_item(item, k, kind)
-        else:
+        message = _alone(item, k)
+        if message is None:
             run.append((k, item))
             continue
         flush()
-        out.append(message)
+        out.append(_checked(message, [item], f"input[{k}]"))
         origins.append(k)
     flush()
     if not continued:
@@ -133,7 +127,20 @@ def item_kind(item: Mapping[str, Any], where: str) -> str:
 
 def assistant_message(items: Sequence[Mapping[str, Any]], where: str = "output") -> Message:
     """Items the model produced (a Response's ``output``) as one assistant message."""
-    return _assistant([(k, item) for k, item in enumerate(items)], where)
+    return _checked(_assistant(list(enumerate(items)), where), list(items), where)
+
+
+def _alone(item: Mapping[str, Any], k: int) -> Message | None:
+    """The message an item is on its own (unchecked), or None for an item of the model's,
+    which joins its run."""
+    kind = item_kind(item, f"input[{k}]")
+    if kind == "message" and item.get("role") != "assistant":
+        return _message(item, k)
+    if kind in _OUTPUTS:
+        return _output(item, k, kind)
+    if kind in _CLIENT_ITEMS or kind.endswith("_output"):
+        return _client_item(item, k, kind)
+    return None
 
 
 def _message(item: Mapping[str, Any], k: int) -> Message:
@@ -144,7 +151,7 @@ def _message(item: Mapping[str, Any], k: int) -> Message:
             field=f"input[{k}].role",
         )
     content = _content(item.get("content"), f"input[{k}].content", media=role == "user")
-    return _checked({"role": role, "content": content}, [item], f"input[{k}]")
+    return {"role": role, "content": content}
 
 
 def _content(raw: Any, where: str, *, media: bool) -> str | list[dict[str, Any]]:
@@ -189,13 +196,12 @@ def _output(item: Mapping[str, Any], k: int, kind: str) -> Message:
         raise InvalidInput(
             f"a {kind} needs an 'output' string or list of parts", field=f"input[{k}].output"
         )
-    message = {"role": "tool", "tool_call_id": call_id, "content": text}
-    return _checked(message, [item], f"input[{k}]")
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
 
 
 def _client_item(item: Mapping[str, Any], k: int, kind: str) -> Message:
     text = json.dumps(item, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    return _checked({"role": "user", "content": f"[{kind}] {text}"}, [item], f"input[{k}]")
+    return {"role": "user", "content": f"[{kind}] {text}"}
 
 
 def _call_id(item: Mapping[str, Any], k: int | str) -> str:
@@ -246,7 +252,7 @@ def _assistant(run: Sequence[tuple[int, Mapping[str, Any]]], where: str = "input
             message["content"] = None
     if refusals:
         message["refusal"] = PART_JOIN.join(refusals)
-    return _checked(message, [item for _, item in run], f"{where}[{run[0][0]}]" if run else where)
+    return message
 
 
 def _checked(message: Message, items: list[Mapping[str, Any]], where: str) -> Message:
@@ -254,7 +260,8 @@ def _checked(message: Message, items: list[Mapping[str, Any]], where: str) -> Me
     try:
         checked = validate_message(message)
         if fields_items(checked) != items:
-            checked = validate_message({**checked, "meta": {KEPT: {"items": items}}})
+            kept = check_json({KEPT: {"items": items}}, "meta")
+            checked["meta"] = kept
     except InvalidInput as exc:
         field = f"{where}.{exc.field}" if exc.field else where
         raise InvalidInput(exc.reason, field=field) from None
@@ -277,14 +284,15 @@ def _kept(message: Mapping[str, Any]) -> list[Item] | None:
     items = kept.get("items") if isinstance(kept, Mapping) else None
     if not isinstance(items, list) or not items:
         return None
+    again: Message | None
     try:
         if message.get("role") == "assistant":
-            again = [assistant_message(items)]
+            again = _assistant(list(enumerate(items)))
         else:
-            again = read_items(items, continued=True)
-    except InvalidInput:
-        return None
-    if len(again) != 1 or for_model(again[0]) != for_model(message):
+            again = _alone(items[0], 0) if len(items) == 1 else None
+    except (InvalidInput, AttributeError, TypeError):
+        return None  # kept items that no longer read (not written by this module)
+    if again is None or again != for_model(message):
         return None
     return [dict(item) for item in items]
 

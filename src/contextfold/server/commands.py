@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.extras import needs_extra
-from contextfold.llm.windows import check_windows
+from contextfold.llm.windows import check_windows, flag_windows
 from contextfold.memory.session import Memory
 from contextfold.options import configurable, named, resolve
 from contextfold.redact import redact
@@ -87,6 +87,14 @@ def add_commands(sub: Any) -> None:
         metavar="N",
         help="fixed budget of the views the proxy creates (default: the request model's "
         "context window less room for the answer; 8000 for a model not in the table)",
+    )
+    serve.add_argument(
+        "--model-window",
+        action="append",
+        default=[],
+        metavar="NAME=TOKENS",
+        help="a model's context window, over the built-in table and [model_windows] "
+        "(repeatable; a name ending in * covers every model starting with it)",
     )
     serve.add_argument(
         "--cors-origin",
@@ -167,9 +175,10 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
             model=args.model,
             preset=args.preset,
             budget=args.budget,
-            model_windows=check_windows(
-                tables.get("model_windows", {}), f"{args.config} [model_windows]"
-            ),
+            model_windows={
+                **check_windows(tables.get("model_windows", {}), f"{args.config} [model_windows]"),
+                **flag_windows(args.model_window),
+            },
             cors_origins=tuple(args.cors_origin),
             demo=args.demo,
             runner=not args.no_runner,

@@ -190,7 +190,8 @@ def _prepare(
     if keeps is None:
         prompt = view.render(budget)
     else:
-        prompt = with_kept(session, view.render_report(budget), keeps, log.system)
+        kept = state.kept.of(session, log.last_seq, keeps)
+        prompt = with_kept(view.render_report(budget), kept, keeps, log.system)
     shown = str(budget if budget is not None else view.config.budget)
     headers = {"X-Contextfold-Budget": shown, "X-Contextfold-Budget-Source": source}
     return _Turn(service, session, log, state.digests, prompt, headers)

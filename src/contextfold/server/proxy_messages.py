@@ -18,7 +18,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from contextfold.core.messages import Message
+from contextfold.core.errors import InvalidInput
+from contextfold.core.messages import Message, check_json
 from contextfold.formats.anthropic_turns import answer_of, read_request, request_of
 from contextfold.server.proxy_match import digest
 from contextfold.server.proxy_sse import SseReader
@@ -135,11 +136,18 @@ class MessagesWire:
     keeps: str | None = None
 
     def conversation(self, body: dict[str, Any]) -> Conversation:
+        limit = body.get("max_tokens")
+        if "max_tokens" in body and (type(limit) is not int or limit < 1):
+            raise InvalidInput("max_tokens must be a positive integer", field="max_tokens")
+        # Plain JSON throughout, checked before anything is stored: the turns the log
+        # already holds are matched by what a model sees, yet go upstream as sent now.
+        check_json(body.get("messages"), "messages")
         return Conversation(read_request(body.get("system"), body.get("messages")))
 
     def upstream_body(self, body: dict[str, Any], prompt: list[Message]) -> dict[str, Any]:
         current = read_request(body.get("system"), body.get("messages"))
-        system, turns = request_of(aligned(prompt, current))
+        # The rendered prompt and the client's checked turns: valid as they are.
+        system, turns = request_of(aligned(prompt, current), valid=True)
         out = {**body, "messages": turns}
         if system is None:
             out.pop("system", None)

@@ -1,4 +1,5 @@
-"""What the proxy keeps per app: the upstream clients by kind, log digests, session locks."""
+"""What the proxy keeps per app: the upstream clients by kind, log digests, session locks,
+and the logged messages that keep a wire's meta."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from contextfold.server.errors import ServiceError
+from contextfold.server.proxy_kept import KeptMeta
 from contextfold.server.proxy_match import LogDigests
 from contextfold.server.proxy_upstream import Upstream
 from contextfold.server.proxy_wire import Wire
@@ -24,6 +26,7 @@ class ProxyState:
     upstreams: dict[str, Upstream]
     digests: LogDigests = field(default_factory=LogDigests)
     locks: dict[str, tuple[asyncio.Lock, int]] = field(default_factory=dict)
+    kept: KeptMeta = field(default_factory=KeptMeta)
 
     def upstream(self, wire: Wire) -> Upstream:
         """The upstream that serves ``wire``; a 502 naming the flag when there is none."""
