@@ -263,3 +263,15 @@ def test_bad_requests_are_4xx_naming_the_field_and_store_nothing(
     assert answer.json()["error"]["field"] == field
     assert rig.sent() == []
     assert rig.service.memory.sessions("local/") == []
+
+
+def test_max_output_tokens_is_the_answers_room_in_the_budget(rig: Rig) -> None:
+    rig.upstream.add(responses_reply([said("ok")]))
+    answer = httpx.post(
+        f"{rig.url}/v1/responses",
+        json={"model": "gpt-4o", "input": "hi", "max_output_tokens": 1000},
+        headers={"X-Contextfold-Session": "s1"},
+    )
+    assert answer.status_code == 200
+    assert answer.headers["X-Contextfold-Budget"] == str(128_000 - 1000)
+    assert rig.sent()[0]["max_output_tokens"] == 1000

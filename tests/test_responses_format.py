@@ -218,6 +218,7 @@ def test_a_whole_answer_is_the_message_the_next_input_reads_the_same() -> None:
     assert for_model(again) == for_model(message)
     assert response_message(json.dumps(body).encode()) == message
     assert response_message(b"not json") is None
+    assert response_message(json.dumps(_response([SAID, "not an item"])).encode()) is None
     assert output_message(_response([], "completed")) is None
     assert output_message(_response([SAID], "failed")) is None
 

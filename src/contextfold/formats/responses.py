@@ -218,6 +218,8 @@ def _assistant(run: Sequence[tuple[int, Mapping[str, Any]]], where: str = "input
     calls: list[dict[str, Any]] = []
     for k, item in run:
         at = f"{where}[{k}]"
+        if not isinstance(item, Mapping):
+            raise InvalidInput(f"an item is an object, got {type(item).__name__}", field=at)
         kind = item_kind(item, at)
         if kind == "message":
             if item.get("role") != "assistant":
