@@ -37,7 +37,8 @@ from fake_providers import FakeProvider
 
 from contextfold import Memory, View
 from contextfold.core.provider_items import payload_of
-from contextfold.formats.provider_compaction import anthropic_turns, response_items
+from contextfold.formats.provider_compaction import anthropic_turns
+from contextfold.formats.responses import write_items
 from contextfold.llm import get_model
 from contextfold.strategies import Pipeline, ProviderCompaction
 
@@ -51,7 +52,7 @@ SENT = "x-bench-prompt"
 def send(server: FakeProvider, provider: str, prompt: list[dict[str, Any]]) -> int:
     """The status the scripted provider answers ``prompt`` with, translated for it."""
     if provider == "openai":
-        body: dict[str, Any] = {"model": MODELS[provider], "input": response_items(prompt)}
+        body: dict[str, Any] = {"model": MODELS[provider], "input": write_items(prompt)}
         return httpx2.post(f"{server.url}/responses", json=body, timeout=10).status_code
     system, turns = anthropic_turns(prompt)
     body = {"model": MODELS[provider], "max_tokens": 64, "messages": turns}

@@ -236,7 +236,7 @@ class OpenAICompaction:
                 "content": [{"type": "input_text", "text": _item_text(i)}],
             }
             for i in items
-            if i.get("type") == "message" and i.get("role") == "user"
+            if i.get("type", "message") == "message" and i.get("role") == "user"
         ]
         output = [*retained, {"type": "compaction", "id": f"cmp_{n}", "encrypted_content": secret}]
         return Reply(

@@ -129,11 +129,12 @@ def for_prompt(message: Mapping[str, Any]) -> Message:
 
 
 def provider_items(message: Mapping[str, Any], provider: ProviderName) -> list[Any] | None:
-    """The items ``provider`` made that a rendered message carries, or None: what a
-    wire translator sends in the message's place."""
+    """The items ``provider`` made that a rendered fold message carries, or None: what a
+    wire translator sends in the message's place. Only a fold's (``["fold"]`` names it):
+    a wire keeps its own turns under the same ``meta`` key (``formats.anthropic_turns``)."""
     meta = message.get("meta")
     carried = meta.get(provider) if isinstance(meta, Mapping) else None
-    if not isinstance(carried, Mapping):
+    if not isinstance(carried, Mapping) or not isinstance(carried.get("fold"), str):
         return None
     items = carried.get("items" if provider == "openai" else "content")
     return list(items) if isinstance(items, list) else None

@@ -20,14 +20,19 @@ item), never pruned. The item is opaque: there is no readable summary.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from contextfold.core.errors import ModelError
 from contextfold.core.messages import Message, text_of
-from contextfold.core.provider_items import ProviderCompacted, provider_items
+from contextfold.core.provider_items import (
+    COMPACTION_PROVIDERS,
+    ProviderCompacted,
+    provider_items,
+)
 from contextfold.core.tokens import TokenCounter
 from contextfold.formats.anthropic import to_anthropic
+from contextfold.formats.responses import write_items
 
 ANTHROPIC_COMPACTION_BETA = "compact-2026-09-04"
 OPENAI_COMPACT_PATH = "/responses/compact"
@@ -59,17 +64,22 @@ def anthropic_compaction_request(
     return body, {"anthropic-beta": ANTHROPIC_COMPACTION_BETA}
 
 
+Turns = Callable[[Sequence[Message]], tuple[Any, list[dict[str, Any]]]]
+"""Messages as a request's ``(system, messages)``: ``to_anthropic``, or the proxy's
+``anthropic_turns.request_of`` that sends a client's own turns as they came."""
+
+
 def anthropic_turns(
-    messages: Sequence[Message],
-) -> tuple[str | None, list[dict[str, Any]]]:
-    """``to_anthropic``, except that the first message after the system prompt, when
+    messages: Sequence[Message], write: Turns = to_anthropic
+) -> tuple[Any, list[dict[str, Any]]]:
+    """``write``, except that the first message after the system prompt, when
     it carries a block Anthropic made, is sent as that block, first in
     ``messages`` as the API requires."""
     lead = _system_run(messages)
     block = provider_items(messages[lead], "anthropic") if lead < len(messages) else None
     if not block:
-        return to_anthropic(messages)
-    system, turns = to_anthropic([*messages[:lead], *messages[lead + 1 :]])
+        return write(messages)
+    system, turns = write([*messages[:lead], *messages[lead + 1 :]])
     return system, [{"role": "assistant", "content": block}, *turns]
 
 
@@ -113,7 +123,7 @@ def openai_compaction_request(
     """
     lead = _system_run(messages)
     said = [text_of(m) for m in messages[:lead]] + ([instructions] if instructions else [])
-    body: dict[str, Any] = {"model": model, "input": response_items(messages[lead:])}
+    body: dict[str, Any] = {"model": model, "input": write_items(messages[lead:])}
     if said:
         body["instructions"] = "\n\n".join(said)
     return body
@@ -172,64 +182,17 @@ def _item_text(item: Mapping[str, Any]) -> str:
     return json.dumps(item, ensure_ascii=False)
 
 
-def response_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Chat messages as Responses API input items; a message carrying items OpenAI
-    made (a fold rendered for it) becomes those items, verbatim."""
-    items: list[dict[str, Any]] = []
-    for message in messages:
-        made = provider_items(message, "openai")
-        if made is not None:
-            items.extend(made)
-            continue
-        role = str(message["role"])
-        if role == "tool":
-            output = text_of(message)
-            items.append(
-                {
-                    "type": "function_call_output",
-                    "call_id": message["tool_call_id"],
-                    "output": output,
-                }
-            )
-            continue
-        if message.get("content"):
-            items.append({"type": "message", "role": role, "content": _content(message)})
-        for call in message.get("tool_calls") or []:
-            function = call["function"]
-            items.append(
-                {
-                    "type": "function_call",
-                    "call_id": call["id"],
-                    "name": function["name"],
-                    "arguments": function["arguments"],
-                }
-            )
-    return items
-
-
 def _system_run(messages: Sequence[Message]) -> int:
     """How many messages open with the system prompt: system and developer messages
     that carry no provider's items."""
     lead = 0
     for message in messages:
-        if message["role"] not in ("system", "developer") or message.get("meta"):
+        if message["role"] not in ("system", "developer") or any(
+            provider_items(message, p) is not None for p in COMPACTION_PROVIDERS
+        ):
             break
         lead += 1
     return lead
-
-
-def _content(message: Message) -> str | list[dict[str, Any]]:
-    """A message's content as a Responses input message holds it."""
-    content = message["content"]
-    if isinstance(content, str) or message["role"] != "user":
-        return content if isinstance(content, str) else text_of({"content": content})
-    parts: list[dict[str, Any]] = []
-    for part in content:
-        if part.get("type") == "text":
-            parts.append({"type": "input_text", "text": part["text"]})
-        elif part.get("type") == "image_url":
-            parts.append({"type": "input_image", "image_url": part["image_url"]["url"]})
-    return parts
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

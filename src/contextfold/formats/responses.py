@@ -37,6 +37,7 @@ from typing import Any
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message, check_json, for_model, validate_message
 from contextfold.core.order import Tail, first_violation
+from contextfold.core.provider_items import provider_items
 
 Item = dict[str, Any]
 
@@ -271,10 +272,15 @@ def _checked(message: Message, items: list[Mapping[str, Any]], where: str) -> Me
 
 
 def write_items(messages: Sequence[Mapping[str, Any]]) -> list[Item]:
-    """Log messages (a rendered prompt) as input items: a message's kept items while its
-    fields are still those the items make, else items written from its fields."""
+    """Log messages (a rendered prompt) as input items: the items OpenAI made for a fold
+    rendered for it, verbatim; a message's kept items while its fields are still those the
+    items make; else items written from its fields."""
     out: list[Item] = []
     for message in messages:
+        made = provider_items(message, "openai")
+        if made is not None:
+            out.extend(dict(item) for item in made)
+            continue
         kept = _kept(message)
         out.extend(kept if kept is not None else fields_items(message))
     return out
