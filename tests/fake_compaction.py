@@ -14,7 +14,9 @@ rules enforced are the ones the compaction-on-demand page lists.
 a response, refusing a compaction item it did not issue (a 400, as for a
 ciphertext that no longer decrypts).
 
-Ordinary requests (the view's own summarizer) get ``OWN_SUMMARY``.
+Ordinary requests (the view's own summarizer) get ``OWN_SUMMARY``; an agent's
+own turns (a request with ``tools``, as through the proxy) go to ``agent``
+when one is set, after the same checks.
 ``expire()`` forgets every item issued so far: the provider refusing its own
 items, as after a key rotation or retention limit.
 """
@@ -29,6 +31,7 @@ from fake_providers import (
     FakeProvider,
     Reply,
     Request,
+    Responder,
     anthropic_reply,
     error_reply,
     openai_reply,
@@ -72,6 +75,7 @@ class AnthropicCompaction:
         self.refusals = 0
         self.stop_reason = "compaction"
         """Another one is the documented 200 without a block (``max_tokens``, ``refusal``)."""
+        self.agent: Responder | None = None
         server.answer("POST", "/v1/messages", self)
 
     def expire(self) -> None:
@@ -86,6 +90,8 @@ class AnthropicCompaction:
             self.refusals += 1
             return fault
         if "compaction" not in body:
+            if self.agent is not None and body.get("tools"):
+                return self.agent(request)
             return anthropic_reply(OWN_SUMMARY, model=body["model"])
         if not beta:
             return _anthropic_error(
@@ -206,6 +212,7 @@ class OpenAICompaction:
         self.refusals = 0
         self.unsupported = False
         """Answer compactions with a 400, as for a model without compaction."""
+        self.agent: Responder | None = None
         self._ids = itertools.count(1)
         server.answer("POST", "/v1/responses/compact", self.compact)
         server.answer("POST", "/v1/responses", self.respond)
@@ -261,6 +268,8 @@ class OpenAICompaction:
         fault = self._items_fault(items if isinstance(items, list) else [])
         if fault is not None:
             return fault
+        if self.agent is not None:
+            return self.agent(request)
         return Reply(
             body={
                 "id": "resp_1",

@@ -20,6 +20,7 @@ from typing import Any
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message
+from contextfold.core.provider_items import ProviderName
 from contextfold.server.proxy_sse import SseReader
 from contextfold.server.proxy_upstream import refusal_body
 from contextfold.server.proxy_wire import Conversation
@@ -199,6 +200,7 @@ class ChatWire:
     name = "chat_completions"
     upstream = "openai"
     upstream_path = "/chat/completions"
+    provider: ProviderName | None = None
     keeps: str | None = None
 
     def conversation(self, body: dict[str, Any]) -> Conversation:
@@ -207,7 +209,7 @@ class ChatWire:
     def upstream_body(self, body: dict[str, Any], prompt: list[Message]) -> dict[str, Any]:
         return {**body, "messages": prompt}
 
-    def upstream_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
+    def upstream_headers(self, headers: Mapping[str, str], prompt: list[Message]) -> dict[str, str]:
         return {}
 
     def answer(self, data: bytes) -> Message | None:

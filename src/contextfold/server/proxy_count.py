@@ -44,7 +44,7 @@ async def count_tokens(call: Call) -> Response:
     upstream = state.upstreams.get(MESSAGES.upstream)
     if upstream is not None:
         payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-        headers = MESSAGES.upstream_headers(call.request.headers)
+        headers = MESSAGES.upstream_headers(call.request.headers, prompt)
         try:
             answer = await upstream.send(
                 "POST", MESSAGES.upstream_path + "/count_tokens", payload, headers

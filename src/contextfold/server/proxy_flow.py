@@ -22,7 +22,6 @@ cannot log two answers.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,10 +33,11 @@ from fastapi.responses import Response
 
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.messages import Message, validate_messages
+from contextfold.core.provider_items import ProviderName
 from contextfold.memory.session import Session
 from contextfold.server.errors import ServiceError
 from contextfold.server.proxy_budget import Fit, create_view, fit
-from contextfold.server.proxy_kept import with_kept
+from contextfold.server.proxy_carried import CallRender, forward
 from contextfold.server.proxy_match import Divergence, LogDigest, LogDigests, digest, new_from
 from contextfold.server.proxy_request import (
     check_json_type,
@@ -86,9 +86,13 @@ class _Turn:
     prompt: list[Message]
     headers: dict[str, str]
     """The budget the prompt was rendered to, and where it came from, for the client."""
+    render: CallRender
 
     async def log_answer(self, answer: Message) -> None:
         await self.service.run(self._append, answer)
+
+    async def refuse(self, fold_ids: list[str], reason: str) -> None:
+        await self.service.run(self.render.refuse, fold_ids, reason)
 
     def truncated(self, reason: str) -> None:
         """Tell the session's event streams that a streamed answer was cut short."""
@@ -141,8 +145,10 @@ def _prepare(
     budget: int | None,
     fitted: Fit,
     keeps: str | None = None,
+    target: ProviderName | None = None,
 ) -> _Turn:
-    """Match and append the client's new messages, then render the view.
+    """Match and append the client's new messages, then render the view (for ``target``:
+    a fold keeping that provider's own compaction shows its items).
 
     Runs through ``Service.run``: on the loop for SQLite and RAM, on a worker
     thread for a store that waits on a network.
@@ -187,14 +193,11 @@ def _prepare(
         log.views.add(ready)
     view = session.view(view_name)
     budget, source = fitted.choose(budget, view.config.budget)
-    if keeps is None:
-        prompt = view.render(budget)
-    else:
-        kept = state.kept.of(session, log.last_seq, keeps)
-        prompt = with_kept(view.render_report(budget), kept, keeps, log.system)
+    render = CallRender(state, session, log, view, budget, keeps)
+    prompt = render(target)
     shown = str(budget if budget is not None else view.config.budget)
     headers = {"X-Contextfold-Budget": shown, "X-Contextfold-Budget-Source": source}
-    return _Turn(service, session, log, state.digests, prompt, headers)
+    return _Turn(service, session, log, state.digests, prompt, headers, render)
 
 
 def peek(
@@ -274,14 +277,25 @@ async def serve(call: Call, wire: Wire) -> Response:
     release = await state.hold(store_id)
     try:
         turn = await service.run(
-            _prepare, service, state, store_id, conversation, view_name, budget, fitted, wire.keeps
+            _prepare,
+            service,
+            state,
+            store_id,
+            conversation,
+            view_name,
+            budget,
+            fitted,
+            wire.keeps,
+            wire.provider,
         )
-        payload = json.dumps(
-            wire.upstream_body(body, turn.prompt), ensure_ascii=False, separators=(",", ":")
-        ).encode()
-        headers = wire.upstream_headers(request.headers)
+
+        async def plain() -> list[Message]:
+            return await service.run(turn.render, None)
+
         try:
-            answer = await upstream.send("POST", wire.upstream_path, payload, headers)
+            answer = await forward(
+                upstream, wire, body, request.headers, turn.prompt, plain, turn.refuse
+            )
         except UpstreamError as exc:
             raise ServiceError(502, "upstream_error", exc.reason) from exc
         if body.get("stream") and answer.status_code == 200:

@@ -15,12 +15,14 @@ signature and ``input_json_delta`` pieces, ``message_delta``,
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message, check_json
+from contextfold.core.provider_items import ProviderName, carried_folds
 from contextfold.formats.anthropic_turns import answer_of, read_request, request_of
+from contextfold.formats.provider_compaction import ANTHROPIC_COMPACTION_BETA, anthropic_turns
 from contextfold.server.proxy_match import digest
 from contextfold.server.proxy_sse import SseReader
 from contextfold.server.proxy_upstream import refusal_body
@@ -40,6 +42,10 @@ def aligned(prompt: list[Message], current: list[Message]) -> list[Message]:
         out[i] = current[j]
         i, j = i - 1, j - 1
     return out
+
+
+def _valid_turns(messages: Sequence[Message]) -> tuple[Any, list[dict[str, Any]]]:
+    return request_of(messages, valid=True)
 
 
 class MessageStream:
@@ -133,6 +139,7 @@ class MessagesWire:
     name = "messages"
     upstream = "anthropic"
     upstream_path = "/messages"
+    provider: ProviderName | None = "anthropic"
     keeps: str | None = None
 
     def conversation(self, body: dict[str, Any]) -> Conversation:
@@ -146,8 +153,9 @@ class MessagesWire:
 
     def upstream_body(self, body: dict[str, Any], prompt: list[Message]) -> dict[str, Any]:
         current = read_request(body.get("system"), body.get("messages"))
-        # The rendered prompt and the client's checked turns: valid as they are.
-        system, turns = request_of(aligned(prompt, current), valid=True)
+        # The rendered prompt and the client's checked turns: valid as they are; a fold
+        # carrying Anthropic's compaction block goes first, as that block.
+        system, turns = anthropic_turns(aligned(prompt, current), _valid_turns)
         out = {**body, "messages": turns}
         if system is None:
             out.pop("system", None)
@@ -155,9 +163,16 @@ class MessagesWire:
             out["system"] = system
         return out
 
-    def upstream_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
+    def upstream_headers(self, headers: Mapping[str, str], prompt: list[Message]) -> dict[str, str]:
+        """The client's version and betas; the compaction beta added while the prompt
+        carries a compaction block (Anthropic refuses the block without it)."""
         out = {name: headers[name] for name in _PASSED if name in headers}
         out.setdefault("anthropic-version", ANTHROPIC_VERSION)
+        if carried_folds(prompt):
+            betas = [b.strip() for b in out.get("anthropic-beta", "").split(",") if b.strip()]
+            if ANTHROPIC_COMPACTION_BETA not in betas:
+                betas.append(ANTHROPIC_COMPACTION_BETA)
+            out["anthropic-beta"] = ",".join(betas)
         return out
 
     def answer(self, data: bytes) -> Message | None:

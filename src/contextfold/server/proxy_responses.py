@@ -26,6 +26,7 @@ from typing import Any
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message
+from contextfold.core.provider_items import ProviderName
 from contextfold.formats.responses import request_body, request_messages
 from contextfold.formats.responses_answer import (
     ResponseStream,
@@ -125,6 +126,7 @@ class ResponsesWire:
     name = "responses"
     upstream = "openai"
     upstream_path = "/responses"
+    provider: ProviderName | None = "openai"
     keeps: str | None = "responses"
 
     def conversation(self, body: dict[str, Any]) -> Conversation:
@@ -154,7 +156,7 @@ class ResponsesWire:
     def upstream_body(self, body: dict[str, Any], prompt: list[Message]) -> dict[str, Any]:
         return request_body(body, prompt)
 
-    def upstream_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
+    def upstream_headers(self, headers: Mapping[str, str], prompt: list[Message]) -> dict[str, str]:
         return {}
 
     def answer(self, data: bytes) -> Message | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from contextfold.core.messages import Message
+from contextfold.core.provider_items import ProviderName
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ class Wire(Protocol):
     """The kind of upstream that serves it: ``openai`` or ``anthropic``."""
     upstream_path: str
     """Where the request goes, under the upstream's base URL."""
+    provider: ProviderName | None
+    """The provider whose own compaction this wire sends back (a fold's items, rendered for
+    it and written verbatim): ``openai`` (Responses), ``anthropic`` (Messages), or None."""
     keeps: str | None
     """The ``meta`` key under which this format's messages keep what a chat message cannot
     hold; the prompt's unchanged messages carry it to ``upstream_body``
@@ -83,8 +87,9 @@ class Wire(Protocol):
         """The client's body with its conversation replaced by ``prompt``, every other
         field unchanged."""
 
-    def upstream_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
-        """Request headers of the client's that the upstream needs (a protocol version)."""
+    def upstream_headers(self, headers: Mapping[str, str], prompt: list[Message]) -> dict[str, str]:
+        """Request headers of the client's that the upstream needs (a protocol version), and
+        those the ``prompt`` needs (a beta for the provider's items it carries)."""
 
     def answer(self, data: bytes) -> Message | None:
         """The message to log from a whole 2xx answer, or None when it has none."""
