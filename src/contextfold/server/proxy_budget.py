@@ -39,6 +39,7 @@ from contextfold.core.errors import InvalidInput
 from contextfold.llm.claude_calibration import Calibration, CountTokens
 from contextfold.llm.windows import Window, room
 from contextfold.memory.session import Session
+from contextfold.server.proxy_messages import ANTHROPIC_VERSION
 from contextfold.server.proxy_upstream import Upstream, UpstreamError
 from contextfold.server.service import Service
 
@@ -140,13 +141,17 @@ def _answer_limit(body: Mapping[str, Any]) -> int | None:
     return None
 
 
+_VERSION = {"anthropic-version": ANTHROPIC_VERSION}
+
+
 def upstream_count(upstream: Upstream, path: str = "/messages/count_tokens") -> CountTokens:
     """The ``count`` of a ``Calibration``: Anthropic's ``count_tokens`` at ``path`` under the
-    upstream's base URL (``https://api.anthropic.com/v1``); any failure raises."""
+    upstream's base URL (``https://api.anthropic.com/v1``), with the API version Anthropic
+    requires of every request; any failure raises."""
 
     async def count(body: Mapping[str, Any]) -> int:
         payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-        answer = await upstream.send("POST", path, payload)
+        answer = await upstream.send("POST", path, payload, _VERSION)
         data = await upstream.read(answer)
         if answer.status_code != 200:
             raise UpstreamError(f"count_tokens answered HTTP {answer.status_code}")

@@ -79,6 +79,7 @@ class CallRender:
 
 Plain = Callable[[], Awaitable[list[Message]]]
 Refuse = Callable[[list[str], str], Awaitable[None]]
+Observe = Callable[[dict[str, Any]], object]
 
 
 async def forward(
@@ -89,11 +90,15 @@ async def forward(
     prompt: list[Message],
     plain: Plain,
     refuse: Refuse,
+    observe: Observe | None = None,
 ) -> httpx.Response:
     """Send ``body`` with ``prompt`` upstream; a prompt carrying provider items that is
     refused goes once more as ``plain()`` renders it, and ``refuse(fold_ids, reason)``
-    marks the items when that one is taken. Returns the answer to give the client."""
-    answer = await _send(upstream, wire, body, client_headers, prompt)
+    marks the items when that one is taken. Returns the answer to give the client.
+
+    ``observe`` sees each body sent whose prompt carries no items (the Claude
+    calibration: its local count has no measure of an item the provider made)."""
+    answer = await _send(upstream, wire, body, client_headers, prompt, observe)
     carried = carried_folds(prompt)
     if not carried or answer.status_code not in REFUSED:
         return answer
@@ -106,7 +111,7 @@ async def forward(
         ", ".join(carried),
         upstream.scrub(data),
     )
-    again = await _send(upstream, wire, body, client_headers, await plain())
+    again = await _send(upstream, wire, body, client_headers, await plain(), observe)
     if again.status_code < 400:
         error = json.loads(refusal_body(status, data, upstream.secrets))["error"]
         said = error["code"] or error["type"]
@@ -121,9 +126,11 @@ async def _send(
     body: dict[str, Any],
     client_headers: Mapping[str, str],
     prompt: list[Message],
+    observe: Observe | None,
 ) -> httpx.Response:
-    payload = json.dumps(
-        wire.upstream_body(body, prompt), ensure_ascii=False, separators=(",", ":")
-    ).encode()
+    sent = wire.upstream_body(body, prompt)
+    if observe is not None and not carried_folds(prompt):
+        observe(sent)
+    payload = json.dumps(sent, ensure_ascii=False, separators=(",", ":")).encode()
     headers = wire.upstream_headers(client_headers, prompt)
     return await upstream.send("POST", wire.upstream_path, payload, headers)

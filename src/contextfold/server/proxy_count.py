@@ -3,9 +3,12 @@
 The request's conversation is matched against the log (nothing is stored)
 and the view's rendering, followed by what is new, is the prompt counted: the
 Anthropic upstream's own ``/messages/count_tokens`` when it answers, else
-contextfold's local count (the server's encoding, ``o200k_base`` by default,
-of the messages and tools). ``X-Contextfold-Count-Source`` says which:
-``upstream`` or ``estimate``.
+contextfold's local count of the messages and tools: a Claude model's
+estimated tokens (``contextfold.core.claude_tokens``), any other model's in the
+server's encoding (``o200k_base`` by default). ``X-Contextfold-Count-Source``
+says which: ``upstream`` or ``estimate``. The prompt is rendered plain: a fold
+carrying Anthropic's compaction block counts as its summary's text, which is
+what the block costs.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import logging
 
 from fastapi.responses import Response
 
+from contextfold.core.claude_tokens import claude_counter
 from contextfold.core.tokens import get_counter
 from contextfold.server.proxy_flow import Call, peek, read_call, whole
 from contextfold.server.proxy_messages import MESSAGES
@@ -58,7 +62,9 @@ async def count_tokens(call: Call) -> Response:
                 return counted
             await answer.aclose()
             log.warning("count_tokens upstream answered HTTP %d, estimating", answer.status_code)
-    counter = get_counter(service.memory.encoding)
+    model = body.get("model")
+    claude = claude_counter(model) if isinstance(model, str) else None
+    counter = claude if claude is not None else get_counter(service.memory.encoding)
     tokens = counter.messages(prompt)
     if body.get("tools"):
         tokens += counter.text(json.dumps(body["tools"], ensure_ascii=False))

@@ -260,7 +260,8 @@ async def read_call(call: Call, wire: Wire) -> Asked:
     view_name = read_view_name(call.view)
     budget = read_budget(call.budget)
     settings = call.service.settings
-    fitted = fit(settings.budget, settings.model_windows, body)
+    calibration = proxy_state(call.request).calibration
+    fitted = fit(settings.budget, settings.model_windows, body, calibration)
     conversation = wire.conversation(body)
     store_id = call.service.store_id(call.tenant, sid)
     return Asked(body, conversation, store_id, view_name, budget, fitted)
@@ -292,9 +293,12 @@ async def serve(call: Call, wire: Wire) -> Response:
         async def plain() -> list[Message]:
             return await service.run(turn.render, None)
 
+        # The compacted Messages body calibrates Claude's factor, off the call's path.
+        calibration = state.calibration if wire.upstream == "anthropic" else None
+        observe = None if calibration is None else calibration.observe
         try:
             answer = await forward(
-                upstream, wire, body, request.headers, turn.prompt, plain, turn.refuse
+                upstream, wire, body, request.headers, turn.prompt, plain, turn.refuse, observe
             )
         except UpstreamError as exc:
             raise ServiceError(502, "upstream_error", exc.reason) from exc

@@ -1,5 +1,5 @@
 """What the proxy keeps per app: the upstream clients by kind, log digests, session locks,
-and the logged messages that keep a wire's meta."""
+the logged messages that keep a wire's meta, and the Claude calibration."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 
 from fastapi import Request
 
+from contextfold.llm.claude_calibration import Calibration
 from contextfold.server.errors import ServiceError
+from contextfold.server.proxy_budget import upstream_count
 from contextfold.server.proxy_kept import KeptMeta
 from contextfold.server.proxy_match import LogDigests
 from contextfold.server.proxy_upstream import KINDS, Upstream
@@ -27,6 +29,8 @@ class ProxyState:
     digests: LogDigests = field(default_factory=LogDigests)
     locks: dict[str, tuple[asyncio.Lock, int]] = field(default_factory=dict)
     kept: KeptMeta = field(default_factory=KeptMeta)
+    calibration: Calibration | None = None
+    """Claude's factor measured by the Anthropic upstream's ``count_tokens``, when there is one."""
 
     def upstream(self, wire: Wire) -> Upstream:
         """The upstream that serves ``wire``; a 502 naming the flag when there is none."""
@@ -69,6 +73,9 @@ class ProxyState:
             self.locks[key] = (lock, users - 1)
 
     async def aclose(self) -> None:
+        """Cancel the counts still running, then close the upstream clients."""
+        if self.calibration is not None:
+            await self.calibration.aclose()
         for upstream in self.upstreams.values():
             await upstream.aclose()
 
@@ -87,6 +94,8 @@ def proxy_state(request: Request) -> ProxyState:
             )
             for kind, url in settings.upstreams.items()
         }
-        state = ProxyState(upstreams)
+        anthropic = upstreams.get("anthropic")
+        calibration = None if anthropic is None else Calibration(upstream_count(anthropic))
+        state = ProxyState(upstreams, calibration=calibration)
         request.app.state.proxy = state
     return state
