@@ -193,6 +193,7 @@ def test_a_new_proxy_view_reports_its_budget_on_the_session_stream(tmp_path: Pat
         "origin": None,
         "factor": None,
         "counted": None,
+        "tools": 0,
     }
 
 

@@ -22,9 +22,16 @@ factor never lowers the estimate: measured on some conversations, it serves
 them all, and on the benchmark's mixed conversations a lower one undercounted
 some of them.
 
+The request's tool definitions (``tools``) go to the model with every call,
+so a budget from the window is less what they take (``tools_tokens``). An
+explicit budget (``serve --budget``, the ``X-Contextfold-Budget`` header, a
+view's stored budget) is not: it is what the conversation may take, set by
+someone who sees the tools, and the fallback is a guess of a window, not one.
+
 ``serve --budget N`` fixes the budget: no window is looked up. The view the
-proxy creates keeps the budget of its first request; a later request whose
-model has less room renders to that smaller budget without changing the view.
+proxy creates keeps the budget of its first request before its tools; a later
+request whose model has less room (or whose tools take more) renders to that
+smaller budget without changing the view.
 """
 
 from __future__ import annotations
@@ -33,9 +40,11 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
+from contextfold.core.tokens import get_counter
 from contextfold.llm.claude_calibration import Calibration, CountTokens
 from contextfold.llm.windows import Window, room
 from contextfold.memory.session import Session
@@ -65,9 +74,23 @@ class Fit:
     """The model's tokens per token of the view's count (Claude models), else None."""
     counted: str | None = None
     """Where ``factor`` came from: ``count_tokens`` (calibrated) or ``estimate``."""
+    tools: int = 0
+    """What the request's tool definitions take of the window, taken off ``budget`` (a
+    budget from the window only: ``table`` or ``config``)."""
 
     def data(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def room(self) -> int:
+        """The budget before the tools: what a view the proxy creates keeps, since the next
+        request may carry other tools, or none."""
+        return self.budget + self.tools
+
+    def subtracted(self, source: str) -> int:
+        """The tools' tokens taken off the budget a request rendered to, from ``source``
+        (``choose``): none unless it is this fit's own."""
+        return self.tools if source == self.source else 0
 
     def choose(self, asked: int | None, stored: int | None) -> tuple[int | None, str]:
         """The budget to render a request to (None: the view's own) and its source:
@@ -89,9 +112,10 @@ class Fit:
         scaled = ""
         if self.factor is not None:
             scaled = f", at {self.factor} of its tokens a token ({self.counted})"
+        tools = f"; the request's tools take {self.tools} of it" if self.tools else ""
         return (
-            f"{self.budget} ({self.source}: window {self.window} of {self.model!r} "
-            f"less {self.reserve} for the answer{scaled})"
+            f"{self.room} ({self.source}: window {self.window} of {self.model!r} "
+            f"less {self.reserve} for the answer{scaled}){tools}"
         )
 
 
@@ -114,8 +138,15 @@ def fit(
     found = room(model, answer=asked, windows=windows, measured=measured, answer_field=name)
     if found is None:
         return Fit(FALLBACK_BUDGET, "fallback", model)
+    tools = tools_tokens(body)
+    if tools >= found.budget:
+        raise InvalidInput(
+            f"the tool definitions take {tools} tokens, all of the {found.budget} that the "
+            f"window of {model!r} leaves for a prompt",
+            field="tools",
+        )
     return Fit(
-        found.budget,
+        found.budget - tools,
         "config" if found.given else "table",
         model,
         window=found.window,
@@ -123,7 +154,29 @@ def fit(
         origin=found.source,
         factor=found.factor,
         counted=found.counted,
+        tools=tools,
     )
+
+
+_TOOL_FIELDS = ("tools", "functions")
+"""Where a request defines its tools: every format's ``tools``, Chat Completions' older
+``functions``."""
+
+
+def tools_tokens(body: Mapping[str, Any]) -> int:
+    """What a request's tool definitions take of every call's window, in the budget's
+    tokens (``o200k_base``; a Claude model's room is already divided by its factor): their
+    JSON counted as text. Providers render tools in their own way, so this is an estimate."""
+    defined = [body[name] for name in _TOOL_FIELDS if isinstance(body.get(name), list)]
+    if not any(defined):
+        return 0
+    return _tokens_of(json.dumps(defined[0] if len(defined) == 1 else defined, ensure_ascii=False))
+
+
+@lru_cache(maxsize=256)
+def _tokens_of(text: str) -> int:
+    """Counted once per distinct definition: an agent sends the same tools on every call."""
+    return get_counter("o200k_base").text(text)
 
 
 _ANSWER_LIMITS = ("max_completion_tokens", "max_output_tokens", "max_tokens")
@@ -165,10 +218,16 @@ def upstream_count(upstream: Upstream, path: str = "/messages/count_tokens") -> 
 
 def create_view(service: Service, session: Session, name: str, fitted: Fit) -> None:
     """The proxy's view on first use, with the server's preset and model and ``fitted``'s
-    budget; how that budget was found goes to the log and the session's stream."""
+    budget before the tools; how that budget was found, and what the request's tools take
+    of it on every call, go to the log and the session's stream."""
     settings = service.settings
-    session.view(name, preset=settings.view_preset, budget=fitted.budget, model=settings.model)
+    session.view(name, preset=settings.view_preset, budget=fitted.room, model=settings.model)
     level = logging.WARNING if fitted.source == "fallback" else logging.INFO
     log.log(level, "view %s of %s: budget %s", name, session.id, fitted.describe())
-    data = {"session": session.id.partition("/")[2], "view": name, **fitted.data()}
+    data = {
+        "session": session.id.partition("/")[2],
+        "view": name,
+        **fitted.data(),
+        "budget": fitted.room,
+    }
     service.hub.publish(session.id, {"event": "budget", "data": data})

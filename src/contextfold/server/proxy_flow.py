@@ -196,7 +196,11 @@ def _prepare(
     render = CallRender(state, session, log, view, budget, keeps)
     prompt = render(target)
     shown = str(budget if budget is not None else view.config.budget)
-    headers = {"X-Contextfold-Budget": shown, "X-Contextfold-Budget-Source": source}
+    headers = {
+        "X-Contextfold-Budget": shown,
+        "X-Contextfold-Budget-Source": source,
+        "X-Contextfold-Budget-Tools": str(fitted.subtracted(source)),
+    }
     return _Turn(service, session, log, state.digests, prompt, headers, render)
 
 
