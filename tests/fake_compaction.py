@@ -27,15 +27,9 @@ import hashlib
 import itertools
 from typing import Any
 
-from fake_providers import (
-    FakeProvider,
-    Reply,
-    Request,
-    Responder,
-    anthropic_reply,
-    error_reply,
-    openai_reply,
-)
+from fake_anthropic import anthropic_reply
+from fake_openai import openai_reply
+from fake_providers import FakeProvider, Reply, Request, Responder, error_reply
 
 BETA = "compact-2026-09-04"
 BLOCK_FIELDS = frozenset(

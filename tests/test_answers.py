@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 from conftest import load_rows
-from fake_providers import FakeProvider, anthropic_reply, openai_reply
+from fake_anthropic import anthropic_reply
+from fake_openai import openai_reply
+from fake_providers import FakeProvider
 
 from contextfold import Memory, preset_names
 from contextfold.core.messages import Message

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from fake_providers import COUNT_TOKENS, FakeProvider, Reply, count_tokens_reply, error_reply
+from fake_anthropic import COUNT_TOKENS, count_tokens_reply
+from fake_providers import FakeProvider, Reply, error_reply
 
 from contextfold.core.claude_tokens import V4_7
 from contextfold.core.tokens import get_counter

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_providers import FakeProvider, Reply, openai_reply
+from fake_openai import openai_reply
+from fake_providers import FakeProvider, Reply
 from server_harness import running
 
 from contextfold.core.tokens import get_counter

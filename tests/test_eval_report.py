@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_providers import FakeProvider, openai_reply
+from fake_openai import openai_reply
+from fake_providers import FakeProvider
 from test_eval import demo_messages, run, trip, write_jsonl
 
 from contextfold.core.errors import InvalidInput

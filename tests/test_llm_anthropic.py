@@ -8,7 +8,9 @@ from collections.abc import Iterator
 
 import anthropic
 import pytest
-from fake_providers import FakeProvider, Reply, anthropic_reply, error_reply, sdk_exceptions
+from fake_anthropic import anthropic_reply
+from fake_providers import FakeProvider, Reply, error_reply
+from sdk_errors import sdk_exceptions
 from test_llm_openai import SCHEMA, TOOL_CHAT, USER
 
 from contextfold.core.errors import InvalidInput, ModelError

@@ -9,7 +9,9 @@ from typing import Any
 
 import openai
 import pytest
-from fake_providers import FakeProvider, Reply, error_reply, openai_reply, sdk_exceptions
+from fake_openai import openai_reply
+from fake_providers import FakeProvider, Reply, error_reply
+from sdk_errors import sdk_exceptions
 
 from contextfold.core.errors import ModelError
 from contextfold.llm import OpenAIModel, OpenAIProvider, RetryableError, RetryPolicy, get_model

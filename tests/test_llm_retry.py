@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from fake_providers import FakeProvider, openai_reply
+from fake_openai import openai_reply
+from fake_providers import FakeProvider
 
 from contextfold.core.errors import ModelError
 from contextfold.core.messages import Message

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_providers import FakeProvider, called, responses_reply, responses_stream, said
+from fake_openai import called, responses_reply, responses_stream, said
+from fake_providers import FakeProvider
 from prompt_checks import pairing_faults, prompt_tokens
 from server_harness import running
 

@@ -15,13 +15,8 @@ from typing import Any
 
 import anthropic
 import pytest
-from fake_providers import (
-    COUNT_TOKENS,
-    FakeProvider,
-    Request,
-    anthropic_reply,
-    count_tokens_reply,
-)
+from fake_anthropic import COUNT_TOKENS, anthropic_reply, count_tokens_reply
+from fake_providers import FakeProvider, Request
 from fastapi import FastAPI
 from server_harness import running
 

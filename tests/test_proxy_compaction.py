@@ -24,19 +24,10 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from fake_anthropic import anthropic_content_reply
 from fake_compaction import BETA, AnthropicCompaction, OpenAICompaction
-from fake_providers import (
-    FakeProvider,
-    Reply,
-    Request,
-    anthropic_content_reply,
-    called,
-    error_reply,
-    openai_reply,
-    responses_reply,
-    responses_stream,
-    said,
-)
+from fake_openai import called, openai_reply, responses_reply, responses_stream, said
+from fake_providers import FakeProvider, Reply, Request, error_reply
 from server_harness import running
 
 from contextfold import View

@@ -14,7 +14,8 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-from fake_providers import FakeProvider, Reply, anthropic_content_reply, error_reply
+from fake_anthropic import anthropic_content_reply
+from fake_providers import FakeProvider, Reply, error_reply
 from server_harness import add_key, running
 
 from contextfold.core.errors import NotFound

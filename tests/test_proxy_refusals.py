@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from fake_providers import FakeProvider, Reply, error_reply, openai_reply
+from fake_openai import openai_reply
+from fake_providers import FakeProvider, Reply, error_reply
 from test_proxy import chunk, serve, sse, user
 from test_server_events import Stream
 

@@ -20,15 +20,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from fake_providers import (
-    FakeProvider,
-    Reply,
-    called,
-    error_reply,
-    responses_reply,
-    responses_stream,
-    said,
-)
+from fake_openai import called, responses_reply, responses_stream, said
+from fake_providers import FakeProvider, Reply, error_reply
 from prompt_checks import pairing_faults, prompt_tokens
 from server_harness import running
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_providers import FakeProvider, openai_reply
+from fake_openai import openai_reply
+from fake_providers import FakeProvider
 from server_harness import running
 
 from contextfold.core.claude_tokens import V3

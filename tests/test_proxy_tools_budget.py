@@ -13,13 +13,9 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_providers import (
-    FakeProvider,
-    anthropic_reply,
-    openai_reply,
-    responses_reply,
-    said,
-)
+from fake_anthropic import anthropic_reply
+from fake_openai import openai_reply, responses_reply, said
+from fake_providers import FakeProvider
 from server_harness import running
 
 from contextfold.core.tokens import get_counter

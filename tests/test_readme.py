@@ -18,7 +18,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fake_providers import FakeProvider, openai_reply
+from fake_openai import openai_reply
+from fake_providers import FakeProvider
 from server_harness import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

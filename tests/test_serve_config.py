@@ -21,7 +21,8 @@ from typing import IO, Any
 
 import httpx
 import pytest
-from fake_providers import FakeProvider, openai_reply
+from fake_openai import openai_reply
+from fake_providers import FakeProvider
 from server_harness import free_port
 
 from contextfold.cli import _parser, main
