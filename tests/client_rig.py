@@ -218,7 +218,8 @@ def through_proxy(
             folds = api.get(
                 f"/api/v1/sessions/{SESSION}/views/default/folds", params={"superseded": "true"}
             ).raise_for_status()
-    sent = list(upstream.requests)
+    # The wire's route only: the proxy also asks an Anthropic upstream to count tokens.
+    sent = [r for r in upstream.requests if r.path.split("?")[0] == ROUTE[wire]]
     sizes = [prompt_tokens(wire, r.body) for r in sent]
     view_budget = int(view["config"]["budget"])
     return Outcome(
