@@ -275,3 +275,18 @@ def test_a_turn_already_logged_is_checked_as_sent_now_before_anything_is_stored(
     assert answer.status_code == 422 and answer.json()["error"]["field"].startswith("messages")
     assert plain(rig.log()) == [{"role": "user", "content": "hi"},
                                 {"role": "assistant", "content": "ok"}]  # fmt: skip
+
+
+def test_an_error_event_from_the_upstream_reaches_the_client_once_and_logs_no_answer(
+    rig: Rig,
+) -> None:
+    whole = anthropic_content_reply([{"type": "text", "text": "a long answer"}], stream=True)
+    error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    body = whole.body.split("event: content_block_stop", 1)[0]
+    body += f"event: error\ndata: {json.dumps(error)}\n\n"
+    rig.upstream.add(Reply(body=body, headers=whole.headers))
+    hi = [{"role": "user", "content": "hi"}]
+    raw = httpx.post(f"{rig.url}/v1/messages", headers={"X-Contextfold-Session": "s1"},
+                     json={"model": MODEL, "max_tokens": 9, "messages": hi, "stream": True})  # fmt: skip
+    assert raw.text.count("event: error") == 1 and "overloaded_error" in raw.text
+    assert plain(rig.log()) == hi

@@ -13,10 +13,10 @@ from fastapi import Request
 from contextfold.server.errors import ServiceError
 from contextfold.server.proxy_kept import KeptMeta
 from contextfold.server.proxy_match import LogDigests
-from contextfold.server.proxy_upstream import Upstream
+from contextfold.server.proxy_upstream import KINDS, Upstream
 from contextfold.server.proxy_wire import Wire
 
-_SPECS = {"openai": "openai-compatible", "anthropic": "anthropic"}
+_PREFIXES = {kind: prefix for prefix, kind in KINDS.items()}
 
 
 @dataclass
@@ -36,7 +36,7 @@ class ProxyState:
                 502,
                 "upstream_error",
                 f"this server has no {wire.upstream} upstream, so no {wire.name} proxy: start "
-                f"it with --upstream {_SPECS.get(wire.upstream, wire.upstream)}:URL",
+                f"it with --upstream {_PREFIXES.get(wire.upstream, wire.upstream + ':')}URL",
             )
         return found
 
