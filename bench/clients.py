@@ -9,12 +9,16 @@ proxy views get a budget of ``--room`` tokens over what the client's system
 prompt and first message take, so the growing task must be compacted. Each
 CLI is run ``--turns`` times on a new prompt, each run resuming the
 conversation (``claude -p --continue``, ``codex exec resume --last``).
-``make agent-clis`` installs the CLIs. Two more rows run the same task with a
+``make agent-clis`` installs the CLIs. Three more rows run the same task with a
 minimal agent on each official SDK (``anthropic_sdk`` on the Messages API,
-``openai_sdk`` on the Responses API, both streamed; ``tests/sdk_agents.py``).
+``openai_sdk`` on the Responses API, ``openai_chat`` on Chat Completions, all
+streamed; ``tests/sdk_agents.py``), and two with a framework's own agent loop
+(``agents_sdk``: the OpenAI Agents SDK with its defaults, the Responses API;
+``langchain``: ``create_agent`` over ``ChatOpenAI``; ``tests/framework_agents.py``).
+The in-process rows run one user turn each.
 
 Figures per client, each goal 0 but ``calls_made`` and ``folds_made``:
-``calls_made`` (calls the CLI made to the proxy, the service's count),
+``calls_made`` (calls the client made to the proxy, the service's count),
 ``calls_failed`` (answered with another status than 200, plus 1 for a run that
 did not finish), ``prompts_over_budget`` (forwarded prompts larger than the
 view's budget, counted in contextfold's tokens on the prompt read back),
