@@ -70,7 +70,7 @@ IN_PROCESS: dict[Agent, OneRun] = {
     "agents_sdk": agents_sdk_agent,
     "langchain": langchain_agent,
 }
-"""The agents run in this process, one user turn each: they keep no conversation between runs."""
+"""The agents run in this process: each keeps its conversation in the list it is given."""
 PROMPT = "Run the commands the task needs, then say when you are done."
 TENANT = "agents"
 SESSION = "task-1"
@@ -109,15 +109,18 @@ def run_agent(
     session: str,
     key_env: str,
     home: Path | None = None,
+    kept: list[Any] | None = None,
 ) -> Run:
-    """Run ``agent`` on turn ``turn``'s prompt against the server at ``root``; a CLI's
-    later turns resume the conversation kept in ``home``."""
+    """Run ``agent`` on turn ``turn``'s prompt against the server at ``root``; later turns
+    resume the conversation kept in ``home`` (a CLI's) or ``kept`` (an in-process agent's)."""
     base = base_for(WIRE[agent], root)
     prompt = prompt_of(turn)
     if agent in IN_PROCESS:
-        if turn != 1:
-            raise ValueError(f"{agent} keeps no conversation between runs: one turn only")
-        return IN_PROCESS[agent](base, prompt, work, key=key, session=session)
+        if kept is None:
+            kept = []
+        if bool(kept) != (turn > 1):
+            raise ValueError(f"turn {turn} of {agent} with {len(kept)} message(s) kept")
+        return IN_PROCESS[agent](base, prompt, work, key=key, session=session, kept=kept)
     resume = turn > 1
     return run_client(
         agent,
@@ -221,7 +224,7 @@ def through_proxy(
 ) -> Outcome:
     """Run ``client`` (a CLI or an SDK agent) through the proxy on a task of ``steps`` tool
     calls of ``lines`` lines each, its views' budget ``room`` tokens over what its first
-    prompt takes; with ``turns`` above 1, a CLI is run again on a new prompt that many
+    prompt takes; with ``turns`` above 1, the client is run again on a new prompt that many
     times, each resuming the conversation (``key_env``: where Claude Code reads its key)."""
     wire = WIRE[client]
     scripts = [task(steps, lines=lines, tag=f"t{t}") for t in range(1, turns + 1)]
@@ -231,11 +234,20 @@ def through_proxy(
     budget = first_prompt(client, work, key_env) + room
     with scripted_upstream(wire) as upstream, proxy(upstream, budget) as (base, key):
         runs: list[Run] = []
+        kept: list[Any] = []
         for t, script in enumerate(scripts, 1):
             upstream.add(*replies(wire, script))
             runs.append(
                 run_agent(
-                    client, base, work, t, key=key, session=SESSION, key_env=key_env, home=home
+                    client,
+                    base,
+                    work,
+                    t,
+                    key=key,
+                    session=SESSION,
+                    key_env=key_env,
+                    home=home,
+                    kept=kept,
                 )
             )
         with httpx.Client(base_url=base, headers=bearer(key), timeout=30) as api:

@@ -7,7 +7,9 @@ proxy. The OpenAI Agents SDK with its defaults (the Responses API): an
 with ``set_default_openai_client`` and tracing off. LangChain: ``create_agent``
 over ``ChatOpenAI`` (Chat Completions, streamed) with a ``@tool``. Both offer
 the shell tool the OpenAI scripts call (``exec_command``, its argument
-``cmd``). A run ends as a CLI's does (``agent_clis.Run``).
+``cmd``). ``kept`` holds the conversation between runs, as each framework
+hands it back (``to_input_list()``, the graph's ``messages``): a later run goes
+on from it with a new prompt. A run ends as a CLI's does (``agent_clis.Run``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from sdk_agents import MAX_CALLS, shell
 INSTRUCTIONS = "You are a careful agent."
 
 
-def agents_sdk_agent(base_url: str, prompt: str, work: Path, *, key: str, session: str) -> Run:
+def agents_sdk_agent(
+    base_url: str, prompt: str, work: Path, *, key: str, session: str, kept: list[Any]
+) -> Run:
     """The OpenAI Agents SDK's ``Runner.run_streamed`` (``base_url`` with ``/v1``)."""
     import agents
 
@@ -45,7 +49,8 @@ def agents_sdk_agent(base_url: str, prompt: str, work: Path, *, key: str, sessio
     agent = agents.Agent(name="shell", instructions=INSTRUCTIONS, tools=[exec_command])
 
     async def run() -> Any:
-        result = agents.Runner.run_streamed(agent, prompt, max_turns=MAX_CALLS)
+        given = [*kept, {"role": "user", "content": prompt}] if kept else prompt
+        result = agents.Runner.run_streamed(agent, given, max_turns=MAX_CALLS)
         async for _ in result.stream_events():
             pass
         return result
@@ -54,11 +59,13 @@ def agents_sdk_agent(base_url: str, prompt: str, work: Path, *, key: str, sessio
         result = asyncio.run(run())
     except (openai.APIError, agents.AgentsException) as exc:
         return Run(1, "", repr(exc), "")
-    answer = str(result.final_output)
-    return Run(0, json.dumps(result.to_input_list(), default=str), "", answer)
+    kept[:] = result.to_input_list()
+    return Run(0, json.dumps(kept, default=str), "", str(result.final_output))
 
 
-def langchain_agent(base_url: str, prompt: str, work: Path, *, key: str, session: str) -> Run:
+def langchain_agent(
+    base_url: str, prompt: str, work: Path, *, key: str, session: str, kept: list[Any]
+) -> Run:
     """LangChain's ``create_agent`` over a streamed ``ChatOpenAI`` (``base_url`` with ``/v1``)."""
     from langchain.agents import create_agent
     from langchain_core.tools import tool
@@ -81,10 +88,11 @@ def langchain_agent(base_url: str, prompt: str, work: Path, *, key: str, session
     agent = create_agent(model, tools=[exec_command], system_prompt=INSTRUCTIONS)
     try:
         state = agent.invoke(
-            {"messages": [{"role": "user", "content": prompt}]},
+            {"messages": [*kept, {"role": "user", "content": prompt}]},
             {"recursion_limit": 2 * MAX_CALLS + 1},
         )
     except (openai.APIError, GraphRecursionError) as exc:
         return Run(1, "", repr(exc), "")
-    answer = state["messages"][-1]
+    kept[:] = state["messages"]
+    answer = kept[-1]
     return Run(0, answer.model_dump_json(), "", str(answer.content))

@@ -68,13 +68,15 @@ def test_an_agent_runs_a_longer_task_through_the_proxy_compacted_within_budget(
     assert outcome.folds > 0, "the task never overflowed the budget: nothing was compacted"
 
 
-@pytest.mark.parametrize("client", CLIENTS)
-def test_a_cli_resumed_for_a_second_prompt_goes_on_in_the_same_session(
-    client: Client, tmp_path: Path
+@pytest.mark.parametrize("client", AGENTS)
+def test_an_agent_resumed_for_a_second_prompt_goes_on_in_the_same_session(
+    client: Agent, tmp_path: Path
 ) -> None:
-    """``claude -p --continue`` and ``codex exec resume --last`` send the first run's
-    conversation again with the new prompt: the proxy goes on from the log, compacted."""
-    need_cli(client)
+    """``claude -p --continue``, ``codex exec resume --last`` and an in-process agent given
+    its kept conversation send the first run's conversation again with the new prompt: the
+    proxy goes on from the log, compacted."""
+    if client in CLIENTS:
+        need_cli(client)
     outcome = through_proxy(client, tmp_path / "work", steps=4, lines=120, room=1500, turns=2)
     assert outcome.problems() == []
     assert outcome.calls == sum(len(s) for s in outcome.scripts) == len(outcome.sent)
