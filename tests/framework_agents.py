@@ -32,13 +32,6 @@ def agents_sdk_agent(
     """The OpenAI Agents SDK's ``Runner.run_streamed`` (``base_url`` with ``/v1``)."""
     import agents
 
-    client = openai.AsyncOpenAI(
-        base_url=base_url,
-        api_key=key,
-        max_retries=0,
-        default_headers={"X-Contextfold-Session": session},
-    )
-    agents.set_default_openai_client(client, use_for_tracing=False)
     agents.set_tracing_disabled(True)
 
     @agents.function_tool
@@ -49,11 +42,19 @@ def agents_sdk_agent(
     agent = agents.Agent(name="shell", instructions=INSTRUCTIONS, tools=[exec_command])
 
     async def run() -> Any:
-        given = [*kept, {"role": "user", "content": prompt}] if kept else prompt
-        result = agents.Runner.run_streamed(agent, given, max_turns=MAX_CALLS)
-        async for _ in result.stream_events():
-            pass
-        return result
+        """The run, its client closed on the loop it was opened on."""
+        async with openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key=key,
+            max_retries=0,
+            default_headers={"X-Contextfold-Session": session},
+        ) as client:
+            agents.set_default_openai_client(client, use_for_tracing=False)
+            given = [*kept, {"role": "user", "content": prompt}] if kept else prompt
+            result = agents.Runner.run_streamed(agent, given, max_turns=MAX_CALLS)
+            async for _ in result.stream_events():
+                pass
+            return result
 
     try:
         result = asyncio.run(run())
