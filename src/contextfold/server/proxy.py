@@ -6,12 +6,13 @@
    ``user`` field; it is the caller's tenant's session ``f"{tenant}/{sid}"``,
    created on first use. Another tenant's session of the same name is never
    touched: the tenant comes from the key alone.
-2. The client's messages are matched against the log
-   (``contextfold.server.proxy_match``): the log must be a prefix of them, and
-   only the rest is appended; a divergence is a 409 naming the index.
+2. The client's messages are matched against the log's branches
+   (``contextfold.server.proxy_match``): the call continues at the end of
+   the longest common prefix, and the rest is appended there (a regenerate or
+   an edit starts a branch).
 3. The view (``X-Contextfold-View``, default ``default``; created on first
    use with the server's preset and model, and watched by the background
-   runner) renders the prompt, for ``X-Contextfold-Budget`` tokens when given,
+   runner) renders the prompt of the branch the call continues, for ``X-Contextfold-Budget`` tokens when given,
    else for the window of the request's model less room for the answer
    (``contextfold.server.proxy_budget``; ``serve --budget`` fixes it), or the
    view's budget when that is smaller. The answer's ``X-Contextfold-Budget``
@@ -50,13 +51,12 @@ from contextfold.server.auth import Tenant
 from contextfold.server.errors import ServiceError
 from contextfold.server.proxy_budget import Fit, create_view, fit
 from contextfold.server.proxy_match import (
-    Divergence,
     LogDigest,
     LogDigests,
+    append_keys,
     client_messages,
     completion_message,
-    digest,
-    new_from,
+    match,
 )
 from contextfold.server.proxy_request import (
     check_json_type,
@@ -109,7 +109,6 @@ _ANSWERS: dict[int | str, dict[str, Any]] = {
         "fixed message and the error's type, code and param when they are plain words.",
         "content": {"application/json": {}, "text/event-stream": {}},
     },
-    409: {"description": "The conversation diverges from the session's log (code conflict)."},
     413: {"description": "The body is over the size limit (code payload_too_large)."},
     415: {"description": "The body is not sent as application/json (unsupported_media_type)."},
     422: {
@@ -214,6 +213,8 @@ class _Turn:
     prompt: list[Message]
     headers: dict[str, str]
     """The budget the prompt was rendered to, and where it came from, for the client."""
+    at: int
+    """The seq the call continues: its answer is logged after it."""
 
     async def log_answer(self, answer: Message) -> None:
         await self.service.run(self._append, answer)
@@ -224,8 +225,8 @@ class _Turn:
         self.service.hub.publish(self.session.id, {"event": "truncated", "data": data})
 
     def _append(self, answer: Message) -> None:
-        seq = self.log.last_seq + 1
-        logged = self.session.extend([answer], keys=[f"proxy:{seq}:{digest(answer).hex()}"])
+        keys = append_keys(self.at, [answer])
+        logged = self.session.extend([answer], keys=keys, parent=self.at)
         _advance(self.digests, self.log, self.session.id, logged)
 
 
@@ -259,21 +260,17 @@ def _prepare(
         validate_messages(messages)
         session = service.memory.session(store_id)
     log = state.digests.current(session)
-    try:
-        first, skipped = new_from(log, messages)
-    except Divergence as exc:
-        raise ServiceError(409, "conflict", exc.reason, index=exc.index) from None
-    new = messages[first:]
+    found = match(log, messages)
+    new, at = messages[found.matched :], found.at
     check_new(len(new))
     if new:
-        at = log.last_seq + 1
-        keys = [f"proxy:{at + i}:{digest(m).hex()}" for i, m in enumerate(new)]
         try:
-            logged = session.extend(new, keys=keys)
+            logged = session.extend(new, keys=append_keys(at, new), parent=at)
         except InvalidInput as exc:
-            index = None if exc.index is None else exc.index - skipped
+            index = None if exc.index is None else exc.index - found.skipped
             raise InvalidInput(exc.reason, index=index, field=exc.field) from None
         _advance(state.digests, log, store_id, logged)
+        at = logged[-1].seq
     ready = (view_name, id(service.runner))
     if ready not in log.views:
         if session.view(view_name).version == 0:
@@ -282,10 +279,10 @@ def _prepare(
         log.views.add(ready)
     view = session.view(view_name)
     budget, source = fitted.choose(budget, view.config.budget)
-    prompt = view.render(budget)
+    prompt = view.render(budget, branch=at)
     shown = str(budget if budget is not None else view.config.budget)
     headers = {"X-Contextfold-Budget": shown, "X-Contextfold-Budget-Source": source}
-    return _Turn(service, session, log, state.digests, prompt, headers)
+    return _Turn(service, session, log, state.digests, prompt, headers, at)
 
 
 @router.post(
