@@ -171,3 +171,40 @@ def test_a_postgres_schema_before_branches_migrates_with_every_message_unchanged
         assert [(m.seq, m.parent) for m in added] == [(7, 6)]
         assert store.head("s", "v").path == BranchPath(((1, 3), (5, 7)))
         store.close()
+
+
+def test_the_rest_api_shows_and_makes_branches() -> None:
+    from fastapi.testclient import TestClient
+    from server_harness import make_service
+
+    from contextfold.server.app import create_app
+
+    api = "/api/v1/sessions/s1"
+    service = make_service(auth=False, runner=False)
+    with TestClient(create_app(service), base_url="http://127.0.0.1") as client:
+        assert client.post("/api/v1/sessions", json={"id": "s1"}).status_code == 201
+        two = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+        assert client.post(f"{api}/messages", json={"messages": two}).status_code == 201
+        again = {"messages": [{"role": "assistant", "content": "b again"}], "parent": 1}
+        made = client.post(f"{api}/messages", json=again)
+        assert [(m["seq"], m["parent"]) for m in made.json()["messages"]] == [(3, 1)]
+        listing = client.get(f"{api}/messages").json()["messages"]
+        assert [(m["seq"], m["parent"]) for m in listing] == [(1, 0), (2, 1), (3, 1)]
+        old = client.get(f"{api}/messages", params={"branch": 2}).json()["messages"]
+        assert [m["seq"] for m in old] == [1, 2]
+        found = client.get(f"{api}/branches").json()["branches"]
+        assert [(b["head"], b["fork"], b["length"]) for b in found] == [(3, 1, 2), (2, 1, 2)]
+        assert client.put(f"{api}/views/default", json={"budget": 1000}).status_code == 200
+        newest = client.get(f"{api}/views/default/render").json()["messages"]
+        assert newest[-1]["content"] == "b again"
+        first = client.get(f"{api}/views/default/render", params={"branch": 2}).json()
+        assert first["messages"][-1]["content"] == "b"
+        assert client.get(f"{api}/views/default/folds", params={"branch": 2}).status_code == 200
+        bad = client.post(f"{api}/messages", json={**again, "parent": 9})
+        assert (bad.status_code, bad.json()["error"]["field"]) == (422, "parent")
+        missing = client.get(f"{api}/views/default/render", params={"branch": 9})
+        assert (missing.status_code, missing.json()["error"]["field"]) == (422, "branch")
+        orphan = {"messages": [{"role": "tool", "tool_call_id": "x", "content": "r"}], "parent": 1}
+        refused = client.post(f"{api}/messages", json=orphan).json()["error"]
+        assert (refused["index"], refused["field"]) == (0, "tool_call_id")
+        assert len(client.get(f"{api}/messages").json()["messages"]) == 3

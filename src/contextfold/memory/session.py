@@ -20,14 +20,14 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from contextfold.core.branches import Branch, branches_of, path_of
 from contextfold.core.checks import batch_of, check_key, check_limit, check_name
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.log import LoggedMessage, NewMessage, SessionInfo, ViewRecord
-from contextfold.core.messages import Message, check_json, validate_message
+from contextfold.core.messages import check_json, validate_message
 from contextfold.core.tokens import TokenCounter, get_counter
 from contextfold.llm.base import LLM
 from contextfold.memory.api_keys import ApiKeys
+from contextfold.memory.branches import SessionBranches
 from contextfold.memory.config import folding_changes, given_changes
 from contextfold.memory.filters import MessageFilter
 from contextfold.memory.view import Binding, View
@@ -194,7 +194,7 @@ class Memory:
         self.close()
 
 
-class Session:
+class Session(SessionBranches):
     """One conversation: an append-only log and the views over it."""
 
     def __init__(
@@ -270,36 +270,18 @@ class Session:
         self.wake.notify(self.id)
         return logged
 
-    def history(self, *, branch: int | None = None) -> list[Message]:
-        """A whole branch, never folded: the one ending at seq ``branch``, by default the
-        newest message's (a log without branches: the whole log). Reads the log alone."""
-        at = check_seq(branch, "branch")
-        logged = self.store.messages(self.id)
-        by_seq = {m.seq: m for m in logged}
-        head = (logged[-1].seq if logged else 0) if at is None else at
-        if head and head not in by_seq:
-            raise InvalidInput(
-                f"branch {head} is not a message of this session's log", field="branch"
-            )
-        parents = {m.seq: m.parent or 0 for m in logged}
-        path = path_of(parents, head)
-        return [by_seq[s].message for first, last in path.runs for s in range(first, last + 1)]
-
-    def branches(self) -> list[Branch]:
-        """The log's branches, newest head first: each head (its last seq), where it parts
-        from the rest of the tree, its length and when its head was logged."""
-        links = self.store.links(self.id)
-        heads = set(dict(links)) - {parent for _, parent in links}
-        times = {m.seq: m.created_at for m in self.store.messages_at(self.id, sorted(heads))}
-        return branches_of(links, times)
-
-    def messages(self, *, after: int = 0, limit: int | None = None) -> list[LoggedMessage]:
+    def messages(
+        self, *, after: int = 0, limit: int | None = None, branch: int | None = None
+    ) -> list[LoggedMessage]:
         """A page of the log as logged (seq, parent, tokens, time): the messages after
-        seq ``after``, oldest first, at most ``limit`` of them, every branch's."""
+        seq ``after``, oldest first, at most ``limit`` of them, every branch's; with
+        ``branch``, that branch's alone (``SessionBranches.branch_page``)."""
         if type(after) is not int or after < 0:
             raise InvalidInput(f"after must be a seq (0 or more), not {after!r}", field="after")
         if limit is not None:
             check_limit(limit)
+        if branch is not None:
+            return self.branch_page(check_seq(branch, "branch"), after, limit)
         return self.store.messages(self.id, after + 1, None if limit is None else after + limit)
 
     def last_seq(self) -> int:

@@ -74,11 +74,11 @@ def insert_checked(
             frozenset(str(row[0]) for row in called),
             keyed,
         )
-    check_batch(tail, batch, lambda: path(cur, session_id, after, "parent").length)
+    check_batch(tail, batch, lambda: read_path(cur, session_id, after, "parent").length)
     return insert(cur, session_id, prepared, known, channel, place)
 
 
-def path(cur: Cursor, session_id: str, head: int, field: str) -> BranchPath:
+def read_path(cur: Cursor, session_id: str, head: int, field: str) -> BranchPath:
     """The branch ending at ``head`` (a logged seq; 0: none), read a run at a time."""
     if head == 0:
         return BranchPath()

@@ -61,7 +61,7 @@ from contextfold.store.postgres import sql as q
 from contextfold.store.postgres.folds import insert_fold, spans_near
 from contextfold.store.postgres.keys import PostgresKeys
 from contextfold.store.postgres.leases import PostgresLeases
-from contextfold.store.postgres.log import Prepared, insert, insert_checked, path, unchecked
+from contextfold.store.postgres.log import Prepared, insert, insert_checked, read_path, unchecked
 from contextfold.store.postgres.migrations import migrate
 from contextfold.store.postgres.options import PostgresOptions, parse_url
 from contextfold.store.postgres.pool import (
@@ -318,7 +318,7 @@ class PostgresStore(PostgresKeys, PostgresLeases):
             version, last = self._lock_version(cur, session_id, view)
             if version != expected_version:
                 raise FoldConflict(view, expected_version, version)
-            branch_path = None if at is None else path(cur, session_id, at, "branch")
+            branch_path = None if at is None else read_path(cur, session_id, at, "branch")
             check_on_branch(folds, branch_path)
             active = spans_near(cur, session_id, view, folds, branch_path)
             for (fold, gone), body_json in zip(

@@ -65,7 +65,7 @@ def append(
     check_batch(
         _tail(conn, session_id, after, batch, known),
         batch,
-        lambda: path(conn, session_id, after, "parent").length,
+        lambda: read_path(conn, session_id, after, "parent").length,
     )
     tag = session_tag(number)
     now = time.time()
@@ -107,7 +107,7 @@ def _run_of(conn: sqlite3.Connection, session_id: str, seq: int) -> int:
     return int(row[0])
 
 
-def path(conn: sqlite3.Connection, session_id: str, head: int, field: str) -> BranchPath:
+def read_path(conn: sqlite3.Connection, session_id: str, head: int, field: str) -> BranchPath:
     """The branch ending at ``head`` (a logged seq; 0: none), read a run at a time."""
     if head == 0:
         return BranchPath()

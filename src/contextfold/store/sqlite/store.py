@@ -54,7 +54,7 @@ from contextfold.store.sqlite import admin as admin
 from contextfold.store.sqlite import sql as q
 from contextfold.store.sqlite.connect import SYNCHRONOUS, Durability, connect, translated
 from contextfold.store.sqlite.folds import insert_fold, spans_near
-from contextfold.store.sqlite.log import append, not_found, one_row, path
+from contextfold.store.sqlite.log import append, not_found, one_row, read_path
 from contextfold.store.tree import check_on_branch, check_seq, head_of
 from contextfold.store.wake import LocalWake, PollingWake, shared_wake
 
@@ -299,7 +299,7 @@ class SQLiteStore:
             last, version = int(last_row or 0), int(version_row or 0)
             if version != expected_version:
                 raise FoldConflict(view, expected_version, version)
-            branch_path = None if at is None else path(conn, session_id, at, "branch")
+            branch_path = None if at is None else read_path(conn, session_id, at, "branch")
             check_on_branch(folds, branch_path)
             active = spans_near(conn, params, folds, branch_path)
             for (fold, gone), body_json in zip(
