@@ -208,3 +208,30 @@ def test_the_rest_api_shows_and_makes_branches() -> None:
         refused = client.post(f"{api}/messages", json=orphan).json()["error"]
         assert (refused["index"], refused["field"]) == (0, "tool_call_id")
         assert len(client.get(f"{api}/messages").json()["messages"]) == 3
+
+
+def test_a_chatgpt_export_is_imported_as_its_whole_tree() -> None:
+    from contextfold.memory.conversation_file import open_conversations
+
+    read = open_conversations(FIXTURES / "chatgpt_conversations.json")
+    assert read.format == "ChatGPT export"
+    lisbon = read.conversations()[0]
+    session = Memory().session("lisbon")
+    logged = session.extend_tree(lisbon.tree)
+    assert len(logged) == len(lisbon.tree)
+    found = session.branches()
+    assert len(found) == 2  # an edited question, and the branch the user last saw
+    # The current node's branch is the latest: history is the conversation as exported.
+    assert session.history() == lisbon.messages
+    older = session.history(branch=found[1].head)
+    assert older[:2] == lisbon.messages[:2] and older[2] != lisbon.messages[2]  # an edit
+    assert older[-1]["content"] == "Try the bifanas near Rossio."
+    # A single-branch conversation is one line.
+    floats = read.conversations()[1]
+    line = Memory().session("floats")
+    line.extend_tree(floats.tree)
+    assert line.history() == floats.messages and len(line.branches()) == 1
+    with pytest.raises(InvalidInput) as bad:
+        line.extend_tree([(0, {"role": "user", "content": "a"}), (5, {"role": "user"})])
+    assert bad.value.field == "tree[1]"
+    assert line.history() == floats.messages
