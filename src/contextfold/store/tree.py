@@ -9,7 +9,7 @@ call inside their own transactions; nothing here reads or writes a store.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from contextfold.core.branches import BranchPath
@@ -33,17 +33,29 @@ def missing(field: str, seq: int) -> InvalidInput:
     return InvalidInput(f"{field} {seq} is not a message of this session's log", field=field)
 
 
-def head_of(found: Sequence[tuple[Any, ...]], session_id: str, branch: int | None) -> Head:
-    """``Store.head`` from the rows of a database's one head read: the log's last seq,
-    the versions, and a run of the branch in each row (none: an empty branch)."""
-    if not found:
+def head_of(
+    found: tuple[Any, ...] | None,
+    session_id: str,
+    branch: int | None,
+    read_path: Callable[[int], BranchPath],
+) -> Head:
+    """``Store.head`` from a database's head row: the log's last seq, the versions, the
+    branch's last seq, its run's first seq and that one's parent. A branch of one run
+    (the parent 0: every log without branches) needs nothing more; ``read_path`` reads
+    any other."""
+    if found is None:
         raise NotFound(f"no session {session_id!r}")
-    last, folds, config, first = found[0][:4]
-    if branch is not None and branch > 0 and first is None:
+    last, folds, config, seq, first, parent = found
+    if branch is not None and branch > 0 and seq is None:
         raise missing("branch", branch)
-    runs = tuple((int(row[3]), int(row[4])) for row in reversed(found) if row[3] is not None)
+    if seq is None:
+        path = BranchPath()
+    elif not parent:
+        path = BranchPath(((int(first), int(seq)),))
+    else:
+        path = read_path(int(seq))
     shown = int(last or 0) if branch is None else branch
-    return Head(shown, int(folds or 0), int(config or 0), BranchPath(runs))
+    return Head(shown, int(folds or 0), int(config or 0), path)
 
 
 def run_start(parent: int, seq: int, parent_run: int) -> int:

@@ -176,15 +176,14 @@ LOCK_VERSION_SQL = (
 SET_VERSION_SQL = "UPDATE fold_versions SET version = %s WHERE session_id = %s AND view = %s"
 _FOLD_VERSION = "(SELECT version FROM fold_versions WHERE session_id = s.id AND view = %(view)s)"
 _VIEW_VERSION = "(SELECT version FROM views WHERE session_id = s.id AND name = %(view)s)"
-# The head in one read: the versions, then the branch's runs (one row each, or one row
-# without a run when the branch has none).
+# The head in one read: the versions, the branch's last message and its run, and the
+# parent of the run's first message (0: the branch is that one run; else PATH_SQL).
 HEAD_SQL = (
-    _UP.format(
-        seed="COALESCE(%(branch)s::bigint, "
-        "(SELECT MAX(seq) FROM messages WHERE session_id = %(session)s))"
-    )
-    + f"SELECT s.last_seq, {_FOLD_VERSION}, {_VIEW_VERSION}, up.first, up.last "
-    "FROM sessions AS s LEFT JOIN up ON true WHERE s.id = %(session)s"
+    f"SELECT s.last_seq, {_FOLD_VERSION}, {_VIEW_VERSION}, h.seq, h.run_start, "
+    "(SELECT parent FROM messages WHERE session_id = s.id AND seq = h.run_start) "
+    "FROM sessions AS s LEFT JOIN messages AS h ON h.session_id = s.id AND h.seq = "
+    "COALESCE(%(branch)s::bigint, (SELECT MAX(seq) FROM messages WHERE session_id = s.id)) "
+    "WHERE s.id = %(session)s"
 )
 
 VIEW_VERSION_SQL = f"SELECT {_VIEW_VERSION} FROM sessions AS s WHERE s.id = %(session)s"

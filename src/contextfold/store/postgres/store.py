@@ -300,8 +300,8 @@ class PostgresStore(PostgresKeys, PostgresLeases):
         at = check_seq(branch, "branch")
         params = {"session": session_id, "view": view, "branch": at}
         with self._db.read() as cur:
-            found = cur.execute(q.HEAD_SQL, params).fetchall()
-        return head_of(found, session_id, at)
+            found = cur.execute(q.HEAD_SQL, params).fetchone()
+            return head_of(found, session_id, at, lambda seq: read_path(cur, session_id, seq, ""))
 
     def commit_folds(
         self,

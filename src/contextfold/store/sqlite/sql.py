@@ -38,14 +38,13 @@ _UP = (
     "JOIN messages AS m ON m.session_id = :session AND m.seq = f.parent) "
 )
 PATH_SQL = _UP.format(seed=":head") + "SELECT first, last FROM up"
-# The head in one read: the versions, then the branch's runs (one row each, or one
-# row without a run when the branch has none).
+# The head in one read: the versions, the branch's last message and its run, and the
+# parent of the run's first message (0: the branch is that one run; else PATH_SQL).
 HEAD_SQL = (
-    _UP.format(
-        seed="COALESCE(:branch, (SELECT MAX(seq) FROM messages WHERE session_id = :session))"
-    )
-    + f"{_LAST_AND_FOLDS}, (SELECT version FROM views WHERE session_id = s.id AND name = :view), "
-    "up.first, up.last FROM sessions AS s LEFT JOIN up ON 1 WHERE s.id = :session"
+    f"{_LAST_AND_FOLDS}, (SELECT version FROM views WHERE session_id = s.id AND name = :view), "
+    "h.seq, h.run_start, (SELECT parent FROM messages WHERE session_id = s.id "
+    "AND seq = h.run_start) FROM sessions AS s LEFT JOIN messages AS h ON h.session_id = s.id "
+    f"AND h.seq = COALESCE(:branch, {_NEWEST}) WHERE s.id = :session"
 )
 INSERT_MESSAGE_SQL = (
     "INSERT INTO messages (session_id, seq, role, message, tokens, key, created_at, parent, "

@@ -279,8 +279,8 @@ class SQLiteStore:
         at = check_seq(branch, "branch")
         params = {"session": session_id, "view": view, "branch": at}
         with self._read() as conn:
-            found = conn.execute(q.HEAD_SQL, params).fetchall()
-        return head_of(found, session_id, at)
+            found = conn.execute(q.HEAD_SQL, params).fetchone()
+            return head_of(found, session_id, at, lambda seq: read_path(conn, session_id, seq, ""))
 
     def commit_folds(
         self,
