@@ -24,6 +24,46 @@ MALFORMED_PROXY = [
     '{"model":"ok","messages":[{"role":"user","content":"x"}],"stream":1}',
     '{"model":"ok","messages":' + "[" * 100_000 + "]" * 100_000 + "}",
 ]
+MALFORMED_RESPONSES = [
+    '{"model":"ok","input":[{"role":"user","content":"x",@S:1}]}',
+    '{"model":"ok","input":"x","metadata":{@S:"v"}}',
+    '{"model":"ok","input":3}',
+    '{"model":"ok"}',
+    '{"model":"ok","input":[{"role":"robot","content":"x"}]}',
+    '{"model":"ok","input":[{"role":"user","content":[{"type":"input_text"}]}]}',
+    '{"model":"ok","input":[{"type":"function_call_output","call_id":"c","output":"x"}]}',
+    '{"model":"ok","input":[{"type":"function_call","call_id":"c","name":"f","arguments":{}}]}',
+    '{"model":"ok","input":[{"type":"function_call","name":"f","arguments":"{}"}]}',
+    '{"model":"ok","input":"x","instructions":{"a":1}}',
+    '{"model":"ok","input":"x","previous_response_id":"resp_none"}',
+    '{"model":"ok","input":"x","previous_response_id":7}',
+    '{"model":"ok","input":"x","conversation":"conv_1"}',
+    '{"model":"gpt-4o","input":"x","max_output_tokens":-1}',
+    '{"model":"ok","input":"x","temperature":NaN}',
+    '{"model":"ok","input":"x","stream":1}',
+    '{"model":"ok","input":[' + ",".join(['"x"'] * 20_001) + "]}",
+    '{"model":"ok","input":' + "[" * 100_000 + "]" * 100_000 + "}",
+]
+MALFORMED_MESSAGES = [
+    '{"model":"ok","max_tokens":9,"messages":[{"role":"user","content":"x",@S:1}]}',
+    '{"model":"ok","max_tokens":9,"messages":[{"role":"user","content":[{"type":@S}]}]}',
+    '{"model":"ok","max_tokens":9,"system":@S,"messages":[{"role":"user","content":"x"}]}',
+    '{"model":"ok","max_tokens":9,"system":7,"messages":[{"role":"user","content":"x"}]}',
+    '{"model":"ok","max_tokens":9,"messages":[{"role":"user","content":[]}]}',
+    '{"model":"ok","max_tokens":9,"messages":[{"role":"system","content":"x"}]}',
+    '{"model":"ok","max_tokens":9,"messages":[{"role":"user","content":[{"type":"tool_result",'
+    '"tool_use_id":"toolu_x","content":"r"}]}]}',
+    '{"model":"ok","max_tokens":9,"messages":[{"role":"assistant","content":[{"type":"tool_use",'
+    '"id":"toolu_x","name":"f","input":NaN}]}]}',
+    '{"model":"ok","max_tokens":0,"messages":[{"role":"user","content":"x"}]}',
+    '{"model":"ok","max_tokens":9,"messages":{"role":"user","content":"x"}}',
+]
+MALFORMED_WIRES = {
+    "/v1/chat/completions": MALFORMED_PROXY,
+    "/v1/messages": MALFORMED_MESSAGES,
+    "/v1/responses": MALFORMED_RESPONSES,
+}
+"""Bodies each proxy route must refuse with a 4xx, keeping nothing."""
 MALFORMED_REST = [
     ("POST", API, '{"id":"mal-a","meta":{@S:1}}'),
     ("POST", API, '{"id":"."}'),

@@ -73,15 +73,15 @@ class Served:
     """``contextfold serve`` in a subprocess, answering at ``base``; a context manager."""
 
     def __init__(
-        self, database: str, log: Path, *, upstream: str | None = None, auth: bool = True
+        self, database: str, log: Path, *, upstream: tuple[str, ...] = (), auth: bool = True
     ) -> None:
         self.database = database
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         args = [CLI, "serve", "--port", str(self.port), "--database", database]
         args += ["--runner-processes", "0"]
-        if upstream is not None:
-            args += ["--upstream", upstream]
+        for spec in upstream:
+            args += ["--upstream", spec]
         if not auth:
             args.append("--no-auth")
         env = {**os.environ, "CONTEXTFOLD_UPSTREAM_KEY": SECRET}

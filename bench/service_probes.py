@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 from _common import parse_args, report
-from _probe_inputs import BUDGETS, HOSTS, MALFORMED_PROXY, MALFORMED_REST, TYPES, S
+from _probe_inputs import BUDGETS, HOSTS, MALFORMED_REST, MALFORMED_WIRES, TYPES, S
 from _service import SECRET, EchoUpstream, Served, create_key, revoke_key
 
 CHAT = "/v1/chat/completions"
@@ -295,10 +295,11 @@ def malformed(rig: Rig, quick: bool) -> Tally:
     tally = Tally()
     with rig.client() as client:
         client.post(API, json={"id": "mal"})
-        for n, raw in enumerate(MALFORMED_PROXY):
-            sent = {**JSON, "X-Contextfold-Session": f"mal-proxy-{n}"}
-            raw = raw.replace("@S", S)
-            tally.call(client.post, CHAT, content=raw, headers=sent)
+        for path, bodies in MALFORMED_WIRES.items():
+            for n, raw in enumerate(bodies):
+                sent = {**JSON, "X-Contextfold-Session": f"mal-{path[4:8]}-{n}"}
+                answer = tally.call(client.post, path, content=raw.replace("@S", S), headers=sent)
+                tally.faults += int(answer is not None and not 400 <= answer.status_code < 500)
         for method, path, raw in MALFORMED_REST:
             raw = raw.replace("@S", S)
             tally.call(client.request, method, path, content=raw, headers=JSON)
@@ -352,7 +353,8 @@ PROBES = {
 def rig(tmp: Path) -> Iterator[Rig]:
     with ExitStack() as stack:
         upstream = stack.enter_context(EchoUpstream())
-        spec = f"openai-compatible:{upstream.url}"
+        # Malformed Messages bodies are refused before any upstream is reached.
+        spec = (f"openai-compatible:{upstream.url}", f"anthropic:{upstream.url}")
         database = str(tmp / "keyed.db")
         key = create_key(database, "secret-tenant-one")
         other = create_key(database, "secret-tenant-two")

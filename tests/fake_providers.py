@@ -5,7 +5,9 @@ request the SDK really sends and the response it really parses, errors
 included. Each test scripts a queue of replies (status, headers, body, delay,
 or a dropped connection); every request is recorded with its path, headers and
 JSON body. An empty queue answers 599, so a test that makes one call too many
-fails loudly instead of hanging.
+fails loudly instead of hanging. A route may instead be answered by a
+``Responder``, a function of the request, for endpoints whose answer follows
+from what was sent (``tests/fake_compaction.py``: the providers' compaction).
 
 ``sdk_exceptions`` builds one instance of every exception class an SDK
 exports, as the SDK itself would, for the tests that check each is mapped.
@@ -18,6 +20,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -25,9 +28,13 @@ from typing import Any, Literal
 
 import httpx2
 
-Protocol = Literal["openai", "anthropic"]
+Protocol = Literal["openai", "anthropic", "responses"]
 
-PATHS: dict[Protocol, str] = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
+PATHS: dict[Protocol, str] = {
+    "openai": "/v1/chat/completions",
+    "anthropic": "/v1/messages",
+    "responses": "/v1/responses",
+}
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,9 @@ class Request:
     path: str
     headers: dict[str, str]
     body: Any
+
+
+Responder = Callable[[Request], Reply]
 
 
 def openai_reply(
@@ -113,11 +123,71 @@ def anthropic_reply(
     )
 
 
+def anthropic_content_reply(
+    content: list[dict[str, Any]], *, stop_reason: str = "end_turn", stream: bool = False
+) -> Reply:
+    """A Messages answer of these ``content`` blocks, whole or as Anthropic streams it:
+    ``message_start``, each block's start, deltas (text, thinking and signature, a tool
+    use's input as ``input_json_delta`` pieces) and stop, ``message_delta``, ``message_stop``."""
+    message = {
+        "id": "msg_01abc",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 14, "output_tokens": 4},
+    }
+    if not stream:
+        return Reply(body=message, headers={"request-id": "req_fake"})
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": {**message, "content": [],
+                                                                "stop_reason": None}}),
+    ]  # fmt: skip
+    for i, block in enumerate(content):
+        kind = block["type"]
+        empty = {"text": {"text": ""}, "thinking": {"thinking": "", "signature": ""},
+                 "tool_use": {"input": {}}}.get(kind, {})  # fmt: skip
+        start = {**block, **empty}
+        events.append(("content_block_start",
+                       {"type": "content_block_start", "index": i, "content_block": start}))  # fmt: skip
+        for delta in _deltas(block):
+            events.append(("content_block_delta",
+                           {"type": "content_block_delta", "index": i, "delta": delta}))  # fmt: skip
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    events.append(("message_delta", {"type": "message_delta",
+                                     "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                                     "usage": {"output_tokens": 4}}))  # fmt: skip
+    events.append(("message_stop", {"type": "message_stop"}))
+    body = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events)
+    return Reply(body=body, headers={"content-type": "text/event-stream", "request-id": "req_fake"})
+
+
+def _deltas(block: dict[str, Any]) -> list[dict[str, Any]]:
+    kind = block["type"]
+    if kind == "text":
+        text = block["text"]
+        return [{"type": "text_delta", "text": text[:3]}, {"type": "text_delta", "text": text[3:]}]
+    if kind == "thinking":
+        return [
+            {"type": "thinking_delta", "thinking": block["thinking"]},
+            {"type": "signature_delta", "signature": block["signature"]},
+        ]
+    if kind == "tool_use":
+        raw = json.dumps(block["input"])
+        return [
+            {"type": "input_json_delta", "partial_json": raw[:4]},
+            {"type": "input_json_delta", "partial_json": raw[4:]},
+        ]
+    return []
+
+
 def error_reply(
     protocol: Protocol, status: int, message: str = "failed", headers: dict[str, str] | None = None
 ) -> Reply:
     """An error body in the provider's own shape."""
-    if protocol == "openai":
+    if protocol != "anthropic":
         body: dict[str, Any] = {
             "error": {
                 "message": message,
@@ -132,6 +202,112 @@ def error_reply(
     return Reply(status=status, body=body, headers=dict(headers or {}))
 
 
+def said(text: str, item_id: str = "msg_1") -> dict[str, Any]:
+    """An assistant message output item of the Responses API."""
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return {
+        "type": "message",
+        "id": item_id,
+        "role": "assistant",
+        "status": "completed",
+        "content": [part],
+    }
+
+
+def called(name: str, arguments: str, call_id: str) -> dict[str, Any]:
+    """A function_call output item of the Responses API."""
+    return {
+        "type": "function_call",
+        "id": f"fc_{call_id}",
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": "completed",
+    }
+
+
+def response_body(
+    output: list[dict[str, Any]], *, response_id: str = "resp_1", status: str = "completed"
+) -> dict[str, Any]:
+    """A Response object as the Responses API sends it."""
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "model": "gpt-5-2025-08-07",
+        "status": status,
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "error": None,
+        "incomplete_details": None,
+        "instructions": None,
+        "metadata": {},
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "usage": {
+            "input_tokens": 20,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 5,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 25,
+        },
+    }
+
+
+def responses_reply(output: list[dict[str, Any]], *, response_id: str = "resp_1") -> Reply:
+    """A whole Responses API answer."""
+    return Reply(body=response_body(output, response_id=response_id))
+
+
+def responses_stream(
+    output: list[dict[str, Any]], *, response_id: str = "resp_1", end: str = "response.completed"
+) -> Reply:
+    """A streamed Responses API answer: its events as the API sends them, ``end`` last."""
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": response_body([], status="in_progress")}
+    ]
+    for at, item in enumerate(output):
+        opened = {**item, "status": "in_progress"}
+        if item["type"] == "message":
+            opened["content"] = []
+        if item["type"] == "function_call":
+            opened["arguments"] = ""
+        events.append({"type": "response.output_item.added", "output_index": at, "item": opened})
+        where = {"item_id": item["id"], "output_index": at}
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            events.append(
+                {"type": "response.content_part.added", **where, "content_index": 0, "part": part}
+            )
+            for piece in (text[: len(text) // 2], text[len(text) // 2 :]):
+                delta = {"content_index": 0, "delta": piece, "logprobs": []}
+                events.append({"type": "response.output_text.delta", **where, **delta})
+            events.append(
+                {"type": "response.output_text.done", **where, "content_index": 0, "text": text}
+            )
+        if item["type"] == "function_call":
+            arguments = item["arguments"]
+            for piece in (arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]):
+                events.append(
+                    {"type": "response.function_call_arguments.delta", **where, "delta": piece}
+                )
+            events.append(
+                {"type": "response.function_call_arguments.done", **where, "arguments": arguments}
+            )
+        events.append({"type": "response.output_item.done", "output_index": at, "item": item})
+    status = {"response.completed": "completed", "response.failed": "failed"}.get(end, "incomplete")
+    final = response_body(output, response_id=response_id, status=status)
+    events.append({"type": end, "response": final})
+    chunks = []
+    for number, event in enumerate(events):
+        event["sequence_number"] = number
+        chunks.append(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n")
+    return Reply(body="".join(chunks).encode(), headers={"content-type": "text/event-stream"})
+
+
 class FakeProvider:
     """A threaded server for one protocol; use as a context manager."""
 
@@ -140,6 +316,8 @@ class FakeProvider:
         self.requests: list[Request] = []
         # Routes answered from the queue; any other is a 404 in the provider's shape.
         self.routes: set[tuple[str, str]] = {("POST", PATHS[protocol])}
+        # Routes answered by a function of the request instead of the queue.
+        self.responders: dict[tuple[str, str], Responder] = {}
         self._replies: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -154,15 +332,24 @@ class FakeProvider:
         """The base URL each SDK expects: OpenAI's includes ``/v1``, Anthropic's does not."""
         host, port = self._server.server_address[:2]
         root = f"http://{host!s}:{port}"
-        return f"{root}/v1" if self.protocol == "openai" else root
+        return root if self.protocol == "anthropic" else f"{root}/v1"
 
     def add(self, *replies: Reply) -> None:
         with self._lock:
             self._replies.extend(replies)
 
+    def answer(self, method: str, path: str, responder: Responder) -> None:
+        """Answer ``method path`` with ``responder(request)`` from now on."""
+        with self._lock:
+            self.responders[(method, path)] = responder
+
     def _next(self, request: Request) -> Reply:
         with self._lock:
             self.requests.append(request)
+            responder = self.responders.get((request.method, request.path))
+        if responder is not None:
+            return responder(request)
+        with self._lock:
             if (request.method, request.path) not in self.routes:
                 return error_reply(self.protocol, 404, f"no route {request.method} {request.path}")
             if not self._replies:
@@ -280,3 +467,12 @@ def sdk_exceptions(sdk: Any, root: type[BaseException]) -> list[BaseException]:
                 Exception.__init__(exc, f"{name} happened")
                 found.append(exc)
     return found
+
+
+COUNT_TOKENS = "/v1/messages/count_tokens"
+"""Anthropic's token counting route; a test adds ``("POST", COUNT_TOKENS)`` to ``routes``."""
+
+
+def count_tokens_reply(input_tokens: int) -> Reply:
+    """A ``count_tokens`` answer as Anthropic sends it."""
+    return Reply(body={"input_tokens": input_tokens}, headers={"request-id": "req_fake"})

@@ -11,17 +11,15 @@ import pytest
 
 from contextfold import InvalidInput, Memory
 from contextfold.core.messages import Message
+from contextfold.server.proxy_chat import StreamAnswer, answer_message, client_messages
 from contextfold.server.proxy_match import (
     LogDigest,
     LogDigests,
     Match,
-    answer_message,
     append_keys,
-    client_messages,
     digest,
     match,
 )
-from contextfold.server.proxy_stream import StreamAnswer
 from contextfold.server.proxy_upstream import (
     Upstream,
     failure_of,
@@ -327,8 +325,17 @@ def test_multi_line_data_and_comments() -> None:
 
 
 def test_parse_upstream() -> None:
-    assert parse_upstream("openai-compatible:http://127.0.0.1:9/v1/") == "http://127.0.0.1:9/v1"
-    for bad in ("http://x/v1", "openai-compatible:ftp://x", "anthropic:https://x"):
+    assert parse_upstream("openai-compatible:http://127.0.0.1:9/v1/") == (
+        "openai",
+        "http://127.0.0.1:9/v1",
+    )
+    assert parse_upstream("anthropic:https://x/v1") == ("anthropic", "https://x/v1")
+    for bad in (
+        "http://x/v1",
+        "openai-compatible:ftp://x",
+        "anthropic:ftp://x",
+        "claude:https://x",
+    ):
         with pytest.raises(InvalidInput) as err:
             parse_upstream(bad)
         assert err.value.field == "upstream"

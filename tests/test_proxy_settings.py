@@ -1,12 +1,14 @@
 """The views the proxy creates: their summarizer (``serve --model``, or a view's own
 ``model``) and their budget (the request model's window, ``[model_windows]``, or
-``serve --budget``), through a real uvicorn server and scripted model servers.
+``serve --budget``; a Claude model's scaled to the view's tokens; a view's own and a
+request's own), through a real uvicorn server and scripted model servers.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,9 +20,13 @@ import pytest
 from fake_providers import FakeProvider, openai_reply
 from server_harness import running
 
-from contextfold.llm.windows import check_windows, find_window
+from contextfold.core.claude_tokens import V3
+from contextfold.core.errors import InvalidInput
+from contextfold.core.tokens import get_counter
+from contextfold.llm.windows import ANSWER_RESERVE, check_windows, find_window, flag_windows, room
+from contextfold.memory.session import Memory
 from contextfold.server.app import create_app
-from contextfold.server.proxy_budget import ANSWER_RESERVE, FALLBACK_BUDGET
+from contextfold.server.proxy_budget import FALLBACK_BUDGET
 from contextfold.server.service import Service
 from contextfold.server.settings import Settings
 
@@ -185,6 +191,8 @@ def test_a_new_proxy_view_reports_its_budget_on_the_session_stream(tmp_path: Pat
         "window": None,
         "reserve": None,
         "origin": None,
+        "factor": None,
+        "counted": None,
     }
 
 
@@ -220,9 +228,125 @@ def test_an_answer_limit_over_the_window_is_refused(tmp_path: Path) -> None:
         ("claude-sonnet-4-5", "claude-*"),
         ("gpt-5-chat-latest", "gpt-5-chat-latest"),
         ("gpt-4o-audio-preview", "gpt-4o"),
+        ("gpt-5.4-mini-2026-03-17", "gpt-5.4-mini"),
+        ("gpt-5.5-2026-04-23", "gpt-5.5"),
+        ("gpt-5.3-codex-spark", "gpt-5.3-codex-spark"),
+        ("gpt-5.1-codex-max", "gpt-5.1-codex-max"),
+        ("o3-pro-2025-06-10", "o3-pro"),
+        ("claude-sonnet-4-5-20250929", "claude-*"),
+        ("claude-opus-4-6", "claude-opus-4-6"),
+        ("claude-opus-5-5", "claude-opus-5*"),
+        ("anthropic/claude-sonnet-5", "claude-sonnet-5*"),
+        ("claude-fable-5-1", "claude-fable-*"),
+        ("us.anthropic.claude-opus-4-7-v1:0", "claude-opus-4-7"),
+        ("claude-opus-4-6@20260205", "claude-opus-4-6"),
+        ("anthropic/claude-sonnet-4.6", "claude-sonnet-4-6"),
+        ("claude-instant-1.2", "claude-instant-1.2"),
+        ("gemini-3-pro-preview", "gemini-3-pro"),
     ],
 )
 def test_a_model_matches_its_longest_name(model: str, name: str) -> None:
     found = find_window(model)
     assert found is not None and found[0] == name
     assert find_window("gpt-4omega") is None
+
+
+@pytest.mark.parametrize(
+    ("model", "tokens"),
+    [
+        ("claude-haiku-4-5-20251001", 200_000),
+        ("claude-sonnet-4-5", 200_000),
+        ("claude-sonnet-4-6", 1_000_000),
+        ("claude-opus-4-8", 1_000_000),
+        ("claude-haiku-5-5", 1_000_000),
+        ("gpt-5.2", 400_000),
+        ("gpt-5.4", 1_050_000),
+        ("gpt-5.4-nano", 400_000),
+        ("gpt-5-codex", 400_000),
+    ],
+)
+def test_the_table_gives_current_models_their_windows(model: str, tokens: int) -> None:
+    found = find_window(model)
+    assert found is not None and found[1].tokens == tokens and found[1].source.startswith("https")
+
+
+def test_model_window_flags_are_entries_of_their_own_source() -> None:
+    windows = flag_windows(["my-model=32768", " claude-opus-5 = 500000 "])
+    assert windows["my-model"].tokens == 32_768
+    assert windows["claude-opus-5"].source == "serve --model-window"
+    for bad in ("my-model", "=5", "my-model=lots", "my-model=1"):
+        with pytest.raises(InvalidInput) as raised:
+            flag_windows([bad])
+        assert raised.value.field == "model_window"
+
+
+def test_a_claude_budget_is_its_window_in_the_views_tokens(tmp_path: Path) -> None:
+    with FakeProvider("openai") as upstream:
+        upstream.add(openai_reply("noted"))
+        with served(tmp_path, upstream=f"openai-compatible:{upstream.url}") as url:
+            answer = chat(url, "c", "anthropic/claude-sonnet-4-6")
+            view = httpx.get(f"{url}{API}/c/views/default").json()["config"]
+    budget = math.floor((1_000_000 - ANSWER_RESERVE) / V3.factor)
+    assert answer.headers["x-contextfold-budget"] == str(budget) == str(view["budget"])
+    assert answer.headers["x-contextfold-budget-source"] == "table"
+
+
+def test_a_view_made_with_a_budget_keeps_it_and_a_request_may_ask_less(tmp_path: Path) -> None:
+    with FakeProvider("openai") as upstream:
+        upstream.add(*[openai_reply("noted")] * 3)
+        with served(tmp_path, upstream=f"openai-compatible:{upstream.url}") as url:
+            httpx.post(f"{url}{API}", json={"id": "v"}).raise_for_status()
+            put = {"preset": "offline", "budget": 12_000}
+            httpx.put(f"{url}{API}/v/views/default", json=put).raise_for_status()
+            said = conversation(1)
+            seen = []
+            for model, extra in (
+                ("gpt-4o", {}),
+                ("gpt-4", {}),
+                ("gpt-4o", {"X-Contextfold-Budget": "700"}),
+            ):
+                answer = chat(url, "v", model, messages=said, headers=extra)
+                said = [*said, answer.json()["choices"][0]["message"], *conversation(1)]
+                budget = int(answer.headers["x-contextfold-budget"])
+                seen.append((budget, answer.headers["x-contextfold-budget-source"]))
+                stored = httpx.get(f"{url}{API}/v/views/default").json()["config"]["budget"]
+                assert stored == 12_000
+    assert seen == [(12_000, "view"), (6144, "table"), (700, "header")]
+
+
+def test_room_is_the_budget_a_model_gives_a_library_view(tmp_path: Path) -> None:
+    claude = room("claude-opus-5")
+    assert claude is not None
+    assert claude.budget == math.floor((1_000_000 - ANSWER_RESERVE) / 1.85)
+    assert (claude.factor, claude.counted, claude.given) == (1.85, "estimate", False)
+    assert room("claude-opus-5", measured=1.2) == claude  # a lower measure is not taken
+    assert room("claude-opus-5", measured=2.0, answer=1000) == (
+        math.floor(999_000 / 2.0),
+        1_000_000,
+        1000,
+        claude.source,
+        False,
+        2.0,
+        "count_tokens",
+    )
+    mine = room("my-local", windows=flag_windows(["my-local=32768"]))
+    assert mine is not None and (mine.budget, mine.given) == (32_768 - 8192, True)
+    assert room("mystery-7b") is None
+    with pytest.raises(InvalidInput) as refused:
+        room("gpt-4", answer=9000)
+    assert refused.value.field == "answer" and "answer 9000 leaves no room" in str(refused.value)
+
+    path = str(tmp_path / "lib.db")
+    with Memory(path) as memory:
+        session = memory.session("s", system="You plan releases.")
+        for message in conversation(8):
+            session.append(message)
+        small = room("gpt-4", answer=7000)
+        assert small is not None and small.budget == 1192
+        session.view("planner", preset="offline", budget=small.budget)
+    with Memory(path) as memory:
+        view = memory.session("s").view("planner")
+        assert view.config.budget == 1192
+        kept, asked = view.render(), view.render(300)
+    counter = get_counter("o200k_base")
+    assert counter.messages(asked) <= 300 < counter.messages(kept) <= 1192

@@ -217,29 +217,32 @@ def _answers(port: int) -> bool:
 
 
 def test_serve_takes_each_setting_from_the_strongest_source(tmp_path: Path) -> None:
-    """File: port (beaten by the environment), no-auth, a CORS origin, the upstream and a
-    model's window (kept). Environment: port, database (beaten by the flag)."""
+    """File: port (beaten by the environment), no-auth, a CORS origin, the upstream and two
+    models' windows (one kept, one beaten by --model-window). Environment: port, database
+    (beaten by the flag)."""
     port, file_port = free_port(), free_port()
     path = tmp_path / "cf.toml"
     upstream = FakeProvider("openai")
     path.write_text(
         f'[serve]\nport = {file_port}\nno-auth = true\ncors-origin = ["http://app.test"]\n'
         f'database = "file.db"\nupstream = "openai-compatible:{upstream.url}"\n'
-        '[model_windows]\n"my-local" = 32768\n'
+        '[model_windows]\n"my-local" = 32768\n"their-local" = 16384\n'
     )
     env = {"CONTEXTFOLD_PORT": str(port), "CONTEXTFOLD_DATABASE": str(tmp_path / "env.db")}
     argv = ["--config", str(path), "--database", str(tmp_path / "flag.db")]
+    argv += ["--model-window", "their-local=65536"]
     with upstream, serving(argv, env, port) as output:
-        upstream.add(openai_reply("noted"))
-        body = {"model": "my-local", "messages": [{"role": "user", "content": "hi"}]}
-        answer = httpx.post(
-            f"http://127.0.0.1:{port}/v1/chat/completions",
-            json=body,
-            headers={"X-Contextfold-Session": "s"},
-        )
-        assert answer.status_code == 200, answer.text
-        assert answer.headers["x-contextfold-budget"] == str(32_768 - 8192)
-        assert answer.headers["x-contextfold-budget-source"] == "config"
+        upstream.add(openai_reply("noted"), openai_reply("noted"))
+        for model, budget in (("my-local", 32_768 - 8192), ("their-local", 65_536 - 16_384)):
+            body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+            answer = httpx.post(
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+                json=body,
+                headers={"X-Contextfold-Session": model},
+            )
+            assert answer.status_code == 200, answer.text
+            assert answer.headers["x-contextfold-budget"] == str(budget)
+            assert answer.headers["x-contextfold-budget-source"] == "config"
         answer = httpx.get(
             f"http://127.0.0.1:{port}/api/v1/sessions", headers={"Origin": "http://app.test"}
         )

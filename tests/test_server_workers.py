@@ -124,9 +124,13 @@ def test_appends_wait_as_a_pending_job_until_a_worker_folds_them(database: str) 
             assert srv.view()["job"] == job
             listed = srv.client.get(f"{API}/s1/views").json()["views"]
             assert [v["job"]["state"] for v in listed] == ["pending"]
+            # The pending record is written before its message reaches the broker (a worker
+            # that takes the message must find the record), so the depth follows a moment later.
+            assert wait_for(
+                lambda: (sample(srv.metrics(), "contextfold_queue_depth") or 0) >= 1, WAIT_S
+            )
             text = srv.metrics()
             assert sample(text, "contextfold_broker_up") == 1
-            assert (sample(text, "contextfold_queue_depth") or 0) >= 1
             assert sample(text, "contextfold_queue_views", state="pending") == 1
             assert sample(text, "contextfold_queue_views", state="running") == 0
             assert (sample(text, "contextfold_worker_jobs_total", outcome="enqueued") or 0) >= 1

@@ -26,6 +26,7 @@ from contextfold.core.errors import BudgetError
 from contextfold.core.folds import Fold
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, for_model
+from contextfold.core.provider_items import for_prompt
 from contextfold.core.tokens import REPLY_PRIMING, TokenCounter
 from contextfold.core.units import units_newest_first
 
@@ -173,7 +174,7 @@ class _Taken:
     def take(self, unit: Sequence[Entry], fitted: tuple[list[Message], int] | None = None) -> None:
         """Take a unit whole, or as ``fitted`` (clipped messages and their exact cost)."""
         if fitted is None:
-            self.units.append([for_model(m) for e in unit for m in e.messages])
+            self.units.append([_shown(e, m) for e in unit for m in e.messages])
             self.tokens += sum(e.tokens for e in unit)
         else:
             self.shortened = True
@@ -258,6 +259,11 @@ def _take_last(
     if not taken.holds_user(unit) and (room >= MIN_CLIP_TOKENS or (not taken.units and room > 0)):
         taken.clip(unit, room, counter)
     return True
+
+
+def _shown(entry: Entry, message: Message) -> Message:
+    """A message as the prompt holds it: a fold's keeps the items its provider made."""
+    return for_model(message) if entry.fold is None else for_prompt(message)
 
 
 def _pin_latest_user(taken: _Taken, cut: bool, first_seq: int) -> tuple[int, list[Message], int]:

@@ -36,13 +36,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import validate_messages
 
 Block = dict[str, Any]
+KeptTurn = Callable[[Sequence[Mapping[str, Any]], int], tuple[dict[str, Any], int] | None]
+"""Given the messages and an index: a turn to send as it is for the ``count`` messages from
+there, as ``(turn, count)``, or None to translate them."""
 
 _SYSTEM_ROLES = ("system", "developer")
 _ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
@@ -53,14 +56,17 @@ LEADING_USER_TEXT = "[contextfold: the conversation so far]"
 
 
 def to_anthropic(
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]], *, kept: KeptTurn | None = None, valid: bool = False
 ) -> tuple[str | None, list[dict[str, Any]]]:
     """OpenAI messages as ``(system, messages)`` for Anthropic's Messages API.
 
     The input is validated first, so a bad message fails here naming its
-    index and field rather than as a provider's HTTP 400.
+    index and field rather than as a provider's HTTP 400. ``kept`` names turns
+    to send exactly as a client sent them (the proxy keeps a Messages
+    request's own blocks): such a turn is neither merged, sorted nor stripped.
+    ``valid`` skips the validation of messages known valid (a prompt rendered from a log).
     """
-    msgs = validate_messages(messages)
+    msgs = list(messages) if valid else validate_messages(messages)
     first = 0
     system: list[str] = []
     while first < len(msgs) and msgs[first]["role"] in _SYSTEM_ROLES:
@@ -70,11 +76,23 @@ def to_anthropic(
         first += 1
     ids = _CallIds()
     turns: list[dict[str, Any]] = []
-    for index in range(first, len(msgs)):
+    verbatim: set[int] = set()  # ids of the turns sent as kept
+    index = first
+    while index < len(msgs):
+        found = kept(msgs, index) if kept is not None else None
+        if found is not None:
+            turn, count = found
+            for block in turn["content"] if isinstance(turn["content"], list) else ():
+                if isinstance(block, Mapping) and block.get("type") == "tool_use":
+                    ids.call(str(block.get("id")))
+            turns.append(turn)
+            verbatim.add(id(turn))
+            index += count
+            continue
         msg = msgs[index]
         role = msg["role"]
         if role == "tool":
-            _add(turns, "user", [_tool_result(msg, ids)])
+            _add(turns, "user", [_tool_result(msg, ids)], verbatim)
         elif role == "assistant":
             blocks = _content_blocks(msg["content"], index)
             if not blocks and isinstance(msg.get("refusal"), str):
@@ -82,14 +100,15 @@ def to_anthropic(
             blocks += [
                 _tool_use(call, index, j, ids) for j, call in enumerate(msg.get("tool_calls") or ())
             ]
-            _add(turns, "assistant", blocks)
+            _add(turns, "assistant", blocks, verbatim)
         else:
-            _add(turns, "user", _content_blocks(msg["content"], index))
+            _add(turns, "user", _content_blocks(msg["content"], index), verbatim)
+        index += 1
     for turn in turns:
-        if turn["role"] == "user":
+        if turn["role"] == "user" and id(turn) not in verbatim:
             turn["content"].sort(key=lambda block: block["type"] != "tool_result")
-    if turns and turns[-1]["role"] == "assistant" and turns[-1]["content"][-1]["type"] == "text":
-        last = turns[-1]["content"][-1]
+    last = turns[-1]["content"][-1] if turns and id(turns[-1]) not in verbatim else None
+    if last is not None and turns[-1]["role"] == "assistant" and last["type"] == "text":
         last["text"] = last["text"].rstrip()
     if not turns or turns[0]["role"] != "user":
         turns.insert(0, {"role": "user", "content": [{"type": "text", "text": LEADING_USER_TEXT}]})
@@ -114,14 +133,14 @@ class _CallIds:
         return new
 
     def result(self, call_id: str) -> str:
-        # Validation has checked that an earlier call holds this id.
-        return self._latest[call_id]
+        # Validation has checked that an earlier call holds this id (or a kept turn's).
+        return self._latest.get(call_id, call_id)
 
 
-def _add(turns: list[dict[str, Any]], role: str, blocks: list[Block]) -> None:
+def _add(turns: list[dict[str, Any]], role: str, blocks: list[Block], verbatim: set[int]) -> None:
     if not blocks:
         return
-    if turns and turns[-1]["role"] == role:
+    if turns and turns[-1]["role"] == role and id(turns[-1]) not in verbatim:
         turns[-1]["content"].extend(blocks)
     else:
         turns.append({"role": role, "content": blocks})

@@ -32,10 +32,21 @@ def from_anthropic(
     and each ``tool_result`` block a tool message. Errors name the index and
     field in the Anthropic input.
     """
-    out: list[Message] = []
+    head, turns = from_anthropic_turns(system, messages)
+    return [*head, *(message for turn in turns for message in turn)]
+
+
+def from_anthropic_turns(
+    system: str | Sequence[Mapping[str, Any]] | None,
+    messages: Sequence[Mapping[str, Any]],
+) -> tuple[list[Message], list[list[Message]]]:
+    """As ``from_anthropic``, the system message (if any) apart and each turn's messages
+    apart: a user turn of tool results and text is several messages."""
+    head: list[Message] = []
     system_text = _system_text(system)
     if system_text:
-        out.append({"role": "system", "content": system_text})
+        head.append({"role": "system", "content": system_text})
+    turns: list[list[Message]] = []
     names: dict[str, str] = {}
     for index, raw in enumerate(messages):
         if not isinstance(raw, Mapping):
@@ -47,16 +58,16 @@ def from_anthropic(
             )
         content = raw.get("content")
         if isinstance(content, str):
-            out.append({"role": role, "content": content})
+            turns.append([{"role": role, "content": content}])
         elif not isinstance(content, list):
             raise InvalidInput(
                 "content must be a string or a list of blocks", index=index, field="content"
             )
         elif role == "assistant":
-            out.append(_assistant(content, index, names))
+            turns.append([_assistant(content, index, names)])
         else:
-            out.extend(_user(content, index, names))
-    return out
+            turns.append(_user(content, index, names))
+    return head, turns
 
 
 def _system_text(system: str | Sequence[Mapping[str, Any]] | None) -> str:

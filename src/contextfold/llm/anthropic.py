@@ -16,14 +16,19 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from contextfold.core.errors import ModelError
 from contextfold.core.messages import Message
+from contextfold.core.provider_items import ProviderCompacted, ProviderName
 from contextfold.formats.anthropic import to_anthropic
+from contextfold.formats.provider_compaction import (
+    anthropic_compaction_request,
+    read_anthropic_compaction,
+)
 from contextfold.llm.base import (
     Completion,
     Model,
@@ -34,6 +39,8 @@ from contextfold.llm.base import (
 from contextfold.llm.sdk import SDKClients, SDKProvider, translated_errors
 
 ANTHROPIC_URL = "https://api.anthropic.com"
+COMPACTION_MAX_TOKENS = 4096
+"""A compaction call's cap when none is given: it covers the summary and any thinking."""
 # Cached prompt tokens are billed input too, but reported apart from input_tokens.
 _INPUT_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
@@ -101,6 +108,46 @@ class AnthropicModel(Model):
         with self.sdk_errors():
             response = await self.provider.async_client().messages.create(**request)
         return self._read(response)
+
+    def compact(
+        self,
+        messages: Sequence[Message],
+        *,
+        provider: ProviderName,
+        model: str | None = None,
+        instructions: str | None = None,
+        max_tokens: int | None = None,
+    ) -> ProviderCompacted:
+        """Anthropic's on-demand compaction of ``messages``: one signed ``compaction``
+        block, kept as the raw JSON that came (the SDK's models would add fields the
+        API refuses back); wire shapes in ``contextfold.formats.provider_compaction``."""
+        if provider != "anthropic":
+            raise ModelError(f"{self.name}: an Anthropic model cannot compact for {provider}")
+        name = model or self.name
+        body, headers = anthropic_compaction_request(
+            list(messages),
+            model=name,
+            max_tokens=max_tokens or COMPACTION_MAX_TOKENS,
+            instructions=instructions,
+        )
+
+        def call() -> Any:
+            options = {"headers": headers, "timeout": self.call_timeout()}
+            with self.sdk_errors():
+                return self.provider.client().post(
+                    "/v1/messages", body=body, cast_to=object, options=options
+                )
+
+        data, latency, calls = self.retrying(call)
+        blocks, summary, usage = read_anthropic_compaction(data, self.name)
+        model_name = data.get("model") if isinstance(data.get("model"), str) else name
+        return ProviderCompacted(
+            "anthropic",
+            model_name,
+            tuple(blocks),
+            summary,
+            {"model": model_name, **usage, "latency_s": round(latency, 4), "calls": calls},
+        )
 
     def request(
         self, messages: list[Message], max_tokens: int, schema: Mapping[str, Any] | None

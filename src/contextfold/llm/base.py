@@ -28,15 +28,17 @@ import os
 import random
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 from urllib.parse import urlsplit
 
 from contextfold.core.errors import ModelError
 from contextfold.core.messages import Message
 from contextfold.llm.budget import JobBudget, NoAnswer, call_within, current_budget
+
+T = TypeVar("T")
 
 HISTORY_OPEN = "<history>"
 HISTORY_CLOSE = "</history>"
@@ -159,6 +161,13 @@ class Model:
         schema: Mapping[str, Any] | None = None,
     ) -> Completion:
         cap = self._cap(max_tokens)
+        call = partial(self._call, list(messages), cap, schema)
+        completion, latency, calls = self.retrying(call)
+        return _finish(completion, schema, latency, calls)
+
+    def retrying(self, call: Callable[[], T]) -> tuple[T, float, int]:
+        """``call`` (one HTTP attempt) under the retry policy and the job's budget:
+        its result, the last attempt's seconds and the attempts made."""
         budget = current_budget()
         for attempt in range(self.retry.attempts):
             check_allowed(self)
@@ -166,7 +175,7 @@ class Model:
                 budget.charge(self.name)
             started = time.perf_counter()
             try:
-                completion = self._attempt(list(messages), cap, schema, budget)
+                result = self._attempt(call, budget)
             except RetryableError as exc:
                 if budget is not None:
                     budget.note(exc)
@@ -176,7 +185,7 @@ class Model:
                 else:
                     budget.pause(delay, exc)
                 continue
-            return _finish(completion, schema, time.perf_counter() - started, attempt + 1)
+            return result, time.perf_counter() - started, attempt + 1
         raise ModelError(f"{self.name}: no attempt was made")
 
     async def acomplete(
@@ -216,18 +225,11 @@ class Model:
         """The base URL this model calls; the guard treats None (unknown) as remote."""
         return None
 
-    def _attempt(
-        self,
-        messages: list[Message],
-        max_tokens: int,
-        schema: Mapping[str, Any] | None,
-        budget: JobBudget | None,
-    ) -> Completion:
+    def _attempt(self, call: Callable[[], T], budget: JobBudget | None) -> T:
         """One attempt, over about ``call_timeout()`` seconds after it began (or at a cancel)
         even when the server trickles its answer: the SDK's timeout bounds each read, not
         the whole. The grace leaves the SDK's own timeout (and a first client's setup) room."""
         seconds = self.call_timeout()
-        call = partial(self._call, messages, max_tokens, schema)
         try:
             return call_within(call, seconds + WALL_GRACE_S, budget)
         except NoAnswer:

@@ -17,12 +17,15 @@ The cycle leaves the offline stand-in unguarded: it is local and cannot hang.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from contextfold.core.errors import ContextfoldError, ModelError
 from contextfold.core.messages import Message
+from contextfold.core.provider_items import Compacts, ProviderCompacted, ProviderName
 from contextfold.llm.base import LLM, Completion, Model
 from contextfold.llm.budget import JobBudget, NoAnswer, call_within
+
+T = TypeVar("T")
 
 
 class Guarded:
@@ -45,6 +48,31 @@ class Guarded:
             lambda: self.llm.complete(messages, max_tokens=max_tokens, schema=schema)
         )
 
+    def compact(
+        self,
+        messages: Sequence[Message],
+        *,
+        provider: ProviderName,
+        model: str | None = None,
+        instructions: str | None = None,
+        max_tokens: int | None = None,
+    ) -> ProviderCompacted:
+        """The provider's own compaction, on the same terms as ``complete``; a
+        ``ModelError`` when the model has none."""
+        llm = self.llm
+        if not isinstance(llm, Compacts):
+            raise ModelError(f"{self.name} cannot ask its provider to compact")
+        self._admit()
+        return self._within_deadline(
+            lambda: llm.compact(
+                messages,
+                provider=provider,
+                model=model,
+                instructions=instructions,
+                max_tokens=max_tokens,
+            )
+        )
+
     def _admit(self) -> None:
         """A ``Model`` charges each attempt itself; any other LLM is charged here, once a call."""
         if isinstance(self.llm, Model):
@@ -52,7 +80,7 @@ class Guarded:
         else:
             self.budget.charge(self.name)
 
-    def _within_deadline(self, call: Callable[[], Completion]) -> Completion:
+    def _within_deadline(self, call: Callable[[], T]) -> T:
         """Run ``call`` and wait no longer than the job may; a ``Model`` bounds its own attempts."""
         try:
             if isinstance(self.llm, Model):

@@ -15,13 +15,19 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from contextfold.core.errors import ModelError
 from contextfold.core.messages import Message, for_model
+from contextfold.core.provider_items import ProviderCompacted, ProviderName
+from contextfold.formats.provider_compaction import (
+    OPENAI_COMPACT_PATH,
+    openai_compaction_request,
+    read_openai_compaction,
+)
 from contextfold.llm.base import (
     Completion,
     Model,
@@ -115,6 +121,42 @@ class OpenAIModel(Model):
         with self.sdk_errors():
             response = await self.provider.async_client().chat.completions.create(**request)
         return self._read(response)
+
+    def compact(
+        self,
+        messages: Sequence[Message],
+        *,
+        provider: ProviderName,
+        model: str | None = None,
+        instructions: str | None = None,
+        max_tokens: int | None = None,
+    ) -> ProviderCompacted:
+        """``POST /responses/compact`` of ``messages``: the compacted window, kept as
+        the raw JSON that came (wire shapes in
+        ``contextfold.formats.provider_compaction``). ``max_tokens`` has no
+        counterpart there and is ignored."""
+        if provider != "openai":
+            raise ModelError(f"{self.name}: an OpenAI model cannot compact for {provider}")
+        name = model or self.name
+        body = openai_compaction_request(list(messages), model=name, instructions=instructions)
+
+        def call() -> Any:
+            options = {"timeout": self.call_timeout()}
+            with self.sdk_errors():
+                return self.provider.client().post(
+                    OPENAI_COMPACT_PATH, body=body, cast_to=object, options=options
+                )
+
+        data, latency, calls = self.retrying(call)
+        items, usage = read_openai_compaction(data, self.name)
+        model_name = data.get("model") if isinstance(data.get("model"), str) else name
+        return ProviderCompacted(
+            "openai",
+            model_name,
+            tuple(items),
+            None,
+            {"model": model_name, **usage, "latency_s": round(latency, 4), "calls": calls},
+        )
 
     def request(
         self, messages: list[Message], max_tokens: int, schema: Mapping[str, Any] | None

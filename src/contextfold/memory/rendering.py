@@ -17,6 +17,7 @@ from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import active_facts, active_in_place
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import text_of
+from contextfold.core.provider_items import folds_for
 from contextfold.core.render import Rendered, render
 from contextfold.core.units import answer_missing, whole_units
 from contextfold.memory.cache import PromptCache
@@ -36,9 +37,11 @@ def view_prompt(
     *,
     budget: int | None,
     query: str | None,
+    target: str | None = None,
 ) -> Rendered:
     """The view's prompt at ``head`` within ``budget`` (None: the view's own), with the
-    recall block for ``query``, or for the latest user message when recall is on."""
+    recall block for ``query``, or for the latest user message when recall is on;
+    rendered for the provider ``target`` (``contextfold.core.provider_items``)."""
     keep = configured.filter
     settings = configured.config.recall_settings
     wanted = budget if budget is not None else configured.config.budget
@@ -47,12 +50,12 @@ def view_prompt(
             raise InvalidInput(
                 f"recall is off for view {reader.name!r}: turn it on with recall=", field="query"
             )
-        _, base, _ = fresh_prompt(reader, wanted, keep)
+        _, base, _ = fresh_prompt(reader, wanted, keep, target)
         block = _block(reader, base, query, settings, keep)
         return base if block is None else with_block(base, block)
     cached = prompts.extend(head, wanted, keep, reader.read_after)
     if cached is None:
-        head, base, asked = fresh_prompt(reader, wanted, keep)
+        head, base, asked = fresh_prompt(reader, wanted, keep, target)
         prompts.put(head, wanted, base)
     else:
         base, asked = cached, None if settings is None else reader.latest_user(head, keep)
@@ -66,7 +69,7 @@ def view_prompt(
 
 
 def fresh_prompt(
-    reader: ViewReader, budget: int | None, keep: MessageFilter | None
+    reader: ViewReader, budget: int | None, keep: MessageFilter | None, target: str | None = None
 ) -> tuple[Head, Rendered, LoggedMessage | None]:
     """The prompt read afresh from the store, without recall, and the latest user
     message it was rendered for (``ViewReader.latest_user``)."""
@@ -74,7 +77,8 @@ def fresh_prompt(
     end = system_end(system)
     head, folds = reader.sound_folds(end)
     latest = reader.latest_user(head, keep)
-    in_place = active_in_place(folds)
+    facts = active_facts(folds)
+    in_place = folds_for(active_in_place(folds), target, first_seq=end + 1, facts=facts)
     latest_user = None
     if latest is not None and not any(f.start <= latest.seq <= f.end for f in in_place):
         latest_user = Entry.of_message(latest)
@@ -86,7 +90,7 @@ def fresh_prompt(
         newest_first=answer_missing(entries, reader.counter),
         counter=reader.counter,
         budget=budget,
-        facts=active_facts(folds),
+        facts=facts,
         latest_user=latest_user,
         first_seq=end + 1,
         system_tokens=sum(m.tokens for m in system),

@@ -27,6 +27,7 @@ from contextfold.core.errors import InvalidInput
 from contextfold.core.events import EventCallback
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message
+from contextfold.core.provider_items import COMPACTION_PROVIDERS, refused_fold
 from contextfold.core.render import Rendered, floor
 from contextfold.llm.base import LLM
 from contextfold.llm.budget import DEFAULT_LIMITS, JobLimits
@@ -65,6 +66,8 @@ class Binding:
     """Reading's: the last live state, and the folds found sound."""
     prompts: PromptCache = field(default_factory=PromptCache)
     """Rendering's: the last prompt and recall block."""
+    provider_prompts: dict[str, PromptCache] = field(default_factory=dict)
+    """Rendering's, for prompts rendered for a provider (``for_provider``), by provider."""
     on_event: list[EventCallback] = field(default_factory=list)
     """Compaction's (and healing's): callbacks for this view's events."""
 
@@ -215,36 +218,84 @@ class View:
     # -- rendering ----------------------------------------------------------
 
     def render(
-        self, budget: int | None = None, *, query: str | None = None, branch: int | None = None
+        self,
+        budget: int | None = None,
+        *,
+        query: str | None = None,
+        for_provider: str | None = None,
+        branch: int | None = None,
     ) -> list[Message]:
-        """The prompt for the next model call (``query``, ``branch``: see ``render_report``)."""
-        return self.render_report(budget, query=query, branch=branch).messages
+        """The prompt for the next model call (``query``, ``for_provider``, ``branch``:
+        see ``render_report``)."""
+        return self.render_report(
+            budget, query=query, for_provider=for_provider, branch=branch
+        ).messages
 
     def render_report(
-        self, budget: int | None = None, *, query: str | None = None, branch: int | None = None
+        self,
+        budget: int | None = None,
+        *,
+        query: str | None = None,
+        for_provider: str | None = None,
+        branch: int | None = None,
     ) -> Rendered:
         """Render, with what was omitted, clipped and recalled on the way.
 
         With recall on (``ViewConfig.recall``), logged messages the prompt lacks
         are recalled by the latest user message, or by ``query`` when given
         (``contextfold.memory.rendering``, ``contextfold.memory.recall``).
-        ``branch`` renders the branch ending at that seq (``on``) instead of
-        this handle's.
+        ``for_provider`` (``"openai"`` for the Responses API, ``"anthropic"``)
+        renders a fold that keeps that provider's own compaction as its items,
+        carried in the message's ``meta`` for the wire translator; every other
+        fold, and every fold for ``None``, renders as plain messages
+        (``contextfold.core.provider_items``). ``branch`` renders the branch
+        ending at that seq (``on``) instead of this handle's.
         """
         if branch is not None:
-            return self.on(branch).render_report(budget, query=query)
+            return self.on(branch).render_report(budget, query=query, for_provider=for_provider)
         check_budget(budget)
         if query is not None and not isinstance(query, str):
             raise InvalidInput("query is a string", field="query")
+        if for_provider is not None and for_provider not in COMPACTION_PROVIDERS:
+            known = ", ".join(COMPACTION_PROVIDERS)
+            raise InvalidInput(
+                f"for_provider is one of {known} or None, not {for_provider!r}",
+                field="for_provider",
+            )
         head = self._reader.head()
+        prompts = self.binding.prompts
+        if for_provider is not None:
+            prompts = self.binding.provider_prompts.setdefault(for_provider, PromptCache())
         return view_prompt(
             self._reader,
-            self.binding.prompts,
+            prompts,
             self._configured(head.view_version),
             head,
             budget=budget,
             query=query,
+            target=for_provider,
         )
+
+    def refuse_provider_items(self, fold_id: str, reason: str) -> Fold:
+        """Stop rendering a fold's provider items, after the provider refused a prompt
+        carrying them (a 4xx: expired, invalid); the next prompt falls back.
+
+        The fold is superseded by one over the same range whose items are kept,
+        marked refused with ``reason``, and whose messages are the view's own
+        summary; committed like any fold change (``FoldConflict`` when another
+        commit came first: read the folds and ask again). Returns the new fold.
+        """
+        if not isinstance(fold_id, str) or not fold_id:
+            raise InvalidInput("fold_id names an active fold", field="fold_id")
+        head = self._reader.head()
+        fold = next((f for f in self.folds() if f.id == fold_id), None)
+        if fold is None:
+            raise InvalidInput(f"no active fold {fold_id!r} in view {self.name!r}", field="fold_id")
+        replacement = refused_fold(fold, reason)
+        self.session.store.commit_folds(
+            self.session.id, self.name, [replacement], head.fold_version
+        )
+        return replacement
 
     # -- compaction ---------------------------------------------------------
 

@@ -21,9 +21,11 @@ if TYPE_CHECKING:
 
 
 def bearer(request: Request) -> str | None:
+    """The request's key: ``Authorization: Bearer``, else ``x-api-key`` (as Anthropic's SDK
+    sends it)."""
     header = request.headers.get("authorization")
     if not header:
-        return None
+        return request.headers.get("x-api-key") or None
     scheme, _, value = header.partition(" ")
     return value.strip() if scheme.lower() == "bearer" else None
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.extras import needs_extra
-from contextfold.llm.windows import check_windows
+from contextfold.llm.windows import check_windows, flag_windows
 from contextfold.memory.session import Memory
 from contextfold.options import configurable, named, resolve
 from contextfold.redact import redact
@@ -53,13 +53,23 @@ def add_commands(sub: Any) -> None:
     )
     serve.add_argument(
         "--upstream",
-        help="the proxy's model server, e.g. openai-compatible:http://127.0.0.1:8080/v1",
+        action="append",
+        default=[],
+        help="the proxy's model server, e.g. openai-compatible:http://127.0.0.1:8080/v1 "
+        "(chat completions, responses) or anthropic:https://api.anthropic.com/v1 (messages); "
+        "repeat it for one of each",
     )
     serve.add_argument(
         "--upstream-key-env",
         default="CONTEXTFOLD_UPSTREAM_KEY",
         metavar="NAME",
-        help="environment variable holding the upstream's API key",
+        help="environment variable holding the OpenAI-compatible upstream's API key",
+    )
+    serve.add_argument(
+        "--anthropic-key-env",
+        default="ANTHROPIC_API_KEY",
+        metavar="NAME",
+        help="environment variable holding the Anthropic upstream's API key",
     )
     serve.add_argument(
         "--model",
@@ -77,6 +87,14 @@ def add_commands(sub: Any) -> None:
         metavar="N",
         help="fixed budget of the views the proxy creates (default: the request model's "
         "context window less room for the answer; 8000 for a model not in the table)",
+    )
+    serve.add_argument(
+        "--model-window",
+        action="append",
+        default=[],
+        metavar="NAME=TOKENS",
+        help="a model's context window, over the built-in table and [model_windows] "
+        "(repeatable; a name ending in * covers every model starting with it)",
     )
     serve.add_argument(
         "--cors-origin",
@@ -151,14 +169,16 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
             host=args.host,
             port=args.port,
             auth=not (args.no_auth or args.demo),
-            upstream=args.upstream,
+            upstream=tuple(args.upstream),
             upstream_key_env=args.upstream_key_env,
+            anthropic_key_env=args.anthropic_key_env,
             model=args.model,
             preset=args.preset,
             budget=args.budget,
-            model_windows=check_windows(
-                tables.get("model_windows", {}), f"{args.config} [model_windows]"
-            ),
+            model_windows={
+                **check_windows(tables.get("model_windows", {}), f"{args.config} [model_windows]"),
+                **flag_windows(args.model_window),
+            },
             cors_origins=tuple(args.cors_origin),
             demo=args.demo,
             runner=not args.no_runner,
@@ -176,8 +196,9 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
     say(redact(f"contextfold serving {args.database} on {base}  (API docs: {base}/docs)"))
     if not settings.auth:
         say("no auth: every request is tenant 'local'")
-    if settings.upstream is not None:
-        say(redact(f"proxy: {base}/v1 to {settings.upstream}; {proxy_views(settings)}"))
+    if settings.upstreams:
+        to = " and ".join(args.upstream)
+        say(redact(f"proxy: {base}/v1 to {to}; {proxy_views(settings)}"))
     if settings.workers is not None:
         say(
             redact(

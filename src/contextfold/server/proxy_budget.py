@@ -1,13 +1,26 @@
 """The proxy's budget: what a prompt may take in the window of the request's model.
 
 The budget is the model's context window less the room kept for the answer:
-the request's ``max_completion_tokens`` (or ``max_tokens``) when it sets one,
+the request's ``max_completion_tokens`` (Responses: ``max_output_tokens``, Messages:
+``max_tokens``) when it sets one,
 else ``ANSWER_RESERVE`` tokens, at most a quarter of the window. The window is
 looked up by the request's ``model`` in the server's ``[model_windows]`` table
 first, then in the known models (``contextfold.llm.windows``). A model in
 neither gets ``FALLBACK_BUDGET``, a size every chat model of today holds; the
 fallback is logged and reported like every budget (an event ``budget`` on the
 session's stream, the ``X-Contextfold-Budget-Source`` header).
+
+The formula is ``contextfold.llm.windows.room``, the library's too; the
+server's own entries are ``serve --model-window`` over ``[model_windows]``.
+
+A window is in the model's own tokens and a budget in the view's
+(``o200k_base``). For a Claude model the room is divided by the factor of
+Claude tokens per ``o200k_base`` token: the stated estimate of the model's
+vocabulary (``contextfold.core.claude_tokens``), or the one a ``Calibration``
+measured with the upstream's ``count_tokens`` when that is higher. A measured
+factor never lowers the estimate: measured on some conversations, it serves
+them all, and on the benchmark's mixed conversations a lower one undercounted
+some of them.
 
 ``serve --budget N`` fixes the budget: no window is looked up. The view the
 proxy creates keeps the budget of its first request; a later request whose
@@ -16,20 +29,21 @@ model has less room renders to that smaller budget without changing the view.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
-from contextfold.llm.windows import KNOWN, Window, find_window
+from contextfold.llm.claude_calibration import Calibration, CountTokens
+from contextfold.llm.windows import Window, room
 from contextfold.memory.session import Session
+from contextfold.server.proxy_upstream import Upstream, UpstreamError
 from contextfold.server.service import Service
 
 log = logging.getLogger("contextfold.proxy")
 
-ANSWER_RESERVE = 16_384
-"""Tokens left for the answer when the request sets no limit (OpenAI's 128k models' longest)."""
 FALLBACK_BUDGET = 8_000
 
 
@@ -39,13 +53,17 @@ class Fit:
 
     budget: int
     source: str
-    """``flag`` (serve --budget), ``config`` ([model_windows]), ``table`` (known models),
-    or ``fallback`` (a model in neither)."""
+    """``flag`` (serve --budget), ``config`` (--model-window, [model_windows]), ``table``
+    (known models), or ``fallback`` (a model in neither)."""
     model: str | None = None
     window: int | None = None
     reserve: int | None = None
     origin: str | None = None
-    """Where the window's number was read (a vendor's page, or the config file)."""
+    """Where the window's number was read (a vendor's page, the config file, a flag)."""
+    factor: float | None = None
+    """The model's tokens per token of the view's count (Claude models), else None."""
+    counted: str | None = None
+    """Where ``factor`` came from: ``count_tokens`` (calibrated) or ``estimate``."""
 
     def data(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,39 +85,52 @@ class Fit:
             return f"{self.budget} (serve --budget)"
         if self.window is None:
             return f"{self.budget} (fallback: no window known for model {self.model!r})"
+        scaled = ""
+        if self.factor is not None:
+            scaled = f", at {self.factor} of its tokens a token ({self.counted})"
         return (
             f"{self.budget} ({self.source}: window {self.window} of {self.model!r} "
-            f"less {self.reserve} for the answer)"
+            f"less {self.reserve} for the answer{scaled})"
         )
 
 
-def fit(fixed: int | None, windows: Mapping[str, Window], body: Mapping[str, Any]) -> Fit:
-    """The budget of the request ``body`` (``fixed``: serve's ``--budget``)."""
+def fit(
+    fixed: int | None,
+    windows: Mapping[str, Window],
+    body: Mapping[str, Any],
+    calibration: Calibration | None = None,
+) -> Fit:
+    """The budget of the request ``body`` (``fixed``: serve's ``--budget``); a Claude
+    model's room is scaled by its estimated factor, or ``calibration``'s when higher."""
     if fixed is not None:
         return Fit(fixed, "flag")
     model = body.get("model")
-    model = model if isinstance(model, str) and model else None
-    found = None if model is None else find_window(model, windows)
-    source = "config"
-    if found is None and model is not None:
-        found, source = find_window(model, KNOWN), "table"
+    if not isinstance(model, str) or not model:
+        return Fit(FALLBACK_BUDGET, "fallback")
+    asked = _answer_limit(body)
+    measured = None if calibration is None else calibration.factor(model)
+    name = next((n for n in _ANSWER_LIMITS if body.get(n) is not None), "max_tokens")
+    found = room(model, answer=asked, windows=windows, measured=measured, answer_field=name)
     if found is None:
         return Fit(FALLBACK_BUDGET, "fallback", model)
-    window = found[1]
-    asked = _answer_limit(body)
-    reserve = asked if asked is not None else min(ANSWER_RESERVE, window.tokens // 4)
-    if reserve >= window.tokens:
-        name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-        raise InvalidInput(
-            f"{name} {reserve} leaves no room for a prompt in the {window.tokens}-token "
-            f"window of {model!r}",
-            field=name,
-        )
-    return Fit(window.tokens - reserve, source, model, window.tokens, reserve, window.source)
+    return Fit(
+        found.budget,
+        "config" if found.given else "table",
+        model,
+        window=found.window,
+        reserve=found.reserve,
+        origin=found.source,
+        factor=found.factor,
+        counted=found.counted,
+    )
+
+
+_ANSWER_LIMITS = ("max_completion_tokens", "max_output_tokens", "max_tokens")
+"""Where a request sets its answer's length: Chat Completions, Responses, Messages."""
 
 
 def _answer_limit(body: Mapping[str, Any]) -> int | None:
-    for name in ("max_completion_tokens", "max_tokens"):
+    for name in _ANSWER_LIMITS:
         value = body.get(name)
         if value is None:
             continue
@@ -107,6 +138,24 @@ def _answer_limit(body: Mapping[str, Any]) -> int | None:
             raise InvalidInput(f"{name} must be a positive integer", field=name)
         return value
     return None
+
+
+def upstream_count(upstream: Upstream, path: str = "/messages/count_tokens") -> CountTokens:
+    """The ``count`` of a ``Calibration``: Anthropic's ``count_tokens`` at ``path`` under the
+    upstream's base URL (``https://api.anthropic.com/v1``); any failure raises."""
+
+    async def count(body: Mapping[str, Any]) -> int:
+        payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        answer = await upstream.send("POST", path, payload)
+        data = await upstream.read(answer)
+        if answer.status_code != 200:
+            raise UpstreamError(f"count_tokens answered HTTP {answer.status_code}")
+        tokens = json.loads(data).get("input_tokens")
+        if isinstance(tokens, bool) or not isinstance(tokens, int):
+            raise UpstreamError("count_tokens answered no input_tokens")
+        return tokens
+
+    return count
 
 
 def create_view(service: Service, session: Session, name: str, fitted: Fit) -> None:

@@ -1,14 +1,14 @@
 """Matching a client's whole conversation against a session's log.
 
-An OpenAI client resends its whole conversation on every call. The log is a
-tree (``contextfold.core.branches``), so the client's list is matched against
-its branches: the longest run of the client's messages that some branch
-starts with, from the root, is the common prefix; the call continues at the
-deepest matched message, and what follows it in the client's list is
-appended there. A client that extends the conversation continues its branch;
-one that regenerates (the same list without the last answer), edits an
-earlier message or drops a turn starts a branch; nothing logged changes. Of
-two branches holding the same message at a point, the newer is followed.
+A client resends its whole conversation on every call. The log is a tree
+(``contextfold.core.branches``), so the client's list is matched against its
+branches: the longest run of the client's messages that some branch starts
+with, from the root, is the common prefix; the call continues at the deepest
+matched message, and what follows it in the client's list is appended there.
+A client that extends the conversation continues its branch; one that
+regenerates (the same list without the last answer), edits an earlier message
+or drops a turn starts a branch; nothing logged changes. Of two branches
+holding the same message at a point, the newer is followed.
 
 The session's system prompt: a client whose list starts with a system (or
 developer) message is matched against the log from seq 1, so its system
@@ -38,71 +38,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextfold.core.errors import InvalidInput
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message
 from contextfold.memory.session import Session
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
-# Fields of an answer that exist only in responses; a client echoing an answer
-# back (the SDK's message object) sends them, the log does not keep them.
-_RESPONSE_ONLY = frozenset({"annotations"})
-_ANSWER_KEYS = ("role", "content", "tool_calls", "refusal", "name")
-
-
-def client_messages(raw: Any) -> list[Message]:
-    """The request's ``messages`` with what clients add around the protocol removed.
-
-    Keys set to null are dropped (the SDK echoes ``refusal: null``,
-    ``audio: null``), as are response-only keys and an empty ``tool_calls``;
-    an assistant message with neither text nor tool calls gets empty text, as
-    the proxy logs such answers. Everything else is checked when it is matched
-    or appended.
-    """
-    if not isinstance(raw, list) or not raw:
-        raise InvalidInput("messages must be a non-empty list of messages", field="messages")
-    out: list[Message] = []
-    for i, message in enumerate(raw):
-        if not isinstance(message, Mapping):
-            raise InvalidInput(
-                f"expected a message object, got {type(message).__name__}",
-                index=i,
-                field="messages",
-            )
-        clean = {
-            k: v
-            for k, v in message.items()
-            if v is not None and k not in _RESPONSE_ONLY and not (k == "tool_calls" and v == [])
-        }
-        if (
-            clean.get("role") == "assistant"
-            and "content" not in clean
-            and "tool_calls" not in clean
-        ):
-            clean["content"] = ""
-        out.append(clean)
-    return out
-
-
-def answer_message(message: Any) -> Message | None:
-    """The assistant message to log from an upstream answer, or None if there is none.
-
-    Only what a model is sent back is kept: text, tool calls, a refusal.
-    """
-    if not isinstance(message, Mapping):
-        return None
-    kept = {k: message[k] for k in _ANSWER_KEYS if message.get(k) is not None}
-    kept["role"] = "assistant"
-    return client_messages([kept])[0]
-
-
-def completion_message(data: bytes) -> Message | None:
-    """The assistant message of a whole chat completion's body, or None if it has none."""
-    try:
-        choices = json.loads(data).get("choices")
-        return answer_message(choices[0]["message"])
-    except (ValueError, AttributeError, TypeError, LookupError, InvalidInput):
-        return None
 
 
 def digest(message: Mapping[str, Any]) -> bytes:
@@ -192,6 +132,13 @@ class LogDigest:
             self.parents.append(parent)
             self.last_seq = record.seq
 
+    def depth(self, seq: int) -> int:
+        """How many messages the branch ending at ``seq`` holds, ``seq`` included."""
+        count = 0
+        while 0 < seq <= len(self.parents):
+            count, seq = count + 1, self.parents[seq - 1]
+        return count
+
     def children(self, seq: int, wanted: bytes) -> list[int]:
         """The messages following ``seq`` (0: first messages) whose digest is ``wanted``,
         newest first."""
@@ -271,18 +218,24 @@ class Match:
     skipped: int
 
 
-def match(log: LogDigest, client: Sequence[Message]) -> Match:
+def match(log: LogDigest, client: Sequence[Message], *, after: int | None = None) -> Match:
     """The longest prefix of ``client`` that a branch of the log starts with.
 
     A client list starting with a system (or developer) message is matched from
     the log's first message; any other after the log's leading system messages.
+    With ``after`` (a logged seq: a continued response), the list is matched
+    from there, as the rest of that message's branch.
     """
-    starts_with_system = bool(client) and client[0].get("role") in _SYSTEM_ROLES
-    skipped = 0 if starts_with_system else log.system
+    if after is not None:
+        skipped = log.depth(after)
+        start = after
+    else:
+        starts_with_system = bool(client) and client[0].get("role") in _SYSTEM_ROLES
+        skipped = start = 0 if starts_with_system else log.system
     wanted = [digest(message) for message in client]
-    best = (0, skipped)
+    best = (0, start)
     # Depth first, newest branch first: the first deepest match found is the newest's.
-    stack = [(0, skipped)]
+    stack = [(0, start)]
     while stack:
         matched, at = stack.pop()
         if matched > best[0]:

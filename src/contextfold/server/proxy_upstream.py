@@ -1,8 +1,12 @@
 """The upstream the proxy forwards to: one shared ``httpx.AsyncClient`` with keep-alive.
 
 The server is started with ``--upstream openai-compatible:URL`` (URL is the
-base the OpenAI SDK would take, ending in ``/v1`` for most servers); the key is
-read from the server's environment, never taken from the client. A successful
+base the OpenAI SDK would take, ending in ``/v1`` for most servers) and/or
+``--upstream anthropic:URL`` (the Anthropic SDK's base, e.g.
+``https://api.anthropic.com/v1``): each wire format goes to the upstream of
+its kind. Each key is read from the server's environment, never taken from
+the client: sent as ``Authorization: Bearer`` to an OpenAI-compatible server,
+as ``x-api-key`` to Anthropic. A successful
 answer goes back to the client unchanged. An error answer never does: its body
 may quote the server's key or another tenant's request, so the client gets the
 status and a fixed message (``failure_of``, ``refusal_body``) and the body goes
@@ -23,11 +27,12 @@ import httpx
 from contextfold.core.errors import InvalidInput
 from contextfold.redact import MASK, redact
 
-SCHEME = "openai-compatible:"
+KINDS = {"openai-compatible:": "openai", "anthropic:": "anthropic"}
+"""An upstream spec's prefix, and the kind of upstream (the wire formats it serves) it names."""
 # Headers of an upstream answer worth passing on: the body's type, the request
 # id a user quotes to the provider, rate limits and the retry hint an SDK obeys.
 _PASSED = frozenset({"content-type", "retry-after", "x-request-id", "request-id"})
-_PASSED_PREFIXES = ("openai-", "x-ratelimit-")
+_PASSED_PREFIXES = ("openai-", "x-ratelimit-", "anthropic-ratelimit-")
 _BODY_LOGGED = 2000
 _BODY_READ = 1 << 16  # of an error body, read for the log before it is cut
 # A value of an upstream's error body the client may see: a plain lowercase word or
@@ -36,19 +41,23 @@ _TOKEN = re.compile(r"[a-z][a-z_.]{0,63}")
 _BEARER = re.compile(r"(?i)(bearer|basic)\s+[^\s\"',;]+")
 
 
-def parse_upstream(spec: str) -> str:
-    """The base URL of an ``openai-compatible:URL`` spec, without a trailing slash."""
-    if not isinstance(spec, str) or not spec.startswith(SCHEME):
+def parse_upstream(spec: str) -> tuple[str, str]:
+    """The kind (``openai`` or ``anthropic``) and base URL, without a trailing slash, of an
+    ``openai-compatible:URL`` or ``anthropic:URL`` spec."""
+    prefix = next((p for p in KINDS if isinstance(spec, str) and spec.startswith(p)), None)
+    if prefix is None:
         raise InvalidInput(
-            f"upstream must be 'openai-compatible:URL', not {redact(str(spec))!r}", field="upstream"
+            f"upstream must be 'openai-compatible:URL' or 'anthropic:URL', not "
+            f"{redact(str(spec))!r}",
+            field="upstream",
         )
-    url = spec[len(SCHEME) :].rstrip("/")
+    url = spec[len(prefix) :].rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise InvalidInput(
             f"upstream URL must start with http:// or https://, not {redact(url)!r}",
             field="upstream",
         )
-    return url
+    return KINDS[prefix], url
 
 
 class UpstreamError(Exception):
@@ -136,16 +145,22 @@ class _NoCookies(DefaultCookiePolicy):
 
 
 class Upstream:
-    """An OpenAI-compatible server, reached through one pooled async client."""
+    """A model server of one kind (``openai`` or ``anthropic``), reached through one pooled
+    async client."""
 
-    def __init__(self, base_url: str, *, api_key: str | None, timeout_s: float) -> None:
+    def __init__(
+        self, base_url: str, *, api_key: str | None, timeout_s: float, kind: str = "openai"
+    ) -> None:
         self.base_url = base_url
+        self.kind = kind
         self.secrets: tuple[str, ...] = (api_key,) if api_key else ()
         """What no client may see and no log may hold: the server's upstream key."""
         # Every request the proxy sends is JSON or has no body; set once, with the URLs
         # parsed once, building a request costs a third less.
         headers = {"content-type": "application/json"}
-        if api_key:
+        if api_key and kind == "anthropic":
+            headers["x-api-key"] = api_key
+        elif api_key:
             headers["authorization"] = f"Bearer {api_key}"
         self._urls: dict[str, httpx.URL] = {}
         self.client = httpx.AsyncClient(
@@ -155,15 +170,22 @@ class Upstream:
             cookies=CookieJar(policy=_NoCookies()),
         )
 
-    async def send(self, method: str, path: str, body: bytes | None = None) -> httpx.Response:
-        """Send and return the response with its body still to read (stream it or ``aread``).
+    async def send(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> httpx.Response:
+        """Send (with ``headers`` added) and return the response with its body still to read
+        (stream it or ``aread``).
 
         A connection refused, a timeout or a broken exchange is an ``UpstreamError``.
         """
         url = self._urls.get(path)
         if url is None:
             url = self._urls.setdefault(path, httpx.URL(self.base_url + path))
-        request = self.client.build_request(method, url, content=body)
+        request = self.client.build_request(method, url, content=body, headers=headers)
         try:
             return await self.client.send(request, stream=True)
         except httpx.TimeoutException as exc:

@@ -38,8 +38,13 @@ class Settings:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     auth: bool = True
-    upstream: str | None = None
+    upstream: str | tuple[str, ...] | None = None
+    """The proxy's model servers: ``openai-compatible:URL`` and/or ``anthropic:URL``, one a
+    kind (``upstreams``)."""
     upstream_key_env: str = "CONTEXTFOLD_UPSTREAM_KEY"
+    """The variable holding the OpenAI-compatible upstream's key."""
+    anthropic_key_env: str = "ANTHROPIC_API_KEY"
+    """The variable holding the Anthropic upstream's key."""
     upstream_timeout_s: float = 600.0  # the proxy's wait for an upstream answer (read, write)
     model: str | None = None
     """The summarizer (a ``get_model`` spec) of the views the proxy creates; None: none
@@ -85,6 +90,26 @@ class Settings:
             return self.preset
         return "chat" if self.model is not None else DEFAULT_PRESET
 
+    @property
+    def upstreams(self) -> dict[str, str]:
+        """Each configured upstream's base URL by kind (``openai``, ``anthropic``)."""
+        specs = (self.upstream,) if isinstance(self.upstream, str) else self.upstream or ()
+        found: dict[str, str] = {}
+        for spec in specs:
+            kind, url = parse_upstream(spec)
+            if kind in found:
+                raise InvalidInput(
+                    f"upstream: one {kind} upstream at most, not {redact(found[kind])!r} and "
+                    f"{redact(url)!r}",
+                    field="upstream",
+                )
+            found[kind] = url
+        return found
+
+    def upstream_key(self, kind: str) -> str:
+        """The name of the variable holding the key of the upstream of ``kind``."""
+        return self.anthropic_key_env if kind == "anthropic" else self.upstream_key_env
+
     def __post_init__(self) -> None:
         if not self.auth and not is_loopback(self.host):
             raise InvalidInput(
@@ -98,8 +123,7 @@ class Settings:
             raise InvalidInput("max_body_bytes must be positive", field="max_body_bytes")
         if self.runner_processes < 0:
             raise InvalidInput("runner_processes must be 0 or more", field="runner_processes")
-        if self.upstream is not None:
-            parse_upstream(self.upstream)
+        self.upstreams  # noqa: B018 (checks each spec)
         if self.budget is not None and self.budget < 1:
             raise InvalidInput("budget must be a positive integer", field="budget")
         if self.preset is not None:

@@ -24,6 +24,7 @@ from contextfold.strategies.presets import (
     preset_names,
     register_preset,
 )
+from contextfold.strategies.provider_compaction import ProviderCompaction
 from contextfold.strategies.registry import register_strategy, register_type
 from contextfold.strategies.rolling import RollingCompactor
 from contextfold.strategies.round_compressor import RoundCompressor
@@ -60,6 +61,7 @@ __all__ = [
     "Pipeline",
     "Predicate",
     "PresetInfo",
+    "ProviderCompaction",
     "RetrieveFacts",
     "RollingCompactor",
     "RoundCompressor",

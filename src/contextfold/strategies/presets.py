@@ -30,6 +30,7 @@ from contextfold.strategies.koog import (
 )
 from contextfold.strategies.masking import ObservationMasking
 from contextfold.strategies.pipeline import Pipeline
+from contextfold.strategies.provider_compaction import TYPE_NAME, ProviderCompaction
 from contextfold.strategies.registry import register_strategy, register_type
 from contextfold.strategies.rolling import RollingCompactor
 from contextfold.strategies.round_compressor import RoundCompressor
@@ -165,6 +166,7 @@ for _type_name, _cls in {
     "token-budget": TokenBudget,
     "whole-history": WholeHistory,
     "retrieve-facts": RetrieveFacts,
+    TYPE_NAME: ProviderCompaction,
 }.items():
     register_strategy(_type_name, _cls)
 for _tag, _trigger in {

@@ -1,0 +1,348 @@
+"""The proxy's one flow, whatever the wire format: match, append, render, forward, log.
+
+A call (``serve``) reads the body and headers, takes the session's lock,
+matches the client's conversation (``Wire.conversation``) against the log's
+branches and appends what is new where it parts from them
+(``contextfold.server.proxy_match``; a regenerate or an edit starts a branch),
+renders the view's prompt of that branch for the budget of the request's model (``contextfold.server.proxy_budget``),
+forwards the wire's request with the rendered prompt to the upstream of the
+wire's kind, and answers: a stream relayed event by event and assembled
+(``contextfold.server.proxy_stream``), or a whole answer; either is logged
+once complete. An upstream failure appends no answer: the log keeps the
+client's messages, so a retry of the same conversation goes on from there.
+
+A conversation that ``continues`` a previous response (the Responses API's
+``previous_response_id``) is the branch ending at the answer logged under that
+id, followed by the request's messages: the answer is found by its idempotency
+key (``response_key``), so the lookup is one indexed read.
+
+Calls on one session are served one at a time in a process (a lock held from
+the match until the answer is logged): of two identical concurrent calls, the
+second finds the first's answer logged and regenerates it (a branch).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from fastapi import Request
+from fastapi.responses import Response
+
+from contextfold.core.errors import InvalidInput, NotFound
+from contextfold.core.messages import Message, validate_messages
+from contextfold.memory.session import Session
+from contextfold.server.errors import ServiceError
+from contextfold.server.proxy_budget import Fit, create_view, fit
+from contextfold.server.proxy_kept import with_kept
+from contextfold.server.proxy_match import (
+    LogDigest,
+    LogDigests,
+    Match,
+    append_keys,
+    match,
+)
+from contextfold.server.proxy_request import (
+    check_json_type,
+    check_new,
+    read_body,
+    read_budget,
+    read_session_id,
+    read_view_name,
+)
+from contextfold.server.proxy_shared import ProxyState, proxy_state
+from contextfold.server.proxy_stream import RelayResponse
+from contextfold.server.proxy_upstream import (
+    Upstream,
+    UpstreamError,
+    failure_of,
+    mask_secrets,
+    passed_headers,
+)
+from contextfold.server.proxy_wire import Conversation, Wire
+from contextfold.server.service import Service
+
+log = logging.getLogger("contextfold.proxy")
+
+
+def response_key(response_id: str) -> str:
+    """The idempotency key an answer carrying a response id is logged under."""
+    return f"proxy:response:{response_id}"
+
+
+def _answer_key(answer: Message, at: int) -> str:
+    """The key an answer logged after seq ``at`` goes under: its response id's, if any."""
+    meta = answer.get("meta")
+    found = meta.get("responses") if isinstance(meta, Mapping) else None
+    if isinstance(found, Mapping) and isinstance(found.get("id"), str) and found["id"]:
+        return response_key(found["id"])
+    return append_keys(at, [answer])[0]
+
+
+@dataclass
+class _Turn:
+    """One call's side of the session: where it is, and how to log the answer."""
+
+    service: Service
+    session: Session
+    log: LogDigest
+    digests: LogDigests
+    prompt: list[Message]
+    headers: dict[str, str]
+    """The budget the prompt was rendered to, and where it came from, for the client."""
+    at: int
+    """The seq the call continues: its answer is logged after it, on that branch."""
+
+    async def log_answer(self, answer: Message) -> None:
+        await self.service.run(self._append, answer)
+
+    def truncated(self, reason: str) -> None:
+        """Tell the session's event streams that a streamed answer was cut short."""
+        data = {"session": self.session.id.partition("/")[2], "reason": reason}
+        self.service.hub.publish(self.session.id, {"event": "truncated", "data": data})
+
+    def _append(self, answer: Message) -> None:
+        keys = [_answer_key(answer, self.at)]
+        logged = self.session.extend([answer], keys=keys, parent=self.at)
+        _advance(self.digests, self.log, self.session.id, logged)
+
+
+def _advance(digests: LogDigests, log: LogDigest, sid: str, logged: Sequence[Any]) -> None:
+    """Add what was just appended; an append that met older records drops the cache instead."""
+    if [m.seq for m in logged] == list(range(log.last_seq + 1, log.last_seq + 1 + len(logged))):
+        digests.add(sid, log, logged)
+    else:
+        digests.forget(sid)
+
+
+def _match(session: Session, log: LogDigest, conversation: Conversation) -> Match:
+    """Where the client's conversation meets the log (``proxy_match.match``); a continued
+    response goes on from the logged answer, on that answer's branch."""
+    messages = conversation.messages
+    if conversation.continues is None:
+        return match(log, messages)
+    key = response_key(conversation.continues)
+    found = session.keyed([key]).get(key)
+    if found is None:
+        raise ServiceError(
+            400,
+            "invalid_input",
+            f"previous_response_id {conversation.continues!r} names no answer logged in this "
+            "session",
+            field="previous_response_id",
+        )
+    return match(log, messages, after=found.seq)
+
+
+def _prepare(
+    service: Service,
+    state: ProxyState,
+    store_id: str,
+    conversation: Conversation,
+    view_name: str,
+    budget: int | None,
+    fitted: Fit,
+    keeps: str | None = None,
+) -> _Turn:
+    """Match and append the client's new messages, then render the view.
+
+    Runs through ``Service.run``: on the loop for SQLite and RAM, on a worker
+    thread for a store that waits on a network.
+    """
+    messages = conversation.messages
+    try:
+        session = service.memory.existing_session(store_id)
+    except NotFound:
+        if conversation.continues is not None:
+            raise ServiceError(
+                400,
+                "invalid_input",
+                f"previous_response_id {conversation.continues!r} names no answer logged in "
+                "this session (the session has none)",
+                field="previous_response_id",
+            ) from None
+        # A new session's messages are all new: refuse bad ones before creating it.
+        check_new(len(messages))
+        validate_messages(messages)
+        session = service.memory.session(store_id)
+    log = state.digests.current(session)
+    found = _match(session, log, conversation)
+    new, at = messages[found.matched :], found.at
+    check_new(len(new))
+    if new:
+        try:
+            logged = session.extend(new, keys=append_keys(at, new), parent=at)
+        except InvalidInput as exc:
+            index = None if exc.index is None else exc.index - found.skipped
+            raise InvalidInput(exc.reason, index=index, field=exc.field) from None
+        _advance(state.digests, log, store_id, logged)
+        at = logged[-1].seq
+    ready = (view_name, id(service.runner))
+    if ready not in log.views:
+        if session.view(view_name).version == 0:
+            create_view(service, session, view_name, fitted)
+        service.watch(session, view_name)
+        log.views.add(ready)
+    view = session.view(view_name)
+    budget, source = fitted.choose(budget, view.config.budget)
+    if keeps is None:
+        prompt = view.render(budget, branch=at)
+    else:
+        kept = state.kept.of(session, log.last_seq, keeps)
+        prompt = with_kept(view.render_report(budget, branch=at), kept, keeps, log.system)
+    shown = str(budget if budget is not None else view.config.budget)
+    headers = {"X-Contextfold-Budget": shown, "X-Contextfold-Budget-Source": source}
+    return _Turn(service, session, log, state.digests, prompt, headers, at)
+
+
+def peek(
+    service: Service,
+    state: ProxyState,
+    store_id: str,
+    conversation: Conversation,
+    view_name: str,
+    budget: int | None,
+    fitted: Fit,
+) -> list[Message]:
+    """The prompt a call with ``conversation`` would send, nothing stored: the view's
+    rendering followed by the messages new to the log (the conversation itself for a
+    session or view not made yet)."""
+    try:
+        session = service.memory.existing_session(store_id)
+    except NotFound:
+        return conversation.messages
+    log = state.digests.current(session)
+    found = _match(session, log, conversation)
+    new = conversation.messages[found.matched :]
+    view = session.view(view_name)
+    if view.version == 0:
+        return [*session.history(branch=found.at or None), *new]
+    chosen, _ = fitted.choose(budget, view.config.budget)
+    return [*view.render(chosen, branch=found.at), *new]
+
+
+@dataclass(frozen=True)
+class Call:
+    """A proxy request as its route received it: the caller and the proxy's headers."""
+
+    request: Request
+    tenant: str
+    service: Service
+    session: str | None
+    view: str | None
+    budget: str | None
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A request read and checked, before the session is touched."""
+
+    body: dict[str, Any]
+    conversation: Conversation
+    store_id: str
+    view: str
+    budget: int | None
+    fitted: Fit
+
+
+async def read_call(call: Call, wire: Wire) -> Asked:
+    """The request's body, conversation, session, view and budget; 4xx on bad input."""
+    check_json_type(call.request.headers.get("content-type"))
+    body = read_body(await call.request.body())
+    sid = read_session_id(call.session, body)
+    view_name = read_view_name(call.view)
+    budget = read_budget(call.budget)
+    settings = call.service.settings
+    fitted = fit(settings.budget, settings.model_windows, body)
+    conversation = wire.conversation(body)
+    store_id = call.service.store_id(call.tenant, sid)
+    return Asked(body, conversation, store_id, view_name, budget, fitted)
+
+
+async def serve(call: Call, wire: Wire) -> Response:
+    """One proxied call in ``wire``'s format, from the request to the logged answer."""
+    request, service = call.request, call.service
+    asked = await read_call(call, wire)
+    body, conversation, store_id = asked.body, asked.conversation, asked.store_id
+    view_name, budget, fitted = asked.view, asked.budget, asked.fitted
+    state = proxy_state(request)
+    upstream = state.upstream(wire)
+    release = await state.hold(store_id)
+    try:
+        turn = await service.run(
+            _prepare, service, state, store_id, conversation, view_name, budget, fitted, wire.keeps
+        )
+        payload = json.dumps(
+            wire.upstream_body(body, turn.prompt), ensure_ascii=False, separators=(",", ":")
+        ).encode()
+        headers = wire.upstream_headers(request.headers)
+        try:
+            answer = await upstream.send("POST", wire.upstream_path, payload, headers)
+        except UpstreamError as exc:
+            raise ServiceError(502, "upstream_error", exc.reason) from exc
+        if body.get("stream") and answer.status_code == 200:
+            relay = RelayResponse(
+                answer,
+                wire.assembler(),
+                turn.log_answer,
+                turn.session.id,
+                release,
+                truncated=turn.truncated,
+                secrets=upstream.secrets,
+            )
+            relay.headers.update(turn.headers)
+            release = _nothing
+            return relay
+        return await whole(upstream, answer, wire, turn)
+    finally:
+        release()
+
+
+def _nothing() -> None:
+    """The release of a lock the streamed response now holds."""
+
+
+async def whole(
+    upstream: Upstream, answer: httpx.Response, wire: Wire, turn: _Turn | None
+) -> Response:
+    """A whole upstream answer back to the client, and logged when it is an answer.
+
+    An error answer's body stays in the server's log (secrets masked): the
+    client gets its status and a fixed message (``Wire.refusal``).
+    """
+    try:
+        data = await upstream.read(answer)
+    except UpstreamError as exc:
+        raise ServiceError(502, "upstream_error", exc.reason) from exc
+    status = answer.status_code
+    if status >= 400:
+        where = f"for {turn.session.id}" if turn is not None else f"for {wire.name}"
+        log.warning("upstream answered HTTP %d %s: %s", status, where, upstream.scrub(data))
+        failure = failure_of(status)
+        if failure is not None:
+            raise ServiceError(502, "upstream_error", failure.reason)
+        data = wire.refusal(status, data, upstream.secrets)
+    elif turn is not None and status < 300:
+        try:
+            message = wire.answer(data)
+            if message is None:
+                raise InvalidInput(
+                    f"the upstream's {wire.name} answer has no message", field="body"
+                )
+            await turn.log_answer(message)
+        except InvalidInput as exc:
+            # The upstream's answer, not the client's fault: it goes back unchanged; the
+            # client's next call sends it, and is told then what the log cannot keep.
+            log.warning("answer for %s not logged: %s", turn.session.id, exc)
+    if status < 400:
+        data = mask_secrets(data, upstream.secrets)
+    headers = passed_headers(answer.headers, upstream.secrets)
+    if status >= 400:
+        headers["content-type"] = "application/json"
+    if turn is not None:
+        headers.update(turn.headers)
+    return Response(data, status, headers=headers)

@@ -1,0 +1,183 @@
+"""The Anthropic Messages wire: ``system`` and ``messages`` in, a ``message`` (or its events) out.
+
+A request reads as log messages through ``formats.anthropic_turns``: each
+turn's own blocks (thinking, ``cache_control``, documents, images) are kept
+with it, so what goes upstream is the client's request with the compacted
+prompt in place of its conversation: the part of the prompt the client sent
+(the latest turns, verbatim) goes as the client sent it in this request, the
+rest (summaries, recalled lines) as text. A whole answer's ``content`` is
+logged as an assistant message (tool uses as tool calls, the blocks kept); a
+stream (``message_start``, ``content_block_*`` with text, thinking,
+signature and ``input_json_delta`` pieces, ``message_delta``,
+``message_stop``) is assembled to the same ``content`` first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from contextfold.core.errors import InvalidInput
+from contextfold.core.messages import Message, check_json
+from contextfold.formats.anthropic_turns import answer_of, read_request, request_of
+from contextfold.server.proxy_match import digest
+from contextfold.server.proxy_sse import SseReader
+from contextfold.server.proxy_upstream import refusal_body
+from contextfold.server.proxy_wire import Conversation
+
+ANTHROPIC_VERSION = "2023-06-01"
+"""Sent upstream when the client names none (the SDKs always do)."""
+_PASSED = ("anthropic-version", "anthropic-beta")
+
+
+def aligned(prompt: list[Message], current: list[Message]) -> list[Message]:
+    """``prompt`` with its tail that the client's ``current`` messages end with replaced by
+    those (meta included: the blocks the client sent in this very request)."""
+    out = list(prompt)
+    i, j = len(out) - 1, len(current) - 1
+    while i >= 0 and j >= 0 and digest(out[i]) == digest(current[j]):
+        out[i] = current[j]
+        i, j = i - 1, j - 1
+    return out
+
+
+class MessageStream:
+    """Feed it a Messages event stream in any pieces; ``message()`` is the answer once
+    ``message_stop`` came."""
+
+    end = "message_stop"
+
+    def __init__(self) -> None:
+        self._events = SseReader(self._event)
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, list[str]] = {}
+        self.stopped = False
+        self.errored = False
+        self.failed: str | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        self._events.feed(chunk)
+
+    def close(self) -> None:
+        self._events.close()
+
+    def _event(self, name: str, data: bytes) -> None:
+        try:
+            event = json.loads(data)
+        except ValueError:
+            self.failed = f"a stream event is not JSON: {data[:200]!r}"
+            return
+        kind = event.get("type") if isinstance(event, dict) else None
+        if kind == "error" or name == "error":
+            self.errored = True
+            error = event.get("error") if isinstance(event, dict) else None
+            self.failed = f"the stream carried an error: {json.dumps(error)}"
+        elif kind == "message_stop":
+            self.stopped = True
+        elif isinstance(event, dict) and isinstance(event.get("index"), int):
+            self._block(kind, event["index"], event)
+
+    def _block(self, kind: Any, index: int, event: dict[str, Any]) -> None:
+        if kind == "content_block_start" and isinstance(event.get("content_block"), dict):
+            self._blocks[index] = dict(event["content_block"])
+            return
+        block = self._blocks.get(index)
+        if block is None:
+            return
+        delta = event.get("delta")
+        if kind == "content_block_delta" and isinstance(delta, dict):
+            self._delta(index, block, delta)
+        elif kind == "content_block_stop" and index in self._json:
+            pieces = "".join(self._json.pop(index))
+            try:
+                block["input"] = json.loads(pieces) if pieces.strip() else {}
+            except ValueError:
+                self.failed = f"a tool use's input is not JSON: {pieces[:200]!r}"
+
+    def _delta(self, index: int, block: dict[str, Any], delta: dict[str, Any]) -> None:
+        kind = delta.get("type")
+        if kind == "text_delta":
+            block["text"] = block.get("text", "") + str(delta.get("text", ""))
+        elif kind == "thinking_delta":
+            block["thinking"] = block.get("thinking", "") + str(delta.get("thinking", ""))
+        elif kind == "signature_delta":
+            block["signature"] = block.get("signature", "") + str(delta.get("signature", ""))
+        elif kind == "input_json_delta":
+            self._json.setdefault(index, []).append(str(delta.get("partial_json", "")))
+        elif kind == "citations_delta":
+            block["citations"] = [*(block.get("citations") or ()), delta.get("citation")]
+
+    @property
+    def ended(self) -> bool:
+        return self.stopped or self.errored
+
+    @property
+    def complete(self) -> bool:
+        return self.stopped and self.failed is None
+
+    def message(self) -> Message | None:
+        if not self.complete:
+            return None
+        return answer_of([block for _, block in sorted(self._blocks.items())])
+
+    def error_event(self, reason: str) -> bytes:
+        """An ``error`` event as Anthropic sends one (the SDK raises it)."""
+        error = {"type": "error", "error": {"type": "api_error", "message": reason}}
+        return f"event: error\ndata: {json.dumps(error)}\n\n".encode()
+
+
+class MessagesWire:
+    """``POST /v1/messages`` to an Anthropic upstream."""
+
+    name = "messages"
+    upstream = "anthropic"
+    upstream_path = "/messages"
+    keeps: str | None = None
+
+    def conversation(self, body: dict[str, Any]) -> Conversation:
+        limit = body.get("max_tokens")
+        if "max_tokens" in body and (type(limit) is not int or limit < 1):
+            raise InvalidInput("max_tokens must be a positive integer", field="max_tokens")
+        # Plain JSON throughout, checked before anything is stored: the turns the log
+        # already holds are matched by what a model sees, yet go upstream as sent now.
+        check_json(body.get("messages"), "messages")
+        return Conversation(read_request(body.get("system"), body.get("messages")))
+
+    def upstream_body(self, body: dict[str, Any], prompt: list[Message]) -> dict[str, Any]:
+        current = read_request(body.get("system"), body.get("messages"))
+        # The rendered prompt and the client's checked turns: valid as they are.
+        system, turns = request_of(aligned(prompt, current), valid=True)
+        out = {**body, "messages": turns}
+        if system is None:
+            out.pop("system", None)
+        else:
+            out["system"] = system
+        return out
+
+    def upstream_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
+        out = {name: headers[name] for name in _PASSED if name in headers}
+        out.setdefault("anthropic-version", ANTHROPIC_VERSION)
+        return out
+
+    def answer(self, data: bytes) -> Message | None:
+        try:
+            body = json.loads(data)
+        except ValueError:
+            return None
+        if not isinstance(body, dict) or not isinstance(body.get("content"), list):
+            return None
+        return answer_of(body["content"])
+
+    def assembler(self) -> MessageStream:
+        return MessageStream()
+
+    def refusal(self, status: int, data: bytes, secrets: Iterable[str]) -> bytes:
+        """Anthropic's error shape, its ``type`` kept when it is a plain word."""
+        kept = json.loads(refusal_body(status, data, secrets))["error"]
+        kind = kept["type"] or "invalid_request_error"
+        message = f"the upstream refused the request (HTTP {status}, {kind})"
+        return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
+
+
+MESSAGES = MessagesWire()
