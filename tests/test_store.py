@@ -74,8 +74,8 @@ from contextfold.testing.store_contract import StoreContract
 
 
 class Forgetful(RAMStore):
-    def head(self, session_id, view):
-        return super().head(session_id, view)._replace(view_version=0)
+    def head(self, session_id, view, *, branch=None):
+        return super().head(session_id, view, branch=branch)._replace(view_version=0)
 
 
 class LibraryOnly(RAMStore):
