@@ -314,7 +314,8 @@ class FakeProvider:
     def __init__(self, protocol: Protocol) -> None:
         self.protocol = protocol
         self.requests: list[Request] = []
-        # Routes answered from the queue; any other is a 404 in the provider's shape.
+        # Routes answered from the queue (the query aside: Claude Code adds ``?beta=true``);
+        # any other is a 404 in the provider's shape.
         self.routes: set[tuple[str, str]] = {("POST", PATHS[protocol])}
         # Routes answered by a function of the request instead of the queue.
         self.responders: dict[tuple[str, str], Responder] = {}
@@ -346,11 +347,12 @@ class FakeProvider:
     def _next(self, request: Request) -> Reply:
         with self._lock:
             self.requests.append(request)
-            responder = self.responders.get((request.method, request.path))
+            route = (request.method, request.path.split("?", 1)[0])
+            responder = self.responders.get(route)
         if responder is not None:
             return responder(request)
         with self._lock:
-            if (request.method, request.path) not in self.routes:
+            if route not in self.routes:
                 return error_reply(self.protocol, 404, f"no route {request.method} {request.path}")
             if not self._replies:
                 return error_reply(self.protocol, 599, "the fake server has no scripted reply left")
