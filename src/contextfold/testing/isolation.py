@@ -63,6 +63,7 @@ ATTEMPTS: dict[tuple[str, str], Attempt] = {
         NOT_FOUND, body={"messages": [{"role": "user", "content": "b writes"}]}
     ),
     ("GET", API + "/{sid}/messages"): Attempt(NOT_FOUND),
+    ("GET", API + "/{sid}/branches"): Attempt(NOT_FOUND),
     ("GET", API + "/{sid}/events"): Attempt(NOT_FOUND),
     ("GET", API + "/{sid}/views"): Attempt(NOT_FOUND),
     ("PUT", API + "/{sid}/views/{name}"): Attempt(NOT_FOUND, body={"budget": 100}),
