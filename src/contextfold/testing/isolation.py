@@ -78,6 +78,22 @@ ATTEMPTS: dict[tuple[str, str], Attempt] = {
         body={"model": "m", "messages": [{"role": "user", "content": "b asks"}]},
         headers={"X-Contextfold-Session": A_SESSION, "X-Contextfold-View": A_VIEW},
     ),
+    ("POST", "/v1/responses"): Attempt(
+        frozenset({502}),
+        body={"model": "m", "input": "b asks"},
+        headers={"X-Contextfold-Session": A_SESSION, "X-Contextfold-View": A_VIEW},
+    ),
+    ("POST", "/v1/messages"): Attempt(
+        frozenset({502}),
+        body={"model": "claude-m", "max_tokens": 9, "messages": [{"role": "user", "content": "b"}]},
+        headers={"X-Contextfold-Session": A_SESSION, "X-Contextfold-View": A_VIEW},
+    ),
+    # With no upstream to ask, the count is the local estimate of B's own prompt.
+    ("POST", "/v1/messages/count_tokens"): Attempt(
+        frozenset({200}),
+        body={"model": "claude-m", "messages": [{"role": "user", "content": "b"}]},
+        headers={"X-Contextfold-Session": A_SESSION, "X-Contextfold-View": A_VIEW},
+    ),
     ("GET", "/v1/models"): Attempt(frozenset({502})),
 }
 FORGED = {"Authorization": "Bearer cf_000000000000_" + "x" * 32}
