@@ -7,14 +7,18 @@ both streamed) asks it for ``--steps`` shell commands, each printing
 contextfold service (API keys on, the background runner compacting), whose
 proxy views get a budget of ``--room`` tokens over what the client's system
 prompt and first message take, so the growing task must be compacted. Each
-CLI is run ``--turns`` times on a new prompt, each run resuming the
-conversation (``claude -p --continue``, ``codex exec resume --last``).
-``make agent-clis`` installs the CLIs. Two more rows run the same task with a
+client is run ``--turns`` times on a new prompt, each run resuming the
+conversation (``claude -p --continue``, ``codex exec resume --last``; an
+in-process agent goes on from the conversation it kept).
+``make agent-clis`` installs the CLIs. Three more rows run the same task with a
 minimal agent on each official SDK (``anthropic_sdk`` on the Messages API,
-``openai_sdk`` on the Responses API, both streamed; ``tests/sdk_agents.py``).
+``openai_sdk`` on the Responses API, ``openai_chat`` on Chat Completions, all
+streamed; ``tests/sdk_agents.py``), and two with a framework's own agent loop
+(``agents_sdk``: the OpenAI Agents SDK with its defaults, the Responses API;
+``langchain``: ``create_agent`` over ``ChatOpenAI``; ``tests/framework_agents.py``).
 
 Figures per client, each goal 0 but ``calls_made`` and ``folds_made``:
-``calls_made`` (calls the CLI made to the proxy, the service's count),
+``calls_made`` (calls the client made to the proxy, the service's count),
 ``calls_failed`` (answered with another status than 200, plus 1 for a run that
 did not finish), ``prompts_over_budget`` (forwarded prompts larger than the
 view's budget, counted in contextfold's tokens on the prompt read back),
@@ -48,7 +52,7 @@ def options(parser: argparse.ArgumentParser) -> None:
         "--room", type=int, default=ROOM, help="budget tokens beyond the system prompt"
     )
     parser.add_argument(
-        "--turns", type=int, default=2, help="user prompts per CLI, each run resuming the last"
+        "--turns", type=int, default=2, help="user prompts per client, each run resuming the last"
     )
 
 
@@ -58,9 +62,12 @@ def main() -> None:
     missing = [str(BIN / PROGRAM[c]) for c in CLIENTS if not (BIN / PROGRAM[c]).exists()]
     if missing:
         raise SystemExit(f"missing {', '.join(missing)}: run make agent-clis")
-    figures: dict[str, int | float] = {"steps": steps, "lines_per_step": args.lines}
+    figures: dict[str, int | float] = {
+        "steps": steps,
+        "lines_per_step": args.lines,
+        "turns": args.turns,
+    }
     for client in AGENTS:
-        turns = args.turns if client in CLIENTS else 1
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=f"bench-{client}-") as folder:
             outcome = through_proxy(
@@ -69,15 +76,14 @@ def main() -> None:
                 steps=steps,
                 lines=args.lines,
                 room=args.room,
-                turns=turns,
+                turns=args.turns,
             )
         seconds = time.monotonic() - started
         codes = [r.code for r in outcome.runs]
-        print(f"{client}: {turns} run(s), exits {codes}, {seconds:.1f} s", flush=True)
+        print(f"{client}: {args.turns} run(s), exits {codes}, {seconds:.1f} s", flush=True)
         for problem in outcome.problems():
             print(f"  {problem}")
         figures.update({f"{client}_{k}": v for k, v in outcome.figures().items()})
-        figures[f"{client}_turns"] = turns
         figures[f"{client}_seconds"] = round(seconds, 1)
     report(figures, args.json)
 

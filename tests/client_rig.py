@@ -4,8 +4,8 @@ The rig: the agent's scripted upstream (``scripted_agents`` on ``FakeProvider``)
 the service (``create_app`` under uvicorn on 127.0.0.1, API keys on, the
 background runner compacting, the proxy's views given a small fixed budget so
 the task overflows it) and the agent pointed at the service with a key of its
-own: a CLI, unmodified (``agent_clis``), or a minimal agent on an official SDK
-(``sdk_agents``). Everything measured is read from outside: the
+own: a CLI, unmodified (``agent_clis``), a minimal agent on an official SDK
+(``sdk_agents``), or an agent run by a framework's own loop (``framework_agents``). Everything measured is read from outside: the
 requests the upstream received, the service's own request counts
 (``/metrics``), and the session's log, view and folds through the REST API.
 Shared by ``tests/test_clients.py`` and ``bench/clients.py``.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +24,9 @@ from typing import Any, Literal
 import httpx
 from agent_clis import CLAUDE_KEY_ENVS, Run, run_client
 from fake_providers import FakeProvider, Request
+from framework_agents import agents_sdk_agent, langchain_agent
 from scripted_agents import Step, Wire, log_faults, pairing_faults, replies, task
-from sdk_agents import anthropic_agent, responses_agent
+from sdk_agents import anthropic_agent, chat_agent, responses_agent
 from server_harness import bearer, make_service, running
 
 from contextfold.core.messages import Message
@@ -35,15 +36,41 @@ from contextfold.formats.responses import request_messages
 from contextfold.server.app import create_app
 from contextfold.server.keys import create_key
 
-Agent = Literal["claude_code", "codex", "anthropic_sdk", "openai_sdk"]
-AGENTS: tuple[Agent, ...] = ("claude_code", "codex", "anthropic_sdk", "openai_sdk")
+Agent = Literal[
+    "claude_code", "codex", "anthropic_sdk", "openai_sdk", "openai_chat", "agents_sdk", "langchain"
+]
+AGENTS: tuple[Agent, ...] = (
+    "claude_code",
+    "codex",
+    "anthropic_sdk",
+    "openai_sdk",
+    "openai_chat",
+    "agents_sdk",
+    "langchain",
+)
 WIRE: dict[Agent, Wire] = {
     "claude_code": "messages",
     "codex": "responses",
     "anthropic_sdk": "messages",
     "openai_sdk": "responses",
+    "openai_chat": "chat",
+    "agents_sdk": "responses",
+    "langchain": "chat",
 }
-ROUTE: dict[Wire, str] = {"messages": "/v1/messages", "responses": "/v1/responses"}
+ROUTE: dict[Wire, str] = {
+    "messages": "/v1/messages",
+    "responses": "/v1/responses",
+    "chat": "/v1/chat/completions",
+}
+OneRun = Callable[..., Run]
+IN_PROCESS: dict[Agent, OneRun] = {
+    "anthropic_sdk": anthropic_agent,
+    "openai_sdk": responses_agent,
+    "openai_chat": chat_agent,
+    "agents_sdk": agents_sdk_agent,
+    "langchain": langchain_agent,
+}
+"""The agents run in this process: each keeps its conversation in the list it is given."""
 PROMPT = "Run the commands the task needs, then say when you are done."
 TENANT = "agents"
 SESSION = "task-1"
@@ -52,11 +79,12 @@ ROOM = 2000
 
 
 def scripted_upstream(wire: Wire) -> FakeProvider:
-    """An upstream answering ``/v1/messages`` (Anthropic's) or ``/v1/responses`` (OpenAI's)."""
+    """An upstream answering ``/v1/messages`` (Anthropic's), ``/v1/responses`` or
+    ``/v1/chat/completions`` (OpenAI's)."""
     if wire == "messages":
         return FakeProvider("anthropic")
     upstream = FakeProvider("openai")
-    upstream.routes = {("POST", "/v1/responses")}
+    upstream.routes = {("POST", ROUTE[wire])}
     return upstream
 
 
@@ -81,16 +109,18 @@ def run_agent(
     session: str,
     key_env: str,
     home: Path | None = None,
+    kept: list[Any] | None = None,
 ) -> Run:
-    """Run ``agent`` on turn ``turn``'s prompt against the server at ``root``; a CLI's
-    later turns resume the conversation kept in ``home``."""
+    """Run ``agent`` on turn ``turn``'s prompt against the server at ``root``; later turns
+    resume the conversation kept in ``home`` (a CLI's) or ``kept`` (an in-process agent's)."""
     base = base_for(WIRE[agent], root)
     prompt = prompt_of(turn)
-    if agent in ("anthropic_sdk", "openai_sdk"):
-        if turn != 1:
-            raise ValueError("the SDK agents keep no conversation between runs: one turn only")
-        run = anthropic_agent if agent == "anthropic_sdk" else responses_agent
-        return run(base, prompt, work, key=key, session=session)
+    if agent in IN_PROCESS:
+        if kept is None:
+            kept = []
+        if bool(kept) != (turn > 1):
+            raise ValueError(f"turn {turn} of {agent} with {len(kept)} message(s) kept")
+        return IN_PROCESS[agent](base, prompt, work, key=key, session=session, kept=kept)
     resume = turn > 1
     return run_client(
         agent,
@@ -194,7 +224,7 @@ def through_proxy(
 ) -> Outcome:
     """Run ``client`` (a CLI or an SDK agent) through the proxy on a task of ``steps`` tool
     calls of ``lines`` lines each, its views' budget ``room`` tokens over what its first
-    prompt takes; with ``turns`` above 1, a CLI is run again on a new prompt that many
+    prompt takes; with ``turns`` above 1, the client is run again on a new prompt that many
     times, each resuming the conversation (``key_env``: where Claude Code reads its key)."""
     wire = WIRE[client]
     scripts = [task(steps, lines=lines, tag=f"t{t}") for t in range(1, turns + 1)]
@@ -204,11 +234,20 @@ def through_proxy(
     budget = first_prompt(client, work, key_env) + room
     with scripted_upstream(wire) as upstream, proxy(upstream, budget) as (base, key):
         runs: list[Run] = []
+        kept: list[Any] = []
         for t, script in enumerate(scripts, 1):
             upstream.add(*replies(wire, script))
             runs.append(
                 run_agent(
-                    client, base, work, t, key=key, session=SESSION, key_env=key_env, home=home
+                    client,
+                    base,
+                    work,
+                    t,
+                    key=key,
+                    session=SESSION,
+                    key_env=key_env,
+                    home=home,
+                    kept=kept,
                 )
             )
         with httpx.Client(base_url=base, headers=bearer(key), timeout=30) as api:
@@ -288,6 +327,8 @@ def read_back(wire: Wire, body: dict[str, Any]) -> list[Message]:
     it gives a Messages tool result from its call (a ``tool_result`` block has none)."""
     if wire == "responses":
         return request_messages(body)
+    if wire == "chat":
+        return list(body["messages"])
     return [
         {k: v for k, v in m.items() if not (k == "name" and m["role"] == "tool")}
         for m in read_request(body.get("system"), body["messages"])

@@ -1,7 +1,8 @@
-"""A multi-turn tool-using task, scripted as the streams an agent CLI's upstream sends.
+"""A multi-turn tool-using task, scripted as the streams an agent's upstream sends.
 
-Claude Code speaks the Anthropic Messages API and Codex CLI the OpenAI
-Responses API, both streamed. A task is a list of steps: each asks the CLI to
+Claude Code speaks the Anthropic Messages API, Codex CLI the OpenAI Responses
+API and the Chat Completions agents (the ``openai`` SDK's, LangChain's) OpenAI
+Chat Completions, all streamed. A task is a list of steps: each asks the CLI to
 run one shell command, whose output holds the step's marker, and the last
 answers in text. ``replies`` turns a task into one streamed ``Reply`` per call,
 in the protocol's own event sequence, for ``FakeProvider``'s queue: the CLI
@@ -24,9 +25,10 @@ from fake_providers import Reply
 
 from contextfold.formats.checks import prompt_faults
 
-Wire = Literal["messages", "responses"]
-TOOL: dict[Wire, str] = {"messages": "Bash", "responses": "exec_command"}
-"""The shell tool each CLI offers: Claude Code's ``Bash``, Codex's ``exec_command``."""
+Wire = Literal["messages", "responses", "chat"]
+TOOL: dict[Wire, str] = {"messages": "Bash", "responses": "exec_command", "chat": "exec_command"}
+"""The shell tool each agent offers: Claude Code's ``Bash``, Codex's ``exec_command`` (which
+the OpenAI agents offer too, its argument ``cmd``)."""
 
 
 @dataclass(frozen=True)
@@ -58,8 +60,8 @@ def task(steps: int, *, lines: int = 40, tag: str = "cf") -> list[Step]:
 
 def replies(wire: Wire, steps: Sequence[Step]) -> list[Reply]:
     """The streamed answer to each call of the task, in order."""
-    stream = _messages_stream if wire == "messages" else _responses_stream
-    return [stream(step, n) for n, step in enumerate(steps, 1)]
+    stream = {"messages": _messages_stream, "responses": _responses_stream, "chat": _chat_stream}
+    return [stream[wire](step, n) for n, step in enumerate(steps, 1)]
 
 
 def _sse(events: Sequence[tuple[str, dict[str, Any]]]) -> bytes:
@@ -206,12 +208,51 @@ def _responses_item(
     )
 
 
+def _chat_stream(step: Step, n: int) -> Reply:
+    """Chat completion chunks: the role, the text in two deltas, a tool call's id and name
+    then its arguments in two deltas, the finish reason, a usage chunk, ``[DONE]``."""
+    base = {
+        "id": f"chatcmpl-{step.key}",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000 + n,
+        "model": "gpt-4o-mini",
+    }
+    half = len(step.text) // 2
+    deltas: list[dict[str, Any]] = [
+        {"role": "assistant", "content": ""},
+        {"content": step.text[:half]},
+        {"content": step.text[half:]},
+    ]
+    if step.command is not None:
+        arguments = json.dumps({"cmd": step.command})
+        call = {"index": 0, "id": f"call_{step.key}", "type": "function"}
+        deltas += [
+            {"tool_calls": [{**call, "function": {"name": "exec_command", "arguments": ""}}]},
+            *(
+                {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
+                for piece in (arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :])
+            ),
+        ]
+    finish = "stop" if step.command is None else "tool_calls"
+    chunks = [
+        {**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas
+    ]
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    usage = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
+    chunks.append({**base, "choices": [], "usage": usage})
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    return Reply(body=body.encode(), headers={"content-type": "text/event-stream"})
+
+
 def pairing_faults(wire: Wire, body: Mapping[str, Any]) -> list[str]:
     """Each tool call in a request without its result, or result without its call (for the
-    Messages API, contextfold's checks of what Anthropic refuses, pairing included)."""
+    Messages API and Chat Completions, contextfold's checks of what the provider refuses,
+    pairing included)."""
     if wire == "messages":
         faults = prompt_faults(body["messages"], "anthropic", system=body.get("system"))
         return [str(f) for f in faults]
+    if wire == "chat":
+        return [str(f) for f in prompt_faults(body["messages"], "openai")]
     found: list[str] = []
     open_calls: list[str] = []
     for i, item in enumerate(body["input"]):
@@ -233,6 +274,8 @@ def tool_results(wire: Wire, body: Mapping[str, Any]) -> list[str]:
             for item in body["input"]
             if item.get("type") == "function_call_output"
         ]
+    if wire == "chat":
+        return [json.dumps(m["content"]) for m in body["messages"] if m["role"] == "tool"]
     return [
         json.dumps(block.get("content"))
         for message in body["messages"]

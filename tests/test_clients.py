@@ -4,7 +4,9 @@ Each runs a scripted task (``scripted_agents``): shell commands asked for by
 its upstream, then a text answer. First straight against a scripted upstream
 of its protocol on 127.0.0.1, which proves the scripts are what each CLI
 accepts; then through the proxy (``client_rig``), with a budget the task
-overflows, beside a minimal agent on each official SDK: every call succeeds,
+overflows, beside a minimal agent on each official SDK (the ``openai`` one on
+Chat Completions and on Responses) and an agent run by each framework's own
+loop (the OpenAI Agents SDK, LangChain): every call succeeds,
 every forwarded prompt fits the view's budget, tool calls and results stay
 paired, and the log holds every message once, in order.
 """
@@ -55,7 +57,7 @@ def test_an_agent_runs_a_longer_task_through_the_proxy_compacted_within_budget(
 ) -> None:
     """Every call succeeds, every forwarded prompt fits the view's budget, tool calls and
     results stay paired, and the log holds every message once, in order: for each CLI,
-    and for a minimal agent on each official SDK."""
+    for a minimal agent on each official SDK and for each framework's own agent loop."""
     if client in CLIENTS:
         need_cli(client)
     outcome = through_proxy(client, tmp_path / "work", steps=8, lines=120, room=1500)
@@ -66,13 +68,15 @@ def test_an_agent_runs_a_longer_task_through_the_proxy_compacted_within_budget(
     assert outcome.folds > 0, "the task never overflowed the budget: nothing was compacted"
 
 
-@pytest.mark.parametrize("client", CLIENTS)
-def test_a_cli_resumed_for_a_second_prompt_goes_on_in_the_same_session(
-    client: Client, tmp_path: Path
+@pytest.mark.parametrize("client", AGENTS)
+def test_an_agent_resumed_for_a_second_prompt_goes_on_in_the_same_session(
+    client: Agent, tmp_path: Path
 ) -> None:
-    """``claude -p --continue`` and ``codex exec resume --last`` send the first run's
-    conversation again with the new prompt: the proxy goes on from the log, compacted."""
-    need_cli(client)
+    """``claude -p --continue``, ``codex exec resume --last`` and an in-process agent given
+    its kept conversation send the first run's conversation again with the new prompt: the
+    proxy goes on from the log, compacted."""
+    if client in CLIENTS:
+        need_cli(client)
     outcome = through_proxy(client, tmp_path / "work", steps=4, lines=120, room=1500, turns=2)
     assert outcome.problems() == []
     assert outcome.calls == sum(len(s) for s in outcome.scripts) == len(outcome.sent)
@@ -132,6 +136,15 @@ def test_the_pairing_check_finds_a_call_without_its_result_and_a_result_without_
     assert pairing_faults("messages", {"messages": turns}) == []
     assert pairing_faults("messages", {"messages": [*turns[:2], {"role": "user", "content": "x"}]})
     assert pairing_faults("messages", {"messages": [turns[0], turns[2]]})
+    asked = {"id": "call_1", "type": "function", "function": {"name": "sh", "arguments": "{}"}}
+    chat = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [asked]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+    ]
+    assert pairing_faults("chat", {"messages": chat}) == []
+    assert pairing_faults("chat", {"messages": chat[:2]})
+    assert pairing_faults("chat", {"messages": [chat[0], chat[2]]})
 
 
 def test_claude_code_reaches_the_proxy_with_its_key_in_either_variable(tmp_path: Path) -> None:

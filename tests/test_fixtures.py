@@ -13,7 +13,8 @@ COPIED = {"taubench_airline_dev": 40, "openhands_example": 3}
 
 
 def test_only_the_mit_data_sets_are_copied_and_they_stay_small() -> None:
-    assert {p.name for p in FIXTURES.glob("*.gz")} == {f"{name}.jsonl.gz" for name in COPIED}
+    copies = {p.name for p in FIXTURES.glob("*.jsonl.gz")}
+    assert copies == {f"{name}.jsonl.gz" for name in COPIED}
     assert sum(p.stat().st_size for p in FIXTURES.iterdir()) < 400_000
     for name, rows in COPIED.items():
         with gzip.open(FIXTURES / f"{name}.jsonl.gz", "rt", encoding="utf-8") as fh:

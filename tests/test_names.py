@@ -32,6 +32,7 @@ ALLOWED: dict[str, tuple[tuple[str, ...], str]] = {
             "not_found",
             "one_row",
             "put_api_key",
+            "read_path",
             "recount",
             "revoke_api_key",
             "session_info",

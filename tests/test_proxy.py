@@ -274,26 +274,39 @@ def test_tool_calls_round_trip(rig: Rig, stream: bool) -> None:
     ]
 
 
-def test_a_diverging_history_is_409_naming_the_index_and_changes_nothing(rig: Rig) -> None:
-    rig.upstream.add(openai_reply("one"))
+def test_regenerate_edit_and_a_dropped_turn_start_branches(rig: Rig) -> None:
+    rig.upstream.add(*(openai_reply(text) for text in ("one", "two", "one again", "edited", "c")))
     client = rig.client()
-    client.chat.completions.create(model="m", messages=[user("a")])
-    before = rig.log()
-    with pytest.raises(openai.ConflictError) as caught:
-        client.chat.completions.create(
-            model="m",
-            messages=[user("a"), {"role": "assistant", "content": "edited"}, user("b")],
-        )
-    error = caught.value.body
-    assert isinstance(error, dict)
-    assert error["code"] == "conflict" and error["index"] == 1
-    assert "message 1" in error["message"]
-    # A conversation shorter than the log diverges too: the log holds an answer it lacks.
-    with pytest.raises(openai.ConflictError) as short:
-        client.chat.completions.create(model="m", messages=[user("a")])
-    assert isinstance(short.value.body, dict) and short.value.body["index"] == 1
-    assert rig.log() == before
-    assert len(rig.upstream.requests) == 1
+    first = [user("a")]
+    client.chat.completions.create(model="m", messages=first)
+    second = [*first, {"role": "assistant", "content": "one"}, user("b")]
+    client.chat.completions.create(model="m", messages=second)
+    # Regenerate: the same conversation without its last answer.
+    client.chat.completions.create(model="m", messages=second)
+    assert rig.sent()["messages"] == second
+    # Edit: an earlier message changed; the prompt is the edited branch's alone.
+    edited = [*first, {"role": "assistant", "content": "edited"}, user("b2")]
+    client.chat.completions.create(model="m", messages=edited)
+    assert rig.sent()["messages"] == edited
+    # A client that drops a turn: its list goes on after the turn it kept.
+    client.chat.completions.create(model="m", messages=[*first, user("c")])
+    assert rig.sent()["messages"] == [*first, user("c")]
+    session = rig.server.service.memory.existing_session("local/s1")
+    logged = [(m.seq, m.parent, m.message.get("content")) for m in session.messages()]
+    assert logged == [
+        (1, 0, "a"),
+        (2, 1, "one"),
+        (3, 2, "b"),
+        (4, 3, "two"),
+        (5, 3, "one again"),
+        (6, 1, "edited"),
+        (7, 6, "b2"),
+        (8, 7, "edited"),
+        (9, 1, "c"),
+        (10, 9, "c"),
+    ]
+    assert [(b.head, b.fork) for b in session.branches()] == [(10, 1), (8, 1), (5, 3), (4, 3)]
+    assert len(rig.upstream.requests) == 5
 
 
 def test_the_same_conversation_sent_again_appends_nothing_twice(rig: Rig) -> None:
@@ -311,7 +324,7 @@ def test_the_same_conversation_sent_again_appends_nothing_twice(rig: Rig) -> Non
 
 def test_a_client_without_a_system_prompt_uses_the_sessions_own(rig: Rig) -> None:
     rig.server.service.memory.session("local/s1", system="server side")
-    rig.upstream.add(openai_reply("x"), openai_reply("y"))
+    rig.upstream.add(openai_reply("x"), openai_reply("y"), openai_reply("z"))
     client = rig.client()
     client.chat.completions.create(model="m", messages=[user("a")])
     assert rig.sent()["messages"] == [{"role": "system", "content": "server side"}, user("a")]
@@ -319,8 +332,10 @@ def test_a_client_without_a_system_prompt_uses_the_sessions_own(rig: Rig) -> Non
         model="m", messages=[user("a"), {"role": "assistant", "content": "x"}, user("b")]
     )
     assert len(rig.log()) == 5
-    with pytest.raises(openai.ConflictError):
-        client.chat.completions.create(model="m", messages=[SYSTEM, user("a")])
+    # A client sending a system prompt of its own starts a conversation of its own.
+    client.chat.completions.create(model="m", messages=[SYSTEM, user("a")])
+    assert rig.sent()["messages"] == [SYSTEM, user("a")]
+    assert [m.parent for m in rig.server.service.memory.store.messages("local/s1")][5:] == [0, 6, 7]
 
 
 @pytest.mark.parametrize(
@@ -471,11 +486,16 @@ def test_tenants_are_isolated_on_the_proxy(tmp_path: Path) -> None:
                 {"role": "assistant", "content": "for b"},
             ]
             # B resending A's conversation appends to B's session, never to A's.
-            with pytest.raises(openai.ConflictError):
-                b.chat.completions.create(
-                    model="m",
-                    messages=[user("secret of a"), {"role": "assistant", "content": "for a"}],
-                )
+            upstream.add(openai_reply("b again"))
+            b.chat.completions.create(
+                model="m",
+                messages=[user("secret of a"), {"role": "assistant", "content": "for a"}],
+            )
+            assert rig.log("s1", "bravo")[2:] == [
+                user("secret of a"),
+                {"role": "assistant", "content": "for a"},
+                {"role": "assistant", "content": "b again"},
+            ]
             assert rig.log("s1", "alpha") == a_log
             assert sorted(server.service.memory.store.list_sessions()) == ["alpha/s1", "bravo/s1"]
             for path in ("/v1/chat/completions", "/v1/models"):
@@ -488,7 +508,7 @@ def test_tenants_are_isolated_on_the_proxy(tmp_path: Path) -> None:
                     assert answer.status_code == 401
                     assert answer.json()["error"]["code"] == "unauthorized"
             assert rig.log("s1", "alpha") == a_log
-            assert len(upstream.requests) == 2
+            assert len(upstream.requests) == 3
 
 
 def test_the_view_is_made_with_the_servers_defaults_and_again_for_a_recreated_session(
@@ -513,25 +533,25 @@ def test_the_view_is_made_with_the_servers_defaults_and_again_for_a_recreated_se
     assert store.get_view("local/s1", "planner") is not None
 
 
-def test_concurrent_identical_calls_on_one_session_log_one_answer(rig: Rig) -> None:
+def test_concurrent_identical_calls_on_one_session_are_served_one_after_the_other(
+    rig: Rig,
+) -> None:
     rig.upstream.add(Reply(body=openai_reply("only one").body, delay=0.3), openai_reply("two"))
-    outcomes: list[str] = []
-
-    def call() -> None:
-        try:
-            rig.client().chat.completions.create(model="m", messages=[user("a")])
-            outcomes.append("answered")
-        except openai.ConflictError:
-            outcomes.append("conflict")
-
-    threads = [threading.Thread(target=call) for _ in range(2)]
+    threads = [
+        threading.Thread(
+            target=lambda: rig.client().chat.completions.create(model="m", messages=[user("a")])
+        )
+        for _ in range(2)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(20)
-    assert sorted(outcomes) == ["answered", "conflict"]
-    assert rig.log() == [user("a"), {"role": "assistant", "content": "only one"}]
-    assert len(rig.upstream.requests) == 1
+    # The second waits for the first, then regenerates: one user message, two answers.
+    session = rig.server.service.memory.existing_session("local/s1")
+    logged = [(m.seq, m.parent, m.message.get("content")) for m in session.messages()]
+    assert logged == [(1, 0, "a"), (2, 1, "only one"), (3, 1, "two")]
+    assert [r.body["messages"] for r in rig.upstream.requests] == [[user("a")], [user("a")]]
 
 
 def test_a_client_leaving_a_stream_early_logs_no_answer_and_frees_the_session(rig: Rig) -> None:

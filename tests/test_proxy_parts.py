@@ -12,7 +12,14 @@ import pytest
 from contextfold import InvalidInput, Memory
 from contextfold.core.messages import Message
 from contextfold.server.proxy_chat import StreamAnswer, answer_message, client_messages
-from contextfold.server.proxy_match import Divergence, LogDigest, LogDigests, digest, new_from
+from contextfold.server.proxy_match import (
+    LogDigest,
+    LogDigests,
+    Match,
+    append_keys,
+    digest,
+    match,
+)
 from contextfold.server.proxy_upstream import (
     Upstream,
     failure_of,
@@ -110,7 +117,7 @@ def test_the_log_as_prefix_gives_the_new_messages() -> None:
     ]
     memory, sid = logged(conversation[:3])
     client = client_messages([*conversation, {"role": "user", "content": "and?"}])
-    assert new_from(digests_of(memory, sid), client) == (3, 0)
+    assert match(digests_of(memory, sid), client) == Match(at=3, matched=3, skipped=0)
 
 
 def test_a_session_system_prompt_is_skipped_for_a_client_without_one() -> None:
@@ -118,15 +125,13 @@ def test_a_session_system_prompt_is_skipped_for_a_client_without_one() -> None:
     log = digests_of(memory, sid)
     assert log.system == 1
     client = client_messages([{"role": "user", "content": "hi"}, {"role": "user", "content": "2"}])
-    assert new_from(log, client) == (1, 1)
-    # A client that sends a system prompt must send the session's.
-    with pytest.raises(Divergence) as err:
-        new_from(log, client_messages([{"role": "system", "content": "mine"}, *client]))
-    assert err.value.index == 0
-    assert "system" in err.value.reason
+    assert match(log, client) == Match(at=2, matched=1, skipped=1)
+    # A client sending another system prompt starts a new first message: nothing matches.
+    mine = client_messages([{"role": "system", "content": "mine"}, *client])
+    assert match(log, mine) == Match(at=0, matched=0, skipped=0)
 
 
-def test_a_changed_message_diverges_at_its_index() -> None:
+def test_a_changed_message_continues_where_the_lists_part() -> None:
     memory, sid = logged([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
     client = client_messages(
         [
@@ -135,25 +140,47 @@ def test_a_changed_message_diverges_at_its_index() -> None:
             {"role": "user", "content": "c"},
         ]
     )
-    with pytest.raises(Divergence) as err:
-        new_from(digests_of(memory, sid), client)
-    assert err.value.index == 1
-    assert "seq 2" in err.value.reason
+    assert match(digests_of(memory, sid), client) == Match(at=1, matched=1, skipped=0)
 
 
-def test_a_conversation_shorter_than_the_log_diverges_where_it_ends() -> None:
+def test_a_conversation_shorter_than_the_log_continues_where_it_ends() -> None:
     memory, sid = logged([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
-    with pytest.raises(Divergence) as err:
-        new_from(digests_of(memory, sid), client_messages([{"role": "user", "content": "a"}]))
-    assert err.value.index == 1
-    assert "1 more message" in err.value.reason
+    short = client_messages([{"role": "user", "content": "a"}])
+    assert match(digests_of(memory, sid), short) == Match(at=1, matched=1, skipped=0)
 
 
-def test_a_malformed_message_in_the_prefix_is_invalid_input_not_a_divergence() -> None:
+def test_the_deepest_match_wins_and_of_equals_the_newest() -> None:
+    memory, sid = logged([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    session = memory.existing_session(sid)
+    session.append({"role": "assistant", "content": "b2"}, parent=1)
+    session.append({"role": "assistant", "content": "b"}, parent=1)  # the same answer again
+    session.append({"role": "user", "content": "c"}, parent=2)
+    log = digests_of(memory, sid)
+    ab = client_messages([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    assert match(log, ab) == Match(at=4, matched=2, skipped=0)
+    b2 = client_messages([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b2"}])
+    assert match(log, b2) == Match(at=3, matched=2, skipped=0)
+    abc = client_messages([*ab, {"role": "user", "content": "c"}])
+    assert match(log, abc) == Match(at=5, matched=3, skipped=0)  # c follows the older b
+
+
+def test_a_malformed_message_is_new_and_refused_when_appended() -> None:
     memory, sid = logged([{"role": "user", "content": "a"}])
+    client = client_messages([{"role": "wizard", "content": "a"}])
+    found = match(digests_of(memory, sid), client)
+    assert found == Match(at=0, matched=0, skipped=0)
     with pytest.raises(InvalidInput) as err:
-        new_from(digests_of(memory, sid), client_messages([{"role": "wizard", "content": "a"}]))
+        memory.existing_session(sid).extend(client, parent=found.at)
     assert (err.value.index, err.value.field) == (0, "role")
+
+
+def test_append_keys_name_the_place_and_every_message_to_it() -> None:
+    a, b = {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}
+    keys = append_keys(3, [a, b])
+    assert len(set(keys)) == 2 and all(k.startswith("proxy@3:") for k in keys)
+    assert append_keys(3, [a])[0] == keys[0]
+    assert append_keys(3, [b])[0] != keys[1]
+    assert append_keys(4, [a])[0] != keys[0]
 
 
 def test_log_digests_read_only_the_new_tail(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,5 @@
 """The proxy core's parts that no one wire shows: upstreams by kind, and a conversation that
-continues a previous response (the log up to the answer logged under its id)."""
+continues a previous response (the branch ending at the answer logged under its id)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def continued(answer_id: str, *new: str) -> Conversation:
     return Conversation([{"role": "user", "content": text} for text in new], continues=answer_id)
 
 
-def test_a_continued_conversation_is_the_log_up_to_that_answer_then_the_new_items() -> None:
+def test_a_continued_conversation_is_the_branch_to_that_answer_then_the_new_items() -> None:
     service = make_service()
     state = ProxyState({})
     session = service.memory.session("t/s")
@@ -45,8 +45,10 @@ def test_a_continued_conversation_is_the_log_up_to_that_answer_then_the_new_item
     with pytest.raises(ServiceError) as caught:
         _prepare(service, state, "t/new", continued("resp_1", "x"), "default", None, fitted)
     assert caught.value.status == 400 and caught.value.field == "previous_response_id"
-    # An earlier response: its history is matched as a whole conversation would be.
-    with pytest.raises(ServiceError) as caught:
-        _prepare(service, state, "t/s", continued("resp_1", "other"), "default", None, fitted)
-    assert caught.value.status == 409 and caught.value.index == 2
-    assert len(session.messages()) == 3
+    # An earlier response continued another way: a branch from that answer, rendered alone.
+    turn = _prepare(service, state, "t/s", continued("resp_1", "other"), "default", None, fitted)
+    assert [m["content"] for m in turn.prompt] == ["hi", "hello", "other"]
+    assert [(m.seq, m.parent) for m in session.messages()] == [(1, 0), (2, 1), (3, 2), (4, 2)]
+    # The same continuation again matches what is logged: nothing appended twice.
+    _prepare(service, state, "t/s", continued("resp_1", "other"), "default", None, fitted)
+    assert len(session.messages()) == 4

@@ -11,6 +11,7 @@ underneath (``core``, ``llm``, ``store``, ``memory``, ``runtime``) are importabl
 too, for those who extend them.
 """
 
+from contextfold.core.branches import Branch
 from contextfold.core.errors import (
     BudgetError,
     ContextfoldError,
@@ -51,6 +52,7 @@ from contextfold.strategies import get_preset, preset_names, register_preset, re
 __all__ = [
     "LLM",
     "AsyncioRunner",
+    "Branch",
     "BudgetError",
     "CompactResult",
     "CompactionReport",

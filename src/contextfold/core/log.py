@@ -10,13 +10,16 @@ from contextfold.core.messages import Message
 
 @dataclass(frozen=True)
 class LoggedMessage:
-    """A message as stored: its place (``seq`` from 1) and its token count, counted once."""
+    """A message as stored: its place (``seq`` from 1), its token count, counted once, and
+    its ``parent``: the seq of the message before it on its branch, 0 for a first message
+    (``contextfold.core.branches``; None only in a record no store made)."""
 
     seq: int
     message: Message
     tokens: int
     key: str | None = None
     created_at: float = 0.0
+    parent: int | None = None
 
     @property
     def role(self) -> str:
@@ -110,7 +113,7 @@ def copies(records: list[LoggedMessage]) -> list[LoggedMessage]:
     """The records, each with a message of its own, copied in one pass."""
     messages = json_copy([r.message for r in records])
     return [
-        LoggedMessage(r.seq, m, r.tokens, r.key, r.created_at)
+        LoggedMessage(r.seq, m, r.tokens, r.key, r.created_at, r.parent)
         for r, m in zip(records, messages, strict=True)
     ]
 
@@ -118,5 +121,10 @@ def copies(records: list[LoggedMessage]) -> list[LoggedMessage]:
 def copied(logged: LoggedMessage) -> LoggedMessage:
     """The record with a message of its own."""
     return LoggedMessage(
-        logged.seq, json_copy(logged.message), logged.tokens, logged.key, logged.created_at
+        logged.seq,
+        json_copy(logged.message),
+        logged.tokens,
+        logged.key,
+        logged.created_at,
+        logged.parent,
     )

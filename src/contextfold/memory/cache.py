@@ -1,7 +1,9 @@
 """The last prompt and the last view state, extended by appends instead of rebuilt.
 
 Between two fold commits a view only grows at its end, and nothing before the
-new messages can change. So when the fold and configuration versions are the
+new messages can change. A value built on one branch grows on any branch that
+holds the seq it was built at (those share everything up to it); another
+branch is read afresh. So when the fold and configuration versions are the
 ones the cached value was built at, the next prompt is the last one plus the
 new messages (if they still fit the budget without a cut), and the next state
 the last one plus their entries. Everything else (a commit, a new budget, a
@@ -58,12 +60,17 @@ class _Grown(Generic[T]):
     def grow(
         self,
         key: tuple[int | None, ...],
-        last_seq: int,
+        head: Head,
         read_after: ReadAfter,
         extend: Callable[[T, list[LoggedMessage]], T | None],
     ) -> T | None:
+        """The value grown to ``head``; None when it was built on another branch (one
+        whose path does not hold the seq it was built at) or cannot grow."""
+        last_seq = head.last_seq
         with self._lock:
             if self._value is None or self._key != key or last_seq < self._last:
+                return None
+            if self._last and not head.path.holds(self._last):
                 return None
             last, base = self._last, self._value
         if last_seq == last:
@@ -111,7 +118,7 @@ class PromptCache:
             return replace(base, messages=messages, tokens=tokens, shown=shown)
 
         key = (head.fold_version, head.view_version, budget)
-        grown = self._grown.grow(key, head.last_seq, read_after, extend)
+        grown = self._grown.grow(key, head, read_after, extend)
         return None if grown is None else _copy(grown)
 
     def recalled(self, head: Head, budget: int | None, asked: int) -> tuple[bool, Block | None]:
@@ -154,7 +161,7 @@ class StateCache:
             )
 
         key = (head.fold_version, head.view_version)
-        return self._grown.grow(key, head.last_seq, read_after, extend)
+        return self._grown.grow(key, head, read_after, extend)
 
 
 def _copy(rendered: Rendered) -> Rendered:

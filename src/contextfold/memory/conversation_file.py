@@ -1,8 +1,11 @@
 """Conversations read from a file: the one reader behind ``contextfold compact`` and ``eval``.
 
-A file holds JSON or JSONL. A JSON file is one conversation; a JSONL file (or a
-``.json`` file whose first line is a whole JSON value followed by more) is one
-conversation a line, blank lines skipped. Each conversation, whole file or
+A file holds JSON or JSONL, or is a ChatGPT data export (its
+``conversations.json``, or the export's ``.zip``; ``memory.chatgpt_export``),
+whose conversations keep their whole tree of branches (``tree``). A JSON file
+is one conversation; a JSONL file (or a ``.json`` file whose first line is a
+whole JSON value followed by more) is one conversation a line, blank lines
+skipped. Each conversation, whole file or
 line, is a list of messages or an object with a ``messages`` list and
 optionally an ``id`` and ``questions`` (``{"question": ..., "answer": ...,
 "category"?: ...}``, the ``../shared/data`` layout; a question without a gold
@@ -14,13 +17,20 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message, validate_messages
+from contextfold.memory.chatgpt_export import (
+    Tree,
+    export_conversations,
+    is_export,
+    read_export_zip,
+)
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,9 @@ class FileConversation:
     source: str
     questions: list[dict[str, Any]] = field(default_factory=list)
     title: str | None = None
+    tree: Tree = ()
+    """Every branch of an export's conversation, ``messages`` (the current one) last;
+    empty for a file that holds one line of messages (``Session.extend_tree``)."""
 
 
 @dataclass(frozen=True)
@@ -53,13 +66,29 @@ class ConversationsFile:
 
     @property
     def format(self) -> str:
-        return "JSON" if self.lines is None else "JSONL"
+        if self.lines is None:
+            return "ChatGPT export" if is_export(self.document) else "JSON"
+        return "JSONL"
 
-    def conversations(self, *, limit: int | None = None) -> list[FileConversation]:
-        """Every conversation of the file (the first ``limit`` of a JSONL file)."""
+    def conversations(
+        self, *, limit: int | None = None, skipped: Counter[str] | None = None
+    ) -> list[FileConversation]:
+        """Every conversation of the file (the first ``limit`` of a JSONL file or an
+        export); what an export leaves out is counted in ``skipped`` by reason."""
+        if self.lines is None and is_export(self.document):
+            return self._exported(limit, Counter() if skipped is None else skipped)
         if self.lines is None:
             return [conversation_of(self.document, str(self.path), self.path.stem, str(self.path))]
         return [self._line(lineno, line) for lineno, line in self.lines[:limit]]
+
+    def _exported(self, limit: int | None, skipped: Counter[str]) -> list[FileConversation]:
+        where = str(self.path)
+        out = []
+        for i, exported in enumerate(export_conversations(self.document, where, skipped)[:limit]):
+            place = f"{where}, conversation {exported.id!r}"
+            read = conversation_of(exported.messages, place, f"conversations[{i}]", place)
+            out.append(replace(read, id=exported.id, title=exported.title, tree=exported.tree))
+        return out
 
     def conversation(self, index: int) -> FileConversation:
         """The conversation at ``index`` (0 for a JSON file; a JSONL file's non-blank line)."""
@@ -94,6 +123,8 @@ def open_conversations(path: str | Path) -> ConversationsFile:
             f"path must be a string or a path, not {type(path).__name__}", field="path"
         )
     p = Path(path)
+    if p.suffix == ".zip":
+        return ConversationsFile(p, document=read_export_zip(p))
     text = read_text(p)
     if not text.strip():
         raise InvalidInput(f"{p}: the file is empty", field="messages")

@@ -64,6 +64,8 @@ class CompactedView(Protocol):
 
     def model(self) -> LLM | None: ...
 
+    def commit_folds(self, folds: Sequence[Fold], version: int) -> int: ...
+
 
 class SessionSide(Protocol):
     """The session's side of a compacted view: its id, its store, its token counter."""
@@ -264,7 +266,7 @@ def _commit(
     """Commit a job's folds at the version it was planned at: the folds committed ([]
     when another commit came first, or the store refused them), and why it refused."""
     try:
-        view.session.store.commit_folds(view.session.id, view.name, folds, job.version)
+        view.commit_folds(folds, job.version)
     except FoldConflict as exc:
         tell("rejected", detail=str(exc))
         return [], None

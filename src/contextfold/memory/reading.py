@@ -30,6 +30,12 @@ PAGE = 256
 _SYSTEM_PAGE = 8
 
 
+def system_end(system: list[LoggedMessage]) -> int:
+    """The seq the system prompt ends at (0 for none): its length on a branch from seq 1,
+    its last seq on one that starts a root of its own."""
+    return system[-1].seq if system else 0
+
+
 @dataclass(eq=False)
 class ReadCaches:
     """What reading keeps for one view in this process: the last live state, and the
@@ -111,9 +117,10 @@ class ViewReader:
 
     def _read_state(self, keep: MessageFilter | None) -> ViewState:
         system = self.system()
-        head, folds = self.sound_folds(len(system))
+        end = system_end(system)
+        head, folds = self.sound_folds(end)
         in_place = active_in_place(folds)
-        first = len(system) + 1
+        first = end + 1
         for fold in in_place:
             if fold.start <= first:
                 first = max(first, fold.end + 1)
@@ -121,7 +128,7 @@ class ViewReader:
         if keep is not None:
             live = list(whole_units(reversed(live), lambda m: m.message, keep))[::-1]
         # Leading folds are not re-read from the log, but they are part of the view.
-        entries = entries_of(live, [f for f in in_place if f.end > len(system)])
+        entries = entries_of(live, [f for f in in_place if f.end > end])
         return ViewState(
             session_id=self.session_id,
             view=self.name,
@@ -149,8 +156,13 @@ class ViewReader:
             page = self.store.messages_before(
                 self.session_id, before, min(PAGE, before - 1 - floor)
             )
+            # A branch skips the seqs of other branches, so a page may reach below floor.
+            page = [logged for logged in page if logged.seq > floor]
             if not page:
-                return
+                if fi == len(folds):
+                    return
+                before = floor + 1
+                continue
             for logged in page:
                 yield Entry.of_message(logged)
             before = page[-1].seq

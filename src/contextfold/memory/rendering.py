@@ -23,7 +23,7 @@ from contextfold.core.units import answer_missing, whole_units
 from contextfold.memory.cache import PromptCache
 from contextfold.memory.configuration import Configured
 from contextfold.memory.filters import MessageFilter
-from contextfold.memory.reading import ViewReader
+from contextfold.memory.reading import ViewReader, system_end
 from contextfold.memory.recall import recall_block, still_fits
 from contextfold.memory.recalled import Block, RecallSettings, with_block
 from contextfold.store.base import Head
@@ -74,14 +74,15 @@ def fresh_prompt(
     """The prompt read afresh from the store, without recall, and the latest user
     message it was rendered for (``ViewReader.latest_user``)."""
     system = reader.system()
-    head, folds = reader.sound_folds(len(system))
+    end = system_end(system)
+    head, folds = reader.sound_folds(end)
     latest = reader.latest_user(head, keep)
     facts = active_facts(folds)
-    in_place = folds_for(active_in_place(folds), target, first_seq=len(system) + 1, facts=facts)
+    in_place = folds_for(active_in_place(folds), target, first_seq=end + 1, facts=facts)
     latest_user = None
     if latest is not None and not any(f.start <= latest.seq <= f.end for f in in_place):
         latest_user = Entry.of_message(latest)
-    entries = reader.newest_first(in_place, after=len(system), last=head.last_seq)
+    entries = reader.newest_first(in_place, after=end, last=head.last_seq)
     if keep is not None:
         entries = whole_units(entries, lambda e: e.message, keep)
     rendered = render(
@@ -91,7 +92,7 @@ def fresh_prompt(
         budget=budget,
         facts=facts,
         latest_user=latest_user,
-        first_seq=len(system) + 1,
+        first_seq=end + 1,
         system_tokens=sum(m.tokens for m in system),
     )
     return head, rendered, latest

@@ -23,15 +23,17 @@ from typing import Any
 from contextfold.core.checks import batch_of, check_key, check_limit, check_name
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.log import LoggedMessage, NewMessage, SessionInfo, ViewRecord
-from contextfold.core.messages import Message, check_json, validate_message
+from contextfold.core.messages import check_json, validate_message
 from contextfold.core.tokens import TokenCounter, get_counter
 from contextfold.llm.base import LLM
 from contextfold.memory.api_keys import ApiKeys
+from contextfold.memory.branches import SessionBranches
 from contextfold.memory.config import folding_changes, given_changes
 from contextfold.memory.filters import MessageFilter
 from contextfold.memory.view import Binding, View
 from contextfold.store.base import Store, service_port
 from contextfold.store.registry import open_store
+from contextfold.store.tree import check_seq
 from contextfold.store.wake import LocalWake, PollingWake, wake_for
 from contextfold.strategies.pipeline import Pipeline
 
@@ -192,7 +194,7 @@ class Memory:
         self.close()
 
 
-class Session:
+class Session(SessionBranches):
     """One conversation: an append-only log and the views over it."""
 
     def __init__(
@@ -211,14 +213,26 @@ class Session:
         """Where appends to this session are announced (``contextfold.store.wake``)."""
         return self.memory.wake
 
-    def append(self, message: Mapping[str, Any], *, key: str | None = None) -> LoggedMessage:
-        """Validate, count and log one message; ``key`` makes a retried append a no-op."""
-        return self.extend([message], keys=[check_key(key)])[0]
+    def append(
+        self, message: Mapping[str, Any], *, key: str | None = None, parent: int | None = None
+    ) -> LoggedMessage:
+        """Validate, count and log one message; ``key`` makes a retried append a no-op;
+        ``parent``: see ``extend``."""
+        return self.extend([message], keys=[check_key(key)], parent=parent)[0]
 
     def extend(
-        self, messages: Iterable[Mapping[str, Any]], *, keys: Iterable[str | None] | None = None
+        self,
+        messages: Iterable[Mapping[str, Any]],
+        *,
+        keys: Iterable[str | None] | None = None,
+        parent: int | None = None,
     ) -> list[LoggedMessage]:
         """Append a batch atomically: all are stored or, on any error, none.
+
+        The batch continues the newest message's branch, or follows ``parent``
+        (a logged seq; 0 for a new first message): appending to an earlier
+        point starts a branch (``contextfold.core.branches``), and nothing
+        logged changes.
 
         Each message is checked here; what may follow what (a tool result after
         its call, a key naming one message) is checked by the store inside its
@@ -230,6 +244,7 @@ class Session:
         another, is woken.
         """
         batch = batch_of(messages, "messages")
+        after = check_seq(parent, "parent")
         key_list = None
         if keys is not None:
             key_list = [check_key(k, f"keys[{i}]") for i, k in enumerate(batch_of(keys, "keys"))]
@@ -238,8 +253,12 @@ class Session:
         try:
             valid = [validate_message(m, index=i) for i, m in enumerate(batch)]
         except InvalidInput as exc:
-            # Counted in the log, as every input error names a message; read only now.
-            offset = self.store.last_seq(self.id)
+            # Counted on the branch, as every input error names a message; read only now.
+            offset = (
+                self.store.last_seq(self.id)
+                if after is None
+                else self.store.head(self.id, "", branch=after).path.length
+            )
             raise InvalidInput(
                 exc.reason, index=offset + (exc.index or 0), field=exc.field
             ) from None
@@ -247,21 +266,22 @@ class Session:
             NewMessage(m, self.counter.message(m), key_list[i] if key_list else None)
             for i, m in enumerate(valid)
         ]
-        logged = self.store.append(self.id, new)
+        logged = self.store.append(self.id, new, parent=after)
         self.wake.notify(self.id)
         return logged
 
-    def history(self) -> list[Message]:
-        """The whole log, never folded."""
-        return [m.message for m in self.store.messages(self.id)]
-
-    def messages(self, *, after: int = 0, limit: int | None = None) -> list[LoggedMessage]:
-        """A page of the log as logged (seq, tokens, time): the messages after seq
-        ``after``, oldest first, at most ``limit`` of them."""
+    def messages(
+        self, *, after: int = 0, limit: int | None = None, branch: int | None = None
+    ) -> list[LoggedMessage]:
+        """A page of the log as logged (seq, parent, tokens, time): the messages after
+        seq ``after``, oldest first, at most ``limit`` of them, every branch's; with
+        ``branch``, that branch's alone (``SessionBranches.branch_page``)."""
         if type(after) is not int or after < 0:
             raise InvalidInput(f"after must be a seq (0 or more), not {after!r}", field="after")
         if limit is not None:
             check_limit(limit)
+        if branch is not None:
+            return self.branch_page(check_seq(branch, "branch"), after, limit)
         return self.store.messages(self.id, after + 1, None if limit is None else after + limit)
 
     def last_seq(self) -> int:

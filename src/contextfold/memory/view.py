@@ -32,6 +32,7 @@ from contextfold.core.render import Rendered, floor
 from contextfold.llm.base import LLM
 from contextfold.llm.budget import DEFAULT_LIMITS, JobLimits
 from contextfold.llm.registry import get_model
+from contextfold.memory.branch_log import BranchLog
 from contextfold.memory.cache import PromptCache
 from contextfold.memory.config import ViewChanges, ViewConfig
 from contextfold.memory.configuration import Configuration, Configured
@@ -39,8 +40,9 @@ from contextfold.memory.cycle import CompactionReport, SessionSide, run_cycle
 from contextfold.memory.figures import log_tokens
 from contextfold.memory.filters import MessageFilter
 from contextfold.memory.leases import held_lease
-from contextfold.memory.reading import ReadCaches, ViewReader
+from contextfold.memory.reading import ReadCaches, ViewReader, system_end
 from contextfold.memory.rendering import view_prompt
+from contextfold.store.tree import check_seq
 from contextfold.store.wake import LocalWake
 from contextfold.strategies.base import ViewState
 from contextfold.strategies.pipeline import Pipeline
@@ -78,15 +80,29 @@ class View:
     without the results the log holds.
     """
 
-    def __init__(self, session: SessionHandle, name: str, binding: Binding) -> None:
+    def __init__(
+        self, session: SessionHandle, name: str, binding: Binding, branch: int | None = None
+    ) -> None:
         if not name or not isinstance(name, str):
             raise InvalidInput("view name must be a non-empty string", field="view")
         self.session = session
         self.name = name
         self.binding = binding
+        self.branch = check_seq(branch, "branch")
+        """The branch this handle reads (its head seq); None: the newest message's."""
         self._reader = ViewReader(
-            session.store, session.id, name, session.counter, binding.reading, binding.on_event
+            BranchLog(session.store, session.id, self.branch),
+            session.id,
+            name,
+            session.counter,
+            binding.reading,
+            binding.on_event,
         )
+
+    def on(self, branch: int | None) -> View:
+        """This view over the branch ending at seq ``branch`` (None: the newest message's):
+        its folds are that branch's, its prompt that branch's conversation."""
+        return View(self.session, self.name, self.binding, branch)
 
     # -- configuration ----------------------------------------------------
 
@@ -163,13 +179,13 @@ class View:
     # -- reading ----------------------------------------------------------
 
     def folds(self, *, include_superseded: bool = False) -> list[Fold]:
-        system = len(self._reader.system())
+        system = system_end(self._reader.system())
         return self._reader.sound_folds(system, include_superseded=include_superseded)[1]
 
     def log_tokens(self, folds: Sequence[Fold]) -> dict[str, int]:
         """Tokens of the logged messages in each fold's range, by fold id: what a fold
         saved is measured against these (``contextfold.memory.figures``)."""
-        return log_tokens(self.session.store, self.session.id, folds)
+        return log_tokens(self._reader.store, self.session.id, folds)
 
     def floor(self) -> int:
         """The smallest budget ``render`` takes now (below it, ``BudgetError``): the reply
@@ -207,10 +223,13 @@ class View:
         *,
         query: str | None = None,
         for_provider: str | None = None,
+        branch: int | None = None,
     ) -> list[Message]:
-        """The prompt for the next model call (``query``, ``for_provider``: see
-        ``render_report``)."""
-        return self.render_report(budget, query=query, for_provider=for_provider).messages
+        """The prompt for the next model call (``query``, ``for_provider``, ``branch``:
+        see ``render_report``)."""
+        return self.render_report(
+            budget, query=query, for_provider=for_provider, branch=branch
+        ).messages
 
     def render_report(
         self,
@@ -218,6 +237,7 @@ class View:
         *,
         query: str | None = None,
         for_provider: str | None = None,
+        branch: int | None = None,
     ) -> Rendered:
         """Render, with what was omitted, clipped and recalled on the way.
 
@@ -228,8 +248,11 @@ class View:
         renders a fold that keeps that provider's own compaction as its items,
         carried in the message's ``meta`` for the wire translator; every other
         fold, and every fold for ``None``, renders as plain messages
-        (``contextfold.core.provider_items``).
+        (``contextfold.core.provider_items``). ``branch`` renders the branch
+        ending at that seq (``on``) instead of this handle's.
         """
+        if branch is not None:
+            return self.on(branch).render_report(budget, query=query, for_provider=for_provider)
         check_budget(budget)
         if query is not None and not isinstance(query, str):
             raise InvalidInput("query is a string", field="query")
@@ -275,6 +298,10 @@ class View:
         return replacement
 
     # -- compaction ---------------------------------------------------------
+
+    def commit_folds(self, folds: Sequence[Fold], version: int) -> int:
+        """Commit a job's folds to this handle's branch, the one its state was read on."""
+        return self._reader.store.commit_folds(self.session.id, self.name, folds, version)
 
     def compact(
         self, budget: int | None = None, *, limits: JobLimits = DEFAULT_LIMITS

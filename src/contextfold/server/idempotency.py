@@ -63,13 +63,13 @@ class IdempotentAppends:
         self._locks = [threading.Lock() for _ in range(STRIPES)]
 
     def append(
-        self, session: Session, messages: list[dict[str, Any]], key: str
+        self, session: Session, messages: list[dict[str, Any]], key: str, parent: int | None = None
     ) -> list[LoggedMessage]:
         keys = [f"{key}:{i}" for i in range(len(messages))]
         with self._locks[hash((session.id, key)) % STRIPES]:
             known = session.keyed([*keys, f"{key}:{len(messages)}"])
             try:
-                logged = None if known else session.extend(messages, keys=keys)
+                logged = None if known else session.extend(messages, keys=keys, parent=parent)
             except InvalidInput as exc:
                 # Another process stored one of the keys with other messages meanwhile:
                 # the store refused the reuse inside its write.

@@ -84,10 +84,17 @@ class SessionList(BaseModel):
 
 class MessagesIn(Closed):
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    parent: int | None = Field(
+        None,
+        ge=0,
+        description="append after this seq (0: a new first message), starting a branch when "
+        "it is not a branch's last; default: after the newest message",
+    )
 
 
 class LoggedOut(BaseModel):
     seq: int
+    parent: int = Field(description="the seq of the message before it on its branch; 0: none")
     message: dict[str, Any]
     tokens: int
     created_at: float
@@ -96,10 +103,25 @@ class LoggedOut(BaseModel):
     def data(logged: LoggedMessage) -> dict[str, Any]:
         return {
             "seq": logged.seq,
+            "parent": logged.parent or 0,
             "message": logged.message,
             "tokens": logged.tokens,
             "created_at": logged.created_at,
         }
+
+
+class BranchOut(BaseModel):
+    head: int = Field(description="the branch's last seq: pass it as ?branch=")
+    fork: int | None = Field(
+        description="the nearest earlier message another branch continues too (0: the "
+        "start); null for the only branch"
+    )
+    length: int
+    last_at: float
+
+
+class BranchList(BaseModel):
+    branches: list[BranchOut] = Field(description="newest head first")
 
 
 class Appended(BaseModel):

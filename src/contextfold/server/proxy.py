@@ -11,8 +11,9 @@ Responses API), streamed or not, tools included, and ``POST
    ``user`` field; it is the caller's tenant's session ``f"{tenant}/{sid}"``,
    created on first use. Another tenant's session of the same name is never
    touched: the tenant comes from the key alone.
-2. The client's conversation is matched against the log
-   (``contextfold.server.proxy_match``), and only the rest is appended.
+2. The client's conversation is matched against the log's branches
+   (``contextfold.server.proxy_match``), and only the rest is appended, where
+   the conversation parts from them (a regenerate or an edit starts a branch).
 3. The view (``X-Contextfold-View``, default ``default``; created on first
    use with the server's preset and model, and watched by the background
    runner) renders the prompt, for ``X-Contextfold-Budget`` tokens when given,
@@ -100,7 +101,6 @@ _ANSWERS: dict[int | str, dict[str, Any]] = {
         "fixed message and the error's type, code and param when they are plain words.",
         "content": {"application/json": {}, "text/event-stream": {}},
     },
-    409: {"description": "The conversation diverges from the session's log (code conflict)."},
     413: {"description": "The body is over the size limit (code payload_too_large)."},
     415: {"description": "The body is not sent as application/json (unsupported_media_type)."},
     422: {

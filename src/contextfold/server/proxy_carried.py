@@ -56,13 +56,16 @@ class CallRender:
     budget: int | None
     keeps: str | None
     """The wire's ``meta`` key put back on the prompt's logged messages (``proxy_kept``)."""
+    branch: int
+    """The seq the call continues: the branch rendered."""
 
     def __call__(self, target: ProviderName | None) -> list[Message]:
         view, budget, keeps, log = self.view, self.budget, self.keeps, self.log
         if keeps is None:
-            return view.render(budget, for_provider=target)
+            return view.render(budget, branch=self.branch, for_provider=target)
         kept = self.state.kept.of(self.session, log.last_seq, keeps)
-        return with_kept(view.render_report(budget, for_provider=target), kept, keeps, log.system)
+        rendered = view.render_report(budget, branch=self.branch, for_provider=target)
+        return with_kept(rendered, kept, keeps, log.system)
 
     def refuse(self, fold_ids: list[str], reason: str) -> None:
         """Mark the provider items of ``fold_ids`` refused: later prompts render plain."""

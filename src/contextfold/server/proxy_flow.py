@@ -1,9 +1,10 @@
 """The proxy's one flow, whatever the wire format: match, append, render, forward, log.
 
 A call (``serve``) reads the body and headers, takes the session's lock,
-matches the client's conversation (``Wire.conversation``) against the log and
-appends what is new (``contextfold.server.proxy_match``), renders the view
-for the budget of the request's model (``contextfold.server.proxy_budget``),
+matches the client's conversation (``Wire.conversation``) against the log's
+branches and appends what is new where it parts from them
+(``contextfold.server.proxy_match``; a regenerate or an edit starts a branch),
+renders the view's prompt of that branch for the budget of the request's model (``contextfold.server.proxy_budget``),
 forwards the wire's request with the rendered prompt to the upstream of the
 wire's kind, and answers: a stream relayed event by event and assembled
 (``contextfold.server.proxy_stream``), or a whole answer; either is logged
@@ -11,13 +12,13 @@ once complete. An upstream failure appends no answer: the log keeps the
 client's messages, so a retry of the same conversation goes on from there.
 
 A conversation that ``continues`` a previous response (the Responses API's
-``previous_response_id``) is the log up to the answer logged under that id,
-followed by the request's messages: the answer is found by its idempotency
+``previous_response_id``) is the branch ending at the answer logged under that
+id, followed by the request's messages: the answer is found by its idempotency
 key (``response_key``), so the lookup is one indexed read.
 
 Calls on one session are served one at a time in a process (a lock held from
-the match until the answer is logged), so two identical concurrent calls
-cannot log two answers.
+the match until the answer is logged): of two identical concurrent calls, the
+second finds the first's answer logged and regenerates it (a branch).
 """
 
 from __future__ import annotations
@@ -38,7 +39,13 @@ from contextfold.memory.session import Session
 from contextfold.server.errors import ServiceError
 from contextfold.server.proxy_budget import Fit, create_view, fit
 from contextfold.server.proxy_carried import CallRender, forward
-from contextfold.server.proxy_match import Divergence, LogDigest, LogDigests, digest, new_from
+from contextfold.server.proxy_match import (
+    LogDigest,
+    LogDigests,
+    Match,
+    append_keys,
+    match,
+)
 from contextfold.server.proxy_request import (
     check_json_type,
     check_new,
@@ -67,12 +74,13 @@ def response_key(response_id: str) -> str:
     return f"proxy:response:{response_id}"
 
 
-def _answer_key(answer: Message, seq: int) -> str:
+def _answer_key(answer: Message, at: int) -> str:
+    """The key an answer logged after seq ``at`` goes under: its response id's, if any."""
     meta = answer.get("meta")
     found = meta.get("responses") if isinstance(meta, Mapping) else None
     if isinstance(found, Mapping) and isinstance(found.get("id"), str) and found["id"]:
         return response_key(found["id"])
-    return f"proxy:{seq}:{digest(answer).hex()}"
+    return append_keys(at, [answer])[0]
 
 
 @dataclass
@@ -86,6 +94,8 @@ class _Turn:
     prompt: list[Message]
     headers: dict[str, str]
     """The budget the prompt was rendered to, and where it came from, for the client."""
+    at: int
+    """The seq the call continues: its answer is logged after it, on that branch."""
     render: CallRender
 
     async def log_answer(self, answer: Message) -> None:
@@ -100,8 +110,8 @@ class _Turn:
         self.service.hub.publish(self.session.id, {"event": "truncated", "data": data})
 
     def _append(self, answer: Message) -> None:
-        seq = self.log.last_seq + 1
-        logged = self.session.extend([answer], keys=[_answer_key(answer, seq)])
+        keys = [_answer_key(answer, self.at)]
+        logged = self.session.extend([answer], keys=keys, parent=self.at)
         _advance(self.digests, self.log, self.session.id, logged)
 
 
@@ -113,12 +123,12 @@ def _advance(digests: LogDigests, log: LogDigest, sid: str, logged: Sequence[Any
         digests.forget(sid)
 
 
-def _match(session: Session, log: LogDigest, conversation: Conversation) -> tuple[int, int]:
-    """``new_from`` for the whole history: where the client's new messages start, and the
-    log seq of its first message minus one; a continued response is expanded from the log."""
+def _match(session: Session, log: LogDigest, conversation: Conversation) -> Match:
+    """Where the client's conversation meets the log (``proxy_match.match``); a continued
+    response goes on from the logged answer, on that answer's branch."""
     messages = conversation.messages
     if conversation.continues is None:
-        return new_from(log, messages)
+        return match(log, messages)
     key = response_key(conversation.continues)
     found = session.keyed([key]).get(key)
     if found is None:
@@ -129,11 +139,7 @@ def _match(session: Session, log: LogDigest, conversation: Conversation) -> tupl
             "session",
             field="previous_response_id",
         )
-    if found.seq == log.last_seq:
-        return 0, log.last_seq
-    history = [m.message for m in session.messages(limit=found.seq)]
-    first, skipped = new_from(log, [*history, *messages])
-    return first - len(history), skipped + len(history)
+    return match(log, messages, after=found.seq)
 
 
 def _prepare(
@@ -170,21 +176,17 @@ def _prepare(
         validate_messages(messages)
         session = service.memory.session(store_id)
     log = state.digests.current(session)
-    try:
-        first, skipped = _match(session, log, conversation)
-    except Divergence as exc:
-        raise ServiceError(409, "conflict", exc.reason, index=exc.index) from None
-    new = messages[first:]
+    found = _match(session, log, conversation)
+    new, at = messages[found.matched :], found.at
     check_new(len(new))
     if new:
-        at = log.last_seq + 1
-        keys = [f"proxy:{at + i}:{digest(m).hex()}" for i, m in enumerate(new)]
         try:
-            logged = session.extend(new, keys=keys)
+            logged = session.extend(new, keys=append_keys(at, new), parent=at)
         except InvalidInput as exc:
-            index = None if exc.index is None else exc.index - skipped
+            index = None if exc.index is None else exc.index - found.skipped
             raise InvalidInput(exc.reason, index=index, field=exc.field) from None
         _advance(state.digests, log, store_id, logged)
+        at = logged[-1].seq
     ready = (view_name, id(service.runner))
     if ready not in log.views:
         if session.view(view_name).version == 0:
@@ -193,7 +195,7 @@ def _prepare(
         log.views.add(ready)
     view = session.view(view_name)
     budget, source = fitted.choose(budget, view.config.budget)
-    render = CallRender(state, session, log, view, budget, keeps)
+    render = CallRender(state, session, log, view, budget, keeps, at)
     prompt = render(target)
     shown = str(budget if budget is not None else view.config.budget)
     headers = {
@@ -201,7 +203,7 @@ def _prepare(
         "X-Contextfold-Budget-Source": source,
         "X-Contextfold-Budget-Tools": str(fitted.subtracted(source)),
     }
-    return _Turn(service, session, log, state.digests, prompt, headers, render)
+    return _Turn(service, session, log, state.digests, prompt, headers, at, render)
 
 
 def peek(
@@ -221,15 +223,13 @@ def peek(
     except NotFound:
         return conversation.messages
     log = state.digests.current(session)
-    try:
-        first, _ = _match(session, log, conversation)
-    except Divergence as exc:
-        raise ServiceError(409, "conflict", exc.reason, index=exc.index) from None
+    found = _match(session, log, conversation)
+    new = conversation.messages[found.matched :]
     view = session.view(view_name)
     if view.version == 0:
-        return [*session.history(), *conversation.messages[first:]]
+        return [*session.history(branch=found.at or None), *new]
     chosen, _ = fitted.choose(budget, view.config.budget)
-    return [*view.render(chosen), *conversation.messages[first:]]
+    return [*view.render(chosen, branch=found.at), *new]
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,14 @@
 """Matching a client's whole conversation against a session's log.
 
-An OpenAI client resends its whole conversation on every call. The proxy keeps
-the log append-only, so the rule is strict: the log's messages must be a
-prefix of the client's list, and only what follows that prefix is new. A list
-that differs from the log anywhere, or is shorter than it, is a divergence
-(HTTP 409 naming the index), never a silent merge.
+A client resends its whole conversation on every call. The log is a tree
+(``contextfold.core.branches``), so the client's list is matched against its
+branches: the longest run of the client's messages that some branch starts
+with, from the root, is the common prefix; the call continues at the deepest
+matched message, and what follows it in the client's list is appended there.
+A client that extends the conversation continues its branch; one that
+regenerates (the same list without the last answer), edits an earlier message
+or drops a turn starts a branch; nothing logged changes. Of two branches
+holding the same message at a point, the newer is followed.
 
 The session's system prompt: a client whose list starts with a system (or
 developer) message is matched against the log from seq 1, so its system
@@ -15,12 +19,12 @@ keeps it server-side, and the client need not know it.
 
 Matching is cheap: messages are compared by a 16-byte digest of what a model
 sees (role, content, name, tool calls, tool call id, refusal). ``LogDigests``
-keeps each session's digests in this process (17 bytes a message, two million
-messages in all by default) and, on each call, reads only the messages
-appended since it last looked (one ``last_seq`` query, plus a read of
-the new tail when another writer appended). The client's messages are digested
-once per call; only one that differs from the log, or is new, is validated
-in full.
+keeps each session's digests in this process (21 bytes a message with its
+parent, two million messages in all by default, and an entry for each message
+that starts a branch) and, on each call, reads only the messages appended since
+it last looked (one ``last_seq`` query, plus a read of the new tail when
+another writer appended). The client's messages are digested once per call;
+only new ones are validated in full, when appended.
 """
 
 from __future__ import annotations
@@ -28,25 +32,17 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from contextfold.core.log import LoggedMessage
-from contextfold.core.messages import Message, validate_message
+from contextfold.core.messages import Message
 from contextfold.memory.session import Session
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
-
-
-class Divergence(Exception):
-    """The client's conversation is not the log followed by new messages."""
-
-    def __init__(self, index: int, reason: str) -> None:
-        self.index = index
-        self.reason = reason
-        super().__init__(reason)
 
 
 def digest(message: Mapping[str, Any]) -> bytes:
@@ -103,6 +99,9 @@ class LogDigest:
     last_seq: int = 0
     digests: bytearray = field(default_factory=bytearray)
     roles: bytearray = field(default_factory=bytearray)
+    parents: array[int] = field(default_factory=lambda: array("I"))
+    forks: dict[int, list[int]] = field(default_factory=dict)
+    """The children of a message other than the seq right after it, oldest first."""
     system: int = 0  # leading system/developer messages
     # Views this process made ready (created if new, watched by the runner) for this
     # incarnation of the session, by (name, runner): a recreated session starts empty.
@@ -123,11 +122,32 @@ class LogDigest:
             if record.seq != self.last_seq + 1:
                 raise ValueError(f"log read out of order: seq {record.seq} after {self.last_seq}")
             role = record.role
-            if self.system == len(self.roles) and role in _SYSTEM_ROLES:
+            parent = record.seq - 1 if record.parent is None else record.parent
+            if self.system == len(self.roles) == parent and role in _SYSTEM_ROLES:
                 self.system += 1
+            if parent != record.seq - 1:
+                self.forks.setdefault(parent, []).append(record.seq)
             self.digests += digest(record.message)
             self.roles.append(_ROLES.index(role) if role in _ROLES else 255)
+            self.parents.append(parent)
             self.last_seq = record.seq
+
+    def depth(self, seq: int) -> int:
+        """How many messages the branch ending at ``seq`` holds, ``seq`` included."""
+        count = 0
+        while 0 < seq <= len(self.parents):
+            count, seq = count + 1, self.parents[seq - 1]
+        return count
+
+    def children(self, seq: int, wanted: bytes) -> list[int]:
+        """The messages following ``seq`` (0: first messages) whose digest is ``wanted``,
+        newest first."""
+        found = [c for c in reversed(self.forks.get(seq, ())) if self.digest_at(c - 1) == wanted]
+        after = seq + 1
+        follows = after <= len(self.parents) and self.parents[after - 1] == seq
+        if follows and self.digest_at(seq) == wanted:
+            found.append(after)
+        return found
 
 
 class LogDigests:
@@ -187,37 +207,52 @@ class LogDigests:
                 self._messages -= len(entry)
 
 
-def new_from(log: LogDigest, client: Sequence[Message]) -> tuple[int, int]:
-    """Where the client's new messages start, and the log seq of its first message minus one.
+@dataclass(frozen=True)
+class Match:
+    """Where a client's conversation meets the log: ``client[matched:]`` is new, and goes
+    after seq ``at`` (0: a new first message); ``skipped`` leading system messages of
+    the log were not in the client's list."""
 
-    Returns ``(first_new, skipped)``: ``client[first_new:]`` are new, and
-    ``client[i]`` is the log's ``seq = skipped + i + 1``. Raises ``InvalidInput``
-    for a malformed message met on the way and ``Divergence`` when the log is
-    not a prefix of the client's list.
+    at: int
+    matched: int
+    skipped: int
+
+
+def match(log: LogDigest, client: Sequence[Message], *, after: int | None = None) -> Match:
+    """The longest prefix of ``client`` that a branch of the log starts with.
+
+    A client list starting with a system (or developer) message is matched from
+    the log's first message; any other after the log's leading system messages.
+    With ``after`` (a logged seq: a continued response), the list is matched
+    from there, as the rest of that message's branch.
     """
-    starts_with_system = bool(client) and client[0].get("role") in _SYSTEM_ROLES
-    skipped = 0 if starts_with_system else log.system
-    stored = len(log) - skipped
-    packed = memoryview(log.digests)
-    for i, message in enumerate(client[:stored]):
-        at = (skipped + i) * _SIZE
-        if digest(message) != packed[at : at + _SIZE]:
-            validate_message(message, index=i)
-            role = log.role_at(skipped + i)
-            raise Divergence(
-                i,
-                f"the conversation diverges from the session's log at message {i}: the log "
-                f"holds a different {role} message there (seq {skipped + i + 1}); the log is "
-                "append-only, so send the conversation as logged or use a new session",
-            )
-    if len(client) < stored:
-        missing = stored - len(client)
-        raise Divergence(
-            len(client),
-            f"the conversation ends at message {len(client)} but the session's log holds "
-            f"{missing} more message(s) from there (the first a "
-            f"{log.role_at(skipped + len(client))} message, e.g. an answer logged for a call "
-            "whose reply the client did not keep); send the conversation as logged or use a "
-            "new session",
-        )
-    return stored, skipped
+    if after is not None:
+        skipped = log.depth(after)
+        start = after
+    else:
+        starts_with_system = bool(client) and client[0].get("role") in _SYSTEM_ROLES
+        skipped = start = 0 if starts_with_system else log.system
+    wanted = [digest(message) for message in client]
+    best = (0, start)
+    # Depth first, newest branch first: the first deepest match found is the newest's.
+    stack = [(0, start)]
+    while stack:
+        matched, at = stack.pop()
+        if matched > best[0]:
+            best = (matched, at)
+        if matched < len(wanted):
+            found = log.children(at, wanted[matched])
+            stack += [(matched + 1, child) for child in reversed(found)]
+    return Match(best[1], best[0], skipped)
+
+
+def append_keys(at: int, messages: Sequence[Message]) -> list[str]:
+    """Idempotency keys for ``messages`` appended after seq ``at``: each names its place
+    by that seq and every message from there to it, so a retry (another process
+    appending the same conversation) finds them logged, and no other list does."""
+    keys: list[str] = []
+    chain = hashlib.blake2b(str(at).encode(), digest_size=16)
+    for message in messages:
+        chain.update(digest(message))
+        keys.append(f"proxy@{at}:{chain.hexdigest()}")
+    return keys

@@ -193,15 +193,17 @@ class Service:
         if not self.memory.delete_session(sid):
             raise NotFound(f"no session {session_id!r}")
 
-    def in_batch(self, session: Session, exc: InvalidInput) -> InvalidInput:
+    def in_batch(
+        self, session: Session, exc: InvalidInput, parent: int | None = None
+    ) -> InvalidInput:
         """The error with ``index`` counted in the request's batch, not in the log.
 
-        The library counts from the start of the log; nothing was stored, so
-        the log's length now is where the batch would have started.
+        The library counts from the start of the branch; nothing was stored, so
+        the branch's length up to where the batch goes is where it would have started.
         """
         if exc.index is None:
             return exc
-        offset = session.last_seq()
+        offset = session.last_seq() if parent is None else len(session.messages(branch=parent))
         index = exc.index - offset if exc.index >= offset else exc.index
         return InvalidInput(exc.reason, index=index, field=exc.field)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -21,6 +22,7 @@ from contextfold.server.models import (
     ERRORS,
     SESSION_ID_PATTERN,
     Appended,
+    BranchList,
     History,
     LoggedOut,
     MessagesIn,
@@ -112,18 +114,19 @@ async def append_messages(
         ),
     ] = None,
 ) -> FastJSON:
-    """Append one message or a batch, all or none."""
+    """Append one message or a batch, all or none: after the newest message, or after
+    ``parent`` (a branch when that is not a branch's last message)."""
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
 
     def append() -> list[dict[str, Any]]:
         session = svc.session(tenant, sid)
         try:
             if idempotency_key is None:
-                logged = session.extend(messages)
+                logged = session.extend(messages, parent=body.parent)
             else:
-                logged = svc.idempotent.append(session, messages, idempotency_key)
+                logged = svc.idempotent.append(session, messages, idempotency_key, body.parent)
         except InvalidInput as exc:
-            raise svc.in_batch(session, exc) from None
+            raise svc.in_batch(session, exc, body.parent) from None
         return [LoggedOut.data(r) for r in logged]
 
     records = await svc.run(append)
@@ -138,18 +141,34 @@ async def history(
     tenant: Tenant,
     after: Annotated[int, Query(ge=0, description="the last seq already read")] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_HISTORY_PAGE)] = HISTORY_PAGE,
+    branch: Annotated[
+        int | None, Query(ge=0, description="only this branch's messages (its head seq)")
+    ] = None,
 ) -> FastJSON:
-    """The whole log, never folded, by seq: messages after ``after``."""
+    """The whole log, never folded, by seq (every branch's; with ``branch``, that
+    branch's alone): messages after ``after``, each with its ``parent``."""
 
     def read() -> dict[str, Any]:
         session = svc.session(tenant, sid)
-        page = session.messages(after=after, limit=limit + 1)
+        page = session.messages(after=after, limit=limit + 1, branch=branch)
         more = len(page) > limit
         page = page[:limit]
         return {
             "messages": [LoggedOut.data(r) for r in page],
             "next_after": page[-1].seq if more else None,
         }
+
+    return FastJSON(await svc.run(read))
+
+
+@router.get("/{sid}/branches", response_model=BranchList)
+async def branches(sid: SessionPath, svc: ServiceDep, tenant: Tenant) -> FastJSON:
+    """The log's branches, newest head first: a regenerated answer or an edited message
+    starts one; each is named by its head seq."""
+
+    def read() -> dict[str, Any]:
+        found = svc.session(tenant, sid).branches()
+        return {"branches": [asdict(b) for b in found]}
 
     return FastJSON(await svc.run(read))
 

@@ -41,6 +41,10 @@ Budget = Annotated[
     int | None,
     Query(gt=0, le=MAX_BUDGET, description="tokens; the view's budget when absent"),
 ]
+BranchQuery = Annotated[
+    int | None,
+    Query(ge=0, description="the branch (its head seq, GET .../branches); default the newest"),
+]
 
 
 def stored_view(svc: Service, tenant: str, sid: str, name: str) -> View:
@@ -123,11 +127,14 @@ async def render(
         str | None,
         Query(max_length=10_000, description="recall by this text, not the latest user message"),
     ] = None,
+    branch: BranchQuery = None,
 ) -> FastJSON:
-    """The view's prompt for the next model call, with what render did to fit it."""
+    """The view's prompt for the next model call, with what render did to fit it: the
+    newest branch's, or ``branch``'s."""
 
     def rendered() -> dict[str, Any]:
-        prompt = stored_view(svc, tenant, sid, name).render_report(budget, query=query)
+        view = stored_view(svc, tenant, sid, name)
+        prompt = view.render_report(budget, query=query, branch=branch)
         report = {
             "tokens": prompt.tokens,
             "budget": prompt.budget,
@@ -151,12 +158,14 @@ async def folds(
     svc: ServiceDep,
     tenant: Tenant,
     superseded: Annotated[bool, Query(description="include superseded folds")] = False,
+    branch: BranchQuery = None,
 ) -> FastJSON:
-    """The view's folds by start: the range of the log each covers, how, and what it saved
-    against the logged messages of that range (``log_tokens - tokens_after``)."""
+    """The view's folds of a branch (the newest, or ``branch``) by start: the range of the
+    log each covers, how, and what it saved against the logged messages of that range
+    (``log_tokens - tokens_after``)."""
 
     def listing() -> list[dict[str, Any]]:
-        view = stored_view(svc, tenant, sid, name)
+        view = stored_view(svc, tenant, sid, name).on(branch)
         found = view.folds(include_superseded=superseded)
         log = view.log_tokens(found)
         return [FoldOut.data(f, log[f.id]) for f in found]

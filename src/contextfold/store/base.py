@@ -12,10 +12,17 @@ Invariants, checked by ``contextfold.testing.store_contract`` against every back
 
 - The log is append-only. ``seq`` runs 1, 2, 3... per session without gaps; a
   stored message never changes. An append is all-or-nothing.
+- The log is a tree (``contextfold.core.branches``): every message has a
+  ``parent``, the message before it on its branch (0 for a first one). An
+  append names the parent of its first message, or continues the newest
+  message's branch; each later message of the batch follows the one before
+  it. A branch is the parent chain from its head; ``head`` reads it as
+  ``BranchPath`` runs, and a log appended without parents is one run.
 - What may follow what (``contextfold.core.order``: a tool result right after
   its call, once; the system prompt first; a key names one message) is checked
-  by ``check_batch`` inside the append's write transaction, against the log's
-  tail read under the same lock, so no concurrent append can slip in between.
+  by ``check_batch`` inside the append's write transaction, against the tail of
+  the branch the batch continues (its parent chain), read under the same lock,
+  so no concurrent append can slip in between.
   A batch breaking a rule raises ``InvalidInput`` and nothing of it is written.
 - A message appended with an idempotency ``key`` already in the session is not
   stored again when it is the same message; the earlier record is returned in
@@ -26,8 +33,9 @@ Invariants, checked by ``contextfold.testing.store_contract`` against every back
 - Folds are per (session, view) and versioned: every successful commit bumps the
   view's version by one. ``commit_folds`` is atomic and refused with
   ``FoldConflict`` when the version is not the one the job was planned at, and
-  with ``InvalidInput`` when a fold partly overlaps an active one. Folds a commit
-  covers are marked superseded, never deleted.
+  with ``InvalidInput`` when a fold partly overlaps an active one of its
+  branch (the folds whose end the branch holds). Folds a commit covers are
+  marked superseded, never deleted.
 - Views never see each other's folds.
 - A fold found unfit to render (damaged, or at odds with the log) is quarantined
   by ``quarantine_fold``: kept and marked with the reason, never handed out by
@@ -63,6 +71,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
+from contextfold.core.branches import BranchPath
 from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold
 from contextfold.core.log import (
@@ -76,9 +85,12 @@ from contextfold.core.log import (
 
 
 class Head(NamedTuple):
+    """A branch's last seq and path, and the view's fold and configuration versions."""
+
     last_seq: int
     fold_version: int
     view_version: int
+    path: BranchPath = BranchPath()
 
 
 class SearchHit(NamedTuple):
@@ -142,8 +154,20 @@ class Store(Protocol):
         """Remove the session and everything kept for it; False if there was none."""
         ...
 
-    def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
-        """Append atomically; one record a message, in order (earlier ones for known keys)."""
+    def append(
+        self, session_id: str, batch: Sequence[NewMessage], *, parent: int | None = None
+    ) -> list[LoggedMessage]:
+        """Append atomically; one record a message, in order (earlier ones for known keys).
+
+        The first message follows ``parent`` (a logged seq, or 0 to start a new
+        root); None continues the branch of the newest message. A ``parent``
+        not in the log is ``InvalidInput`` naming ``parent``.
+        """
+        ...
+
+    def links(self, session_id: str) -> list[tuple[int, int]]:
+        """``(seq, parent)`` of every logged message, oldest first: the tree, without
+        the messages (what a listing of branches reads)."""
         ...
 
     def messages(
@@ -212,15 +236,29 @@ class Store(Protocol):
         ...
 
     def commit_folds(
-        self, session_id: str, view: str, folds: Sequence[Fold], expected_version: int
+        self,
+        session_id: str,
+        view: str,
+        folds: Sequence[Fold],
+        expected_version: int,
+        *,
+        branch: int | None = None,
     ) -> int:
-        """Commit folds atomically if the view is still at ``expected_version``; the new version."""
+        """Commit folds atomically if the view is still at ``expected_version``; the new version.
+
+        ``branch`` (a head seq) is the branch the folds were made on: they are
+        checked against, and supersede, only the folds of that branch, and each
+        must end on it. None: the whole log is one branch, as before branches.
+        """
         ...
 
-    def head(self, session_id: str, view: str) -> Head:
-        """The log's last seq and the view's fold and configuration versions, in one read.
+    def head(self, session_id: str, view: str, *, branch: int | None = None) -> Head:
+        """A branch's last seq and path, and the view's fold and configuration versions.
 
-        What a cached render checks: when none moved, the last prompt still holds.
+        ``branch`` is a logged seq: the branch ending there. None: the branch
+        of the newest message (``last_seq`` is then the log's, as it always
+        was). What a cached render checks: when none moved, the last prompt
+        still holds. A ``branch`` not in the log is ``InvalidInput`` naming ``branch``.
         """
         ...
 

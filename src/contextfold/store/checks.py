@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from contextfold.core.checks import check_limit
@@ -17,11 +18,24 @@ from contextfold.core.log import ApiKey, NewMessage
 from contextfold.core.order import SYSTEM_KEY, Tail, first_violation
 
 
-def check_batch(tail: Tail, batch: Sequence[NewMessage]) -> None:
-    """Raise the first rule ``batch`` breaks after ``tail``; every store calls it in its write."""
+def check_batch(
+    tail: Tail, batch: Sequence[NewMessage], depth: Callable[[], int] | None = None
+) -> None:
+    """Raise the first rule ``batch`` breaks after ``tail``; every store calls it in its write.
+
+    ``depth``, when given, counts the branch before the batch (``tail.last_seq``
+    is then 0): read only when a rule needs it (a system prompt) or an error
+    names the message's place, so a sound append reads nothing for it.
+    """
+    if depth is not None and any(new.key == SYSTEM_KEY for new in batch):
+        tail, depth = replace(tail, last_seq=depth()), None
     violation = first_violation(tail, [new.message for new in batch], [new.key for new in batch])
-    if violation is not None:
-        raise violation
+    if violation is None:
+        return
+    if depth is not None:
+        index = (violation.index or 0) + depth()
+        raise InvalidInput(violation.reason, index=index, field=violation.field)
+    raise violation
 
 
 def system_prompt(system: NewMessage | None) -> list[NewMessage]:

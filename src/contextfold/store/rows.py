@@ -39,7 +39,7 @@ from contextfold.core.tokens import (
 
 
 def logged(session_id: str, row: tuple[Any, ...]) -> LoggedMessage:
-    seq, text, tokens, key, created_at = row
+    seq, text, tokens, key, created_at, parent = row
     try:
         message = json.loads(text)
     except (TypeError, ValueError) as exc:
@@ -58,7 +58,7 @@ def logged(session_id: str, row: tuple[Any, ...]) -> LoggedMessage:
             "it could overflow its budget. Recount the row (its message is intact) or restore "
             "it from a backup"
         )
-    return LoggedMessage(seq, message, tokens, key, created_at)
+    return LoggedMessage(seq, message, tokens, key, created_at, int(parent))
 
 
 def plausible_tokens(message: Mapping[str, Any], length: int) -> tuple[int, int]:

@@ -63,6 +63,7 @@ ATTEMPTS: dict[tuple[str, str], Attempt] = {
         NOT_FOUND, body={"messages": [{"role": "user", "content": "b writes"}]}
     ),
     ("GET", API + "/{sid}/messages"): Attempt(NOT_FOUND),
+    ("GET", API + "/{sid}/branches"): Attempt(NOT_FOUND),
     ("GET", API + "/{sid}/events"): Attempt(NOT_FOUND),
     ("GET", API + "/{sid}/views"): Attempt(NOT_FOUND),
     ("PUT", API + "/{sid}/views/{name}"): Attempt(NOT_FOUND, body={"budget": 100}),
@@ -75,6 +76,22 @@ ATTEMPTS: dict[tuple[str, str], Attempt] = {
     ("POST", "/v1/chat/completions"): Attempt(
         frozenset({502}),
         body={"model": "m", "messages": [{"role": "user", "content": "b asks"}]},
+        headers={"X-Contextfold-Session": A_SESSION, "X-Contextfold-View": A_VIEW},
+    ),
+    ("POST", "/v1/responses"): Attempt(
+        frozenset({502}),
+        body={"model": "m", "input": "b asks"},
+        headers={"X-Contextfold-Session": A_SESSION, "X-Contextfold-View": A_VIEW},
+    ),
+    ("POST", "/v1/messages"): Attempt(
+        frozenset({502}),
+        body={"model": "claude-m", "max_tokens": 9, "messages": [{"role": "user", "content": "b"}]},
+        headers={"X-Contextfold-Session": A_SESSION, "X-Contextfold-View": A_VIEW},
+    ),
+    # With no upstream to ask, the count is the local estimate of B's own prompt.
+    ("POST", "/v1/messages/count_tokens"): Attempt(
+        frozenset({200}),
+        body={"model": "claude-m", "messages": [{"role": "user", "content": "b"}]},
         headers={"X-Contextfold-Session": A_SESSION, "X-Contextfold-View": A_VIEW},
     ),
     ("GET", "/v1/models"): Attempt(frozenset({502})),

@@ -23,7 +23,7 @@ opens the same store in another process (``open_store``); a store declaring
 
 The promises are grouped by theme: the log here, folds (``store_contract_folds``),
 views and leases (``store_contract_views``), the order rules
-(``store_contract_order``), racing writers (``store_contract_concurrent``),
+(``store_contract_order``), the log as a tree (``store_contract_branches``), racing writers (``store_contract_concurrent``),
 search (``store_contract_search``), the service's port (``store_contract_admin``)
 and the declared abilities (``store_contract_abilities``).
 
@@ -44,6 +44,7 @@ from contextfold.core.log import NewMessage
 from contextfold.store.base import Store
 from contextfold.testing.store_contract_abilities import AbilitiesContract
 from contextfold.testing.store_contract_admin import SessionAdminContract
+from contextfold.testing.store_contract_branches import BranchContract
 from contextfold.testing.store_contract_common import (
     calling,
     message,
@@ -64,6 +65,7 @@ class StoreContract(
     SessionAdminContract,
     SearchContract,
     OrderContract,
+    BranchContract,
     ConcurrentContract,
     AbilitiesContract,
 ):

@@ -115,17 +115,17 @@ class FoldContract(ContractHooks):
 
     def test_head_is_last_seq_fold_version_and_view_version(self, store: Store) -> None:
         sid = opened(store)
-        assert store.head(sid, "default") == (0, 0, 0)
+        assert store.head(sid, "default")[:3] == (0, 0, 0)
         store.append(sid, [message(f"m{i}") for i in range(4)])
-        assert store.head(sid, "default") == (4, 0, 0)
+        assert store.head(sid, "default")[:3] == (4, 0, 0)
         store.commit_folds(sid, "default", [fold_of(1, 2)], 0)
         store.append(sid, [message("m5")])
-        assert store.head(sid, "default") == (5, 1, 0)
-        assert store.head(sid, "planner") == (5, 0, 0)
+        assert store.head(sid, "default")[:3] == (5, 1, 0)
+        assert store.head(sid, "planner")[:3] == (5, 0, 0)
         store.put_view(sid, "planner", {"budget": 1})
         store.put_view(sid, "planner", {"budget": 2})
-        assert store.head(sid, "planner") == (5, 0, 2)
-        assert store.head(sid, "default") == (
+        assert store.head(sid, "planner")[:3] == (5, 0, 2)
+        assert store.head(sid, "default")[:3] == (
             store.last_seq(sid),
             store.head(sid, "default").fold_version,
             0,

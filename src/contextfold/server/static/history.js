@@ -9,6 +9,7 @@ export class History {
   constructor(sid, onFold) {
     this.sid = sid;
     this.onFold = onFold;
+    this.branch = null; // null: every branch's messages, by seq
     this.lastSeq = 0;
     this.total = 0;
     this.flashed = null;
@@ -51,15 +52,25 @@ export class History {
 
   async fetchPage() {
     const path = `/api/v1/sessions/${encodeURIComponent(this.sid)}/messages`;
-    const data = await api(path + query({ after: this.nextAfter, limit: PAGE }));
+    const data = await api(path + query({ after: this.nextAfter, limit: PAGE, branch: this.branch }));
     for (const record of data.messages) {
       if (this.cards.has(record.seq)) continue;
       const card = messageCard(record.message, {
         seq: record.seq,
         tokens: record.tokens,
         created_at: record.created_at,
-        attrs: { "data-seq": record.seq, id: `m${record.seq}`, style: { gridRow: String(record.seq) } },
+        attrs: {
+          "data-seq": record.seq,
+          "data-parent": record.parent,
+          id: `m${record.seq}`,
+          style: { gridRow: String(record.seq) },
+        },
       });
+      // A message that does not follow the one before it starts a branch: say after which.
+      if (record.parent !== record.seq - 1) {
+        const after = record.parent ? `after #${record.parent}` : "as a new start";
+        card.prepend(el("p", { class: "branch-mark small muted" }, `Branch: ${after}`));
+      }
       this.cards.set(record.seq, card);
       this.grid.append(card);
       this.lastSeq = Math.max(this.lastSeq, record.seq);
@@ -68,6 +79,17 @@ export class History {
     this.more.hidden = this.complete;
     this.drawCount();
     this.drawBands();
+  }
+
+  // Show one branch (its head seq), or every branch's messages (null), from the start.
+  async setBranch(branch) {
+    if (this.loading) await this.loading;
+    this.branch = branch;
+    this.cards.clear();
+    this.grid.replaceChildren();
+    this.lastSeq = 0;
+    this.nextAfter = 0;
+    await this.loadMore();
   }
 
   setTotal(total) {

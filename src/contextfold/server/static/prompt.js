@@ -28,12 +28,12 @@ export class Prompt {
   }
 
   // Only the latest request draws: slider moves can answer out of order.
-  async render(view, budget, folds) {
+  async render(view, budget, folds, branch = null) {
     const asked = ++this.asked;
     const path = `/api/v1/sessions/${encodeURIComponent(this.sid)}/views/${encodeURIComponent(view)}/render`;
     let data;
     try {
-      data = await api(path + query({ budget }));
+      data = await api(path + query({ budget, branch }));
     } catch (error) {
       if (asked !== this.asked) return;
       if (!(error instanceof ApiError)) throw error;

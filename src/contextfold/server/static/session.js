@@ -1,6 +1,7 @@
 // One session: the log on one side, a view's prompt on the other, a view picker,
-// a budget slider bounded by the view's floor, superseded folds on demand, the
-// view's background job, and live updates from the event stream.
+// a branch picker (when a regenerate or an edit made branches), a budget slider
+// bounded by the view's floor, superseded folds on demand, the view's background
+// job, and live updates from the event stream.
 import { ApiError, api, count, debounce, el, errorNode, isoTime, setCrumbs, storedKey, timeNode } from "./api.js";
 import { History, savedText, savedTokens } from "./history.js";
 import { JobLine } from "./job.js";
@@ -16,8 +17,9 @@ export async function showSession(root, sid) {
 
   let info;
   let views;
+  let branches;
   try {
-    [info, views] = await Promise.all([api(base), api(base + "/views")]);
+    [info, views, branches] = await Promise.all([api(base), api(base + "/views"), api(base + "/branches")]);
   } catch (error) {
     const text = error instanceof ApiError && error.status === 404 ? `No session “${sid}” here.` : error;
     root.replaceChildren(el("section", { class: "list-page" }, errorNode(text instanceof Error ? text : { message: text })));
@@ -30,6 +32,8 @@ export async function showSession(root, sid) {
     budget: null,
     folds: [],
     superseded: false,
+    branches: branches.branches,
+    branch: null, // null: the newest branch's prompt, and every branch's messages in the log
   };
   const logPane = new History(sid, showFold);
   const prompt = new Prompt(sid, (fold) => logPane.reveal(fold), budgetRose);
@@ -48,6 +52,34 @@ export async function showSession(root, sid) {
     title: "The system prompt and the latest user message are never left out: the budget must hold them.",
   });
   const toggle = el("input", { type: "checkbox", id: "show-superseded" });
+  const branchPicker = el("select", { id: "branch-picker", "aria-label": "Branch" });
+  const branchLabel = el("label", { id: "branch-label" }, "Branch ", branchPicker);
+
+  // Branches come from a regenerated answer or an edited message; each is named by its
+  // last message. The first choice follows the newest branch and shows the whole log.
+  function drawBranches() {
+    const known = state.branches.some((b) => String(b.head) === String(state.branch));
+    if (!known) state.branch = null;
+    branchLabel.hidden = state.branches.length < 2;
+    const newest = state.branches[0];
+    const options = [el("option", { value: "" }, newest ? `Newest (ends at #${newest.head}), whole log` : "Newest")];
+    for (const branch of state.branches) {
+      const parts = branch.fork === null ? "" : branch.fork ? `, parts after #${branch.fork}` : ", a new start";
+      options.push(
+        el("option", { value: String(branch.head) }, `Ends at #${branch.head}: ${count(branch.length)} messages${parts}`),
+      );
+    }
+    branchPicker.replaceChildren(...options);
+    branchPicker.value = state.branch === null ? "" : String(state.branch);
+  }
+
+  async function selectBranch(value) {
+    state.branch = value ? Number(value) : null;
+    remember();
+    await logPane.setBranch(state.branch);
+    await loadFolds();
+    await renderPrompt();
+  }
 
   function drawStats() {
     stats.replaceChildren(
@@ -104,12 +136,14 @@ export async function showSession(root, sid) {
     const search = new URLSearchParams();
     if (state.view) search.set("view", state.view);
     if (state.budget) search.set("budget", String(state.budget));
+    if (state.branch !== null) search.set("branch", String(state.branch));
     replaceQuery(search);
   }
 
   async function loadFolds() {
     if (!state.view) return;
-    const path = `${base}/views/${encodeURIComponent(state.view)}/folds?superseded=${state.superseded}`;
+    const branch = state.branch === null ? "" : `&branch=${state.branch}`;
+    const path = `${base}/views/${encodeURIComponent(state.view)}/folds?superseded=${state.superseded}${branch}`;
     const data = await api(path);
     state.folds = data.folds;
     logPane.setFolds(state.folds);
@@ -120,7 +154,7 @@ export async function showSession(root, sid) {
       prompt.empty(`This session has no view yet, so there is no prompt to show: create one with PUT ${base}/views/NAME (a preset and a budget).`);
       return;
     }
-    await prompt.render(state.view, state.budget, state.folds);
+    await prompt.render(state.view, state.budget, state.folds, state.branch);
   }
 
   function drawJob() {
@@ -192,6 +226,7 @@ export async function showSession(root, sid) {
   }, 300);
 
   picker.addEventListener("change", guarded(() => selectView(picker.value)));
+  branchPicker.addEventListener("change", guarded(() => selectBranch(branchPicker.value)));
   slider.addEventListener("input", () => {
     state.budget = Number(slider.value);
     budgetOut.textContent = `${count(state.budget)} tokens`;
@@ -213,8 +248,10 @@ export async function showSession(root, sid) {
       ? "default"
       : (state.views[0] || {}).name || null;
   state.budget = Number(params.get("budget")) || null;
+  state.branch = params.get("branch") ? Number(params.get("branch")) : null;
   drawStats();
   drawPicker();
+  drawBranches();
   setSliderRange();
   drawJob();
 
@@ -228,6 +265,7 @@ export async function showSession(root, sid) {
         "div",
         { class: "toolbar controls" },
         el("label", {}, "View ", picker),
+        branchLabel,
         el("label", { class: "budget" }, "Budget ", slider, budgetOut, floorOut),
         el("label", { class: "check" }, toggle, " Show superseded folds"),
       ),
@@ -243,6 +281,7 @@ export async function showSession(root, sid) {
   );
 
   logPane.setTotal(info.last_seq);
+  logPane.branch = state.branch;
   await guarded(async () => {
     await logPane.loadMore();
     await loadFolds();
@@ -271,6 +310,8 @@ export async function showSession(root, sid) {
       guarded(async () => {
         info = await api(base);
         await refreshView(); // a new user message moves the floor
+        state.branches = (await api(base + "/branches")).branches;
+        drawBranches();
         drawStats();
         rebound();
         logPane.setTotal(info.last_seq);

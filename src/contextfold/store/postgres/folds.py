@@ -11,28 +11,48 @@ from typing import Any
 
 import psycopg
 
+from contextfold.core.branches import BranchPath
 from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold, FoldSpan, Span
 from contextfold.store import rows
 from contextfold.store.postgres import sql as q
+from contextfold.store.tree import on_branch
 
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 
 
-def spans_near(cur: Cursor, session_id: str, view: str, folds: Sequence[Fold]) -> list[FoldSpan]:
-    """The active folds a commit of ``folds`` can meet: read by index, not all of them.
+def spans_near(
+    cur: Cursor,
+    session_id: str,
+    view: str,
+    folds: Sequence[Fold],
+    branch: BranchPath | None = None,
+) -> list[FoldSpan]:
+    """The active folds of the branch a commit of ``folds`` can meet: read by index, not
+    all of them (``branch`` None: the whole log is one branch).
 
-    Active in-place folds never overlap, so those meeting ``lo..hi`` are the
-    one starting before ``lo`` (if it reaches in) and those starting inside.
+    Active in-place folds of a branch never overlap, so those meeting ``lo..hi``
+    are the branch's nearest one starting before ``lo`` (if it reaches in) and
+    those starting inside.
     """
     params: dict[str, Any] = {"session": session_id, "view": view}
-    found = cur.execute(q.FACTS_SPANS_SQL, params).fetchall()
+    found = [_span(row) for row in cur.execute(q.FACTS_SPANS_SQL, params)]
     placed = [f for f in folds if f.placement == "in_place"]
     if placed:
         params.update(lo=min(f.start for f in placed), hi=max(f.end for f in placed))
-        found += cur.execute(q.SPAN_BEFORE_SQL, params).fetchall()
-        found += cur.execute(q.SPANS_IN_SQL, params).fetchall()
-    return [Span(str(i), int(start), int(end), str(at)) for i, start, end, at in found]
+        if branch is None:
+            found += [_span(row) for row in cur.execute(q.SPAN_BEFORE_SQL, params)]
+        else:
+            before = (_span(row) for row in cur.execute(q.SPANS_BEFORE_SQL, params))
+            nearest = next((span for span in before if branch.holds(span.end)), None)
+            found += [] if nearest is None else [nearest]
+        found += [_span(row) for row in cur.execute(q.SPANS_IN_SQL, params)]
+    return list(on_branch(found, branch))
+
+
+def _span(row: tuple[Any, ...]) -> Span:
+    fold_id, start, end, placement = row
+    return Span(str(fold_id), int(start), int(end), str(placement))
 
 
 def insert_fold(cur: Cursor, session_id: str, fold: Fold, body: str) -> None:

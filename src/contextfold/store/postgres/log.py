@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from contextfold.core.branches import BranchPath
 from contextfold.core.log import LoggedMessage, NewMessage
 from contextfold.core.order import Tail, needs_calls, open_calls
 from contextfold.store import rows
@@ -22,6 +23,7 @@ from contextfold.store.checks import check_batch
 from contextfold.store.postgres import sql as q
 from contextfold.store.postgres.pool import Cursor, one_row, require
 from contextfold.store.search import index_text, term_counts
+from contextfold.store.tree import missing, run_start
 
 Prepared = tuple[NewMessage, str, str, list[str]]
 """A message checked for the log: itself, its role, its JSON and its tool call ids."""
@@ -34,12 +36,24 @@ def unchecked(prepared: Sequence[Prepared]) -> bool:
 
 
 def insert_checked(
-    cur: Cursor, session_id: str, prepared: Sequence[Prepared], channel: str
+    cur: Cursor,
+    session_id: str,
+    prepared: Sequence[Prepared],
+    channel: str,
+    parent: int | None = None,
 ) -> tuple[list[LoggedMessage], bool]:
-    """``insert`` after ``check_batch``, both under the session's row lock (taken here);
+    """``insert`` after ``check_batch`` against the branch the batch continues (after
+    ``parent``, else after the last seq), both under the session's row lock (taken here);
     the caller's transaction holds it until the commit."""
     batch = [p[0] for p in prepared]
     last = int(one_row(cur, q.LOCK_SESSION_SQL, (session_id,), session_id)[0])
+    after = last if parent is None else parent
+    place = None  # after the last seq, in the newest message's run (APPEND_SQL)
+    if parent is not None:
+        found = cur.execute(q.RUN_OF_SQL, (session_id, parent)).fetchone() if parent else (0,)
+        if found is None:
+            raise missing("parent", parent)
+        place = (parent, run_start(parent, last + 1, int(found[0])))
     keys = sorted({new.key for new in batch if new.key})
     known: dict[str, LoggedMessage] = {}
     if keys:
@@ -48,19 +62,30 @@ def insert_checked(
             known[str(logged.key)] = logged
     keyed = {key: logged.message for key, logged in known.items()}
     messages = [new.message for new in batch]
-    tail = Tail(last, keyed=keyed)
+    tail = Tail(keyed=keyed)
     if needs_calls(messages):
-        run = cur.execute(q.TAIL_RUN_SQL, {"session": session_id}).fetchall()
+        params = {"session": session_id, "head": after}
+        chain = cur.execute(q.CHAIN_RUN_SQL, params).fetchall()
         answered = sorted({str(m.get("tool_call_id")) for m in messages})
         called = cur.execute(q.CALLED_IDS_SQL, (session_id, answered)).fetchall()
         tail = Tail(
-            last,
-            open_calls(rows.logged(session_id, row).message for row in run),
+            0,
+            open_calls(rows.logged(session_id, row).message for row in chain),
             frozenset(str(row[0]) for row in called),
             keyed,
         )
-    check_batch(tail, batch)
-    return insert(cur, session_id, prepared, known, channel)
+    check_batch(tail, batch, lambda: read_path(cur, session_id, after, "parent").length)
+    return insert(cur, session_id, prepared, known, channel, place)
+
+
+def read_path(cur: Cursor, session_id: str, head: int, field: str) -> BranchPath:
+    """The branch ending at ``head`` (a logged seq; 0: none), read a run at a time."""
+    if head == 0:
+        return BranchPath()
+    found = cur.execute(q.PATH_SQL, {"session": session_id, "head": head}).fetchall()
+    if not found:
+        raise missing(field, head)
+    return BranchPath(tuple((int(first), int(last)) for first, last in reversed(found)))
 
 
 def insert(
@@ -69,9 +94,13 @@ def insert(
     prepared: Sequence[Prepared],
     known: dict[str, LoggedMessage],
     channel: str,
+    place: tuple[int, int] | None = None,
 ) -> tuple[list[LoggedMessage], bool]:
     """Log what ``known`` (records by key) does not hold yet: a record for each
-    message, and whether anything new was logged (and so notified on ``channel``)."""
+    message, and whether anything new was logged (and so notified on ``channel``).
+
+    ``place`` is the first new message's parent and run; None: after the last seq,
+    in the newest message's run."""
     fresh: list[NewMessage] = []
     columns: dict[str, list[Any]] = {
         name: [] for name in ("roles", "messages", "tokens", "keys", "words", "call_ids", "call_at")
@@ -112,11 +141,21 @@ def insert(
         "now": now,
         "channel": channel,
         "total": sum(columns["tokens"]),
+        "parent": None if place is None else place[0],
+        "run": None if place is None else place[1],
         **columns,
     }
-    seq0 = int(one_row(cur, q.APPEND_SQL, params, session_id)[0])
+    seq0, parent0, _ = one_row(cur, q.APPEND_SQL, params, session_id)
+    seq0, parent0 = int(seq0), int(parent0)
     logged = [
-        LoggedMessage(seq0 + i, new.message, new.tokens, new.key or None, now)
+        LoggedMessage(
+            seq0 + i,
+            new.message,
+            new.tokens,
+            new.key or None,
+            now,
+            parent0 if i == 1 else seq0 + i - 1,
+        )
         for i, new in enumerate(fresh, 1)
     ]
     return [p if isinstance(p, LoggedMessage) else logged[p - 1] for p in places], True

@@ -159,6 +159,26 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
             "ALTER SEQUENCE session_search_numbers OWNED BY sessions.search_number",
         ),
     ),
+    (
+        "005_branches",
+        (
+            # The log is a tree (contextfold.core.branches): every message's parent and the
+            # first seq of its run, and the newest message's run on the session's row for
+            # the one-statement append; the messages logged before are one line.
+            "ALTER TABLE messages ADD COLUMN parent bigint NOT NULL DEFAULT 0, "
+            "ADD COLUMN run_start bigint NOT NULL DEFAULT 0",
+            "ALTER TABLE sessions ADD COLUMN head_run bigint NOT NULL DEFAULT 0",
+            "UPDATE messages AS m SET parent = t.parent, run_start = t.run_start FROM ("
+            "SELECT session_id, seq, parent, "
+            "MIN(seq) OVER (PARTITION BY session_id, island) AS run_start FROM ("
+            "SELECT session_id, seq, LAG(seq, 1, 0::bigint) OVER w AS parent, "
+            "seq - ROW_NUMBER() OVER w AS island FROM messages "
+            "WINDOW w AS (PARTITION BY session_id ORDER BY seq)) AS i) AS t "
+            "WHERE m.session_id = t.session_id AND m.seq = t.seq",
+            "UPDATE sessions AS s SET head_run = COALESCE((SELECT run_start FROM messages "
+            "WHERE session_id = s.id ORDER BY seq DESC LIMIT 1), 0)",
+        ),
+    ),
 ]
 
 # Tables this code creates: finding one in a schema that records no migrations

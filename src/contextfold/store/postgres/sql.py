@@ -8,7 +8,7 @@ same statement; the others check the session only when they found nothing.
 
 from __future__ import annotations
 
-COLUMNS = "seq, message, tokens, key, created_at"
+COLUMNS = "seq, message, tokens, key, created_at, parent"
 SESSION_SQL = "SELECT id, encoding, meta, created_at FROM sessions WHERE id = %s"
 EXISTS_SQL = "SELECT 1 FROM sessions WHERE id = %s"
 CREATE_SESSION_SQL = (
@@ -20,31 +20,52 @@ CREATE_SESSION_SQL = (
 # seqs stay contiguous. NO KEY UPDATE leaves the key shareable by other writes'
 # foreign-key checks (a fold commit, a lease).
 LOCK_SESSION_SQL = "SELECT last_seq FROM sessions WHERE id = %s FOR NO KEY UPDATE"
-# The log's tail from its last message that is not a tool result: the call unit a
-# tool result in the next append must belong to.
-TAIL_RUN_SQL = (
-    f"SELECT {COLUMNS} FROM messages WHERE session_id = %(session)s AND seq >= COALESCE(("
-    "SELECT seq FROM messages WHERE session_id = %(session)s AND role <> 'tool' "
-    "ORDER BY seq DESC LIMIT 1), 1) ORDER BY seq"
+# The tail of the branch ending at %(head)s: its messages from the last one that is not
+# a tool result, walked up the parent chain (the call unit a tool result must belong to).
+CHAIN_RUN_SQL = (
+    "WITH RECURSIVE run(seq, parent, role) AS ("
+    "SELECT seq, parent, role FROM messages WHERE session_id = %(session)s AND seq = %(head)s "
+    "UNION ALL SELECT m.seq, m.parent, m.role FROM run "
+    "JOIN messages AS m ON m.session_id = %(session)s AND m.seq = run.parent "
+    "WHERE run.role = 'tool') "
+    f"SELECT {COLUMNS} FROM messages WHERE session_id = %(session)s "
+    "AND seq IN (SELECT seq FROM run) ORDER BY seq"
 )
+# A branch a run at a time, newest run first: the run ending at the seed, then the run
+# ending at the parent of each run's first message (contextfold.store.tree).
+_UP = (
+    "WITH RECURSIVE up(first, last) AS ("
+    "SELECT run_start, seq FROM messages WHERE session_id = %(session)s AND seq = {seed} "
+    "UNION ALL SELECT m.run_start, m.seq FROM up "
+    "JOIN messages AS f ON f.session_id = %(session)s AND f.seq = up.first "
+    "JOIN messages AS m ON m.session_id = %(session)s AND m.seq = f.parent) "
+)
+PATH_SQL = _UP.format(seed="%(head)s") + "SELECT first, last FROM up"
+RUN_OF_SQL = "SELECT run_start FROM messages WHERE session_id = %s AND seq = %s"
+LINKS_SQL = "SELECT seq, parent FROM messages WHERE session_id = %s ORDER BY seq"
 LAST_SEQ_SQL = "SELECT last_seq FROM sessions WHERE id = %s"
 KEYS_SQL = f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND key = ANY(%s)"
 # The whole append in one statement: bump the last seq by the number of new messages
 # (and the session's figures for listings),
-# insert them numbered from the old one, and their tool calls (``call_at``: the 1-based
+# insert them numbered from the old one (the first after %(parent)s, or after the old
+# last seq, each later one after the one before it, in the run %(run)s names or the
+# newest message's, kept on the session's row as head_run), and their tool calls (``call_at``: the 1-based
 # index of the new message making each call), and NOTIFY the schema's channel, which
 # PostgreSQL delivers when the append commits. No row back means no such session.
 APPEND_SQL = (
     "WITH base AS (UPDATE sessions SET last_seq = last_seq + %(n)s, "
     "messages = messages + %(n)s, tokens = tokens + %(total)s, "
-    "last_at = GREATEST(last_at, %(now)s) "
+    "last_at = GREATEST(last_at, %(now)s), "
+    "head_run = COALESCE(%(run)s::bigint, CASE WHEN last_seq = 0 THEN 1 ELSE head_run END) "
     "WHERE id = %(session)s "
-    "RETURNING last_seq - %(n)s AS seq0, search_number), "
+    "RETURNING last_seq - %(n)s AS seq0, search_number, head_run, "
+    "COALESCE(%(parent)s::bigint, last_seq - %(n)s) AS parent0), "
     "added AS (INSERT INTO messages "
-    "(session_id, seq, role, message, tokens, key, created_at, words) "
+    "(session_id, seq, role, message, tokens, key, created_at, words, parent, run_start) "
     "SELECT %(session)s, base.seq0 + m.i, m.role, m.message, m.tokens, m.key, %(now)s, "
     "to_tsvector('simple', regexp_replace(m.words, '\\S+', "
-    "'s' || base.search_number || 'x\\&', 'g')) "
+    "'s' || base.search_number || 'x\\&', 'g')), "
+    "CASE WHEN m.i = 1 THEN base.parent0 ELSE base.seq0 + m.i - 1 END, base.head_run "
     "FROM base, unnest(%(roles)s::text[], %(messages)s::text[], %(tokens)s::int[], "
     "%(keys)s::text[], %(words)s::text[]) WITH ORDINALITY AS m(role, message, tokens, key, words, i)), "
     "calls AS (INSERT INTO tool_calls (session_id, call_id, seq) "
@@ -55,7 +76,7 @@ APPEND_SQL = (
     "SELECT %(session)s, t.term, t.n "
     "FROM base, unnest(%(terms)s::text[], %(term_counts)s::int[]) AS t(term, n) "
     "ON CONFLICT (session_id, term) DO UPDATE SET messages = search_terms.messages + excluded.messages) "
-    "SELECT seq0, pg_notify(%(channel)s, %(session)s) FROM base"
+    "SELECT seq0, parent0, pg_notify(%(channel)s, %(session)s) FROM base"
 )
 # The words are indexed by the 'simple' configuration (no stemming, no stopwords): they
 # come cut and lowered by contextfold.store.search, as SQLite and RAM index them.
@@ -121,6 +142,10 @@ FACTS_SPANS_SQL = f"{_SPAN} AND placement = 'facts'"
 SPAN_BEFORE_SQL = (
     f"{_SPAN} AND placement = 'in_place' AND start_seq < %(lo)s ORDER BY start_seq DESC LIMIT 1"
 )
+# On a branch the nearest fold before may be another branch's: read on until one is ours.
+SPANS_BEFORE_SQL = (
+    f"{_SPAN} AND placement = 'in_place' AND start_seq < %(lo)s ORDER BY start_seq DESC"
+)
 SPANS_IN_SQL = f"{_SPAN} AND placement = 'in_place' AND start_seq BETWEEN %(lo)s AND %(hi)s"
 SUPERSEDE_SQL = "UPDATE folds SET superseded_by = %s WHERE id = %s"
 FOLD_ID_SQL = "SELECT 1 FROM folds WHERE id = %s"
@@ -151,8 +176,13 @@ LOCK_VERSION_SQL = (
 SET_VERSION_SQL = "UPDATE fold_versions SET version = %s WHERE session_id = %s AND view = %s"
 _FOLD_VERSION = "(SELECT version FROM fold_versions WHERE session_id = s.id AND view = %(view)s)"
 _VIEW_VERSION = "(SELECT version FROM views WHERE session_id = s.id AND name = %(view)s)"
+# The head in one read: the versions, the branch's last message and its run, and the
+# parent of the run's first message (0: the branch is that one run; else PATH_SQL).
 HEAD_SQL = (
-    f"SELECT s.last_seq, {_FOLD_VERSION}, {_VIEW_VERSION} FROM sessions AS s "
+    f"SELECT s.last_seq, {_FOLD_VERSION}, {_VIEW_VERSION}, h.seq, h.run_start, "
+    "(SELECT parent FROM messages WHERE session_id = s.id AND seq = h.run_start) "
+    "FROM sessions AS s LEFT JOIN messages AS h ON h.session_id = s.id AND h.seq = "
+    "COALESCE(%(branch)s::bigint, (SELECT MAX(seq) FROM messages WHERE session_id = s.id)) "
     "WHERE s.id = %(session)s"
 )
 

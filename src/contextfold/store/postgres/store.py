@@ -43,7 +43,6 @@ with needs_extra("the PostgreSQL store", "postgres"):  # here, where a missing o
 from contextfold.core.errors import FoldConflict, InvalidInput
 from contextfold.core.folds import Fold, plan_commit
 from contextfold.core.log import (
-    ApiKey,
     LoggedMessage,
     NewMessage,
     SessionInfo,
@@ -53,8 +52,6 @@ from contextfold.core.log import (
 from contextfold.store import rows
 from contextfold.store.base import Abilities, Head, Quarantined, SearchHit
 from contextfold.store.checks import (
-    check_api_key,
-    check_lease,
     check_listing,
     system_prompt,
     view_config_json,
@@ -62,7 +59,9 @@ from contextfold.store.checks import (
 from contextfold.store.postgres import admin as admin
 from contextfold.store.postgres import sql as q
 from contextfold.store.postgres.folds import insert_fold, spans_near
-from contextfold.store.postgres.log import Prepared, insert, insert_checked, unchecked
+from contextfold.store.postgres.keys import PostgresKeys
+from contextfold.store.postgres.leases import PostgresLeases
+from contextfold.store.postgres.log import Prepared, insert, insert_checked, read_path, unchecked
 from contextfold.store.postgres.migrations import migrate
 from contextfold.store.postgres.options import PostgresOptions, parse_url
 from contextfold.store.postgres.pool import (
@@ -80,9 +79,10 @@ from contextfold.store.postgres.wake import PostgresWake, channel_for
 from contextfold.store.search import (
     search_terms,
 )
+from contextfold.store.tree import check_on_branch, check_seq, head_of
 
 
-class PostgresStore:
+class PostgresStore(PostgresKeys, PostgresLeases):
     """The log, folds, views and leases in one PostgreSQL schema, shared by processes."""
 
     abilities = Abilities(wake_across_processes=True, service=True)
@@ -156,21 +156,25 @@ class PostgresStore:
 
     # -- the log ------------------------------------------------------------
 
-    def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
-        """One statement for a batch no rule reads the log for (``log.unchecked``);
-        else one transaction checking it under the session's row lock.
+    def append(
+        self, session_id: str, batch: Sequence[NewMessage], *, parent: int | None = None
+    ) -> list[LoggedMessage]:
+        """One statement for a batch no rule reads the log for (``log.unchecked``: no
+        keys, no tool results, no ``parent``); else one transaction checking it under
+        the session's row lock.
 
         The statement also sends the wake's ``NOTIFY``; while this process
         listens, its echo is expected (``PostgresWake``), and given up if the
         append fails or stores nothing new.
         """
+        after = check_seq(parent, "parent")
         prepared = [rows.prepare(i, new) for i, new in enumerate(batch)]
         for i, (new, _, _, call_ids) in enumerate(prepared):
             nul_free(i, key=new.key, tool_calls="".join(call_ids))
         wake = self._wake
         echo = wake is not None and wake.expect_echo(session_id)
         try:
-            logged, notified = self._append(session_id, prepared)
+            logged, notified = self._append(session_id, prepared, after)
         except BaseException:
             if wake is not None and echo:
                 wake.echo_lost(session_id)
@@ -180,13 +184,20 @@ class PostgresStore:
         return logged
 
     def _append(
-        self, session_id: str, prepared: Sequence[Prepared]
+        self, session_id: str, prepared: Sequence[Prepared], parent: int | None
     ) -> tuple[list[LoggedMessage], bool]:
-        if unchecked(prepared):
+        if parent is None and unchecked(prepared):
             with self._db.read() as cur:
                 return insert(cur, session_id, prepared, {}, self.channel)
         with self._db.write() as cur:
-            return insert_checked(cur, session_id, prepared, self.channel)
+            return insert_checked(cur, session_id, prepared, self.channel, parent)
+
+    def links(self, session_id: str) -> list[tuple[int, int]]:
+        with self._db.read() as cur:
+            found = cur.execute(q.LINKS_SQL, (session_id,)).fetchall()
+            if not found:
+                require(cur, session_id)
+        return [(int(seq), int(parent)) for seq, parent in found]
 
     def messages(
         self, session_id: str, start: int = 1, end: int | None = None
@@ -285,21 +296,31 @@ class PostgresStore:
                 require(cur, session_id)
         return [Quarantined(str(fold_id), str(reason)) for fold_id, reason in found]
 
-    def head(self, session_id: str, view: str) -> Head:
-        params = {"session": session_id, "view": view}
+    def head(self, session_id: str, view: str, *, branch: int | None = None) -> Head:
+        at = check_seq(branch, "branch")
+        params = {"session": session_id, "view": view, "branch": at}
         with self._db.read() as cur:
-            last, folds, config = one_row(cur, q.HEAD_SQL, params, session_id)
-        return Head(int(last), int(folds or 0), int(config or 0))
+            found = cur.execute(q.HEAD_SQL, params).fetchone()
+            return head_of(found, session_id, at, lambda seq: read_path(cur, session_id, seq, ""))
 
     def commit_folds(
-        self, session_id: str, view: str, folds: Sequence[Fold], expected_version: int
+        self,
+        session_id: str,
+        view: str,
+        folds: Sequence[Fold],
+        expected_version: int,
+        *,
+        branch: int | None = None,
     ) -> int:
         encoded = [rows.fold_json(i, fold) for i, fold in enumerate(folds)]
+        at = check_seq(branch, "branch")
         with self._db.write() as cur:
             version, last = self._lock_version(cur, session_id, view)
             if version != expected_version:
                 raise FoldConflict(view, expected_version, version)
-            active = spans_near(cur, session_id, view, folds)
+            branch_path = None if at is None else read_path(cur, session_id, at, "branch")
+            check_on_branch(folds, branch_path)
+            active = spans_near(cur, session_id, view, folds, branch_path)
             for (fold, gone), body_json in zip(
                 plan_commit(active, view, folds, last), encoded, strict=True
             ):
@@ -337,49 +358,6 @@ class PostgresStore:
             if not found:
                 require(cur, session_id)
         return [rows.view(session_id, row) for row in found]
-
-    # -- leases ---------------------------------------------------------------
-
-    def acquire_lease(self, session_id: str, view: str, owner: str, ttl_s: float = 60.0) -> bool:
-        check_lease(owner, ttl_s)
-        nul_free(owner=owner)
-        now = time.time()
-        params = {
-            "session": session_id,
-            "view": view,
-            "owner": owner,
-            "expires": now + ttl_s,
-            "now": now,
-        }
-        with self._db.read() as cur, session_must_exist(session_id):
-            return cur.execute(q.TAKE_LEASE_SQL, params).fetchone() is not None
-
-    def release_lease(self, session_id: str, view: str, owner: str) -> bool:
-        with self._db.read() as cur:
-            gone = cur.execute(q.RELEASE_LEASE_SQL, (session_id, view, owner)).fetchone()
-            if gone is None:
-                require(cur, session_id)
-        return gone is not None
-
-    # -- API keys ---------------------------------------------------------------
-
-    def put_api_key(self, key: ApiKey) -> None:
-        check_api_key(key)
-        nul_free(id=key.id, tenant=key.tenant, secret_hash=key.secret_hash, label=key.label)
-        with self._db.read() as cur:
-            admin.put_api_key(cur, key)
-
-    def get_api_key(self, key_id: str) -> ApiKey | None:
-        with self._db.read() as cur:
-            return admin.get_api_key(cur, key_id)
-
-    def list_api_keys(self, tenant: str | None = None) -> list[ApiKey]:
-        with self._db.read() as cur:
-            return admin.list_api_keys(cur, tenant)
-
-    def revoke_api_key(self, key_id: str) -> bool:
-        with self._db.read() as cur:
-            return admin.revoke_api_key(cur, key_id)
 
     # -- wake-ups and lifetime --------------------------------------------------
 

@@ -4,6 +4,7 @@ message's tool calls, read under the store's lock like a database's write.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 
 from contextfold.core.errors import InvalidInput
@@ -15,27 +16,32 @@ def tail_of(
     log: Sequence[LoggedMessage],
     keys: Mapping[str, LoggedMessage],
     calls: set[str],
-    last_seq: int,
+    after: int,
     batch: Sequence[NewMessage],
 ) -> Tail:
-    """What ``first_violation`` needs of ``log`` before ``batch``; the caller holds the lock.
+    """What ``first_violation`` needs of the branch before ``batch``; the caller holds the lock.
 
     ``keys`` are the session's keyed records, ``calls`` every tool-call id it logged,
-    ``last_seq`` the last seq it handed out.
+    ``after`` the message the batch follows; the branch's length is ``check_batch``'s.
     """
     messages = [new.message for new in batch]
     if not needs_calls(messages):
         pending: frozenset[str] = frozenset()
         called: frozenset[str] = frozenset()
     else:
-        start = len(log)
-        while start > 0 and log[start - 1].role == "tool":
-            start -= 1
-        pending = open_calls(m.message for m in log[max(start - 1, 0) :])
+        run: list[LoggedMessage] = []
+        seq = after
+        while seq > 0:
+            logged = log[bisect.bisect_left(log, seq, key=lambda m: m.seq)]
+            run.append(logged)
+            if logged.role != "tool":
+                break
+            seq = logged.parent or 0
+        pending = open_calls(m.message for m in reversed(run))
         answered = {str(m.get("tool_call_id")) for m in messages}
         called = frozenset(answered & calls)
     keyed = {new.key: keys[new.key].message for new in batch if new.key and new.key in keys}
-    return Tail(last_seq, pending, called, keyed)
+    return Tail(0, pending, called, keyed)
 
 
 def calls_of(batch: Sequence[NewMessage]) -> list[list[str]]:

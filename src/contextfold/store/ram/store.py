@@ -9,19 +9,14 @@ damaged in memory is reported (``DamagedFold``) instead of rendered.
 from __future__ import annotations
 
 import bisect
-import json
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from contextfold.core.errors import (
-    FoldConflict,
-    InvalidInput,
-    NotFound,
-    ViewConflict,
-)
+from contextfold.core.branches import BranchPath, walk
+from contextfold.core.errors import FoldConflict, InvalidInput, NotFound
 from contextfold.core.folds import Fold, plan_commit
 from contextfold.core.log import (
     LoggedMessage,
@@ -34,21 +29,16 @@ from contextfold.core.log import (
     json_copy,
 )
 from contextfold.store.base import Abilities, Head, Quarantined, SearchHit
-from contextfold.store.checks import (
-    check_batch,
-    check_lease,
-    check_listing,
-    listed,
-    system_prompt,
-    view_config_json,
-)
+from contextfold.store.checks import check_batch, check_listing, listed, system_prompt
 from contextfold.store.ram.folds import fold_copy, fold_id_of, readable
 from contextfold.store.ram.keys import KeyRing
 from contextfold.store.ram.log import calls_of, tail_of
+from contextfold.store.ram.views import ViewShelf
 from contextfold.store.search import MemoryIndex, search_terms
+from contextfold.store.tree import check_on_branch, check_seq, missing, on_branch, run_start
 
 
-class RAMStore(KeyRing):
+class RAMStore(ViewShelf, KeyRing):
     """Everything in dicts behind one lock; gone when the process ends."""
 
     abilities = Abilities(in_process=True, service=True)
@@ -62,6 +52,7 @@ class RAMStore(KeyRing):
         self._calls: dict[str, set[str]] = {}
         self._last_by_role: dict[str, dict[str, LoggedMessage]] = {}
         self._last: dict[str, int] = {}
+        self._tree: dict[str, dict[int, tuple[int, int]]] = {}
         self._folds: dict[tuple[str, str], list[Fold]] = {}
         self._quarantined: dict[tuple[str, str], dict[str, str]] = {}
         self._versions: dict[tuple[str, str], int] = {}
@@ -87,6 +78,7 @@ class RAMStore(KeyRing):
                 )
                 self._log[session_id] = []
                 self._last[session_id] = 0
+                self._tree[session_id] = {}
                 self._keys[session_id] = {}
                 self._calls[session_id] = set()
                 self._last_by_role[session_id] = {}
@@ -140,6 +132,7 @@ class RAMStore(KeyRing):
                 self._calls,
                 self._last_by_role,
                 self._last,
+                self._tree,
                 self._views,
             ):
                 per_session.pop(session_id, None)
@@ -149,20 +142,38 @@ class RAMStore(KeyRing):
                     del per_view[key]
             return True
 
-    def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
+    def append(
+        self, session_id: str, batch: Sequence[NewMessage], *, parent: int | None = None
+    ) -> list[LoggedMessage]:
+        after = check_seq(parent, "parent")
         self.get_session(session_id)
         calls = calls_of(batch)
         with self._lock:
-            return self._append(session_id, batch, calls)
+            return self._append(session_id, batch, calls, after)
+
+    def links(self, session_id: str) -> list[tuple[int, int]]:
+        self.get_session(session_id)
+        with self._lock:
+            return [(m.seq, m.parent or 0) for m in self._log[session_id]]
 
     def _append(
-        self, session_id: str, batch: Sequence[NewMessage], calls: list[list[str]]
+        self,
+        session_id: str,
+        batch: Sequence[NewMessage],
+        calls: list[list[str]],
+        parent: int | None = None,
     ) -> list[LoggedMessage]:
-        """Check the batch against the log's tail and log it; the caller holds the lock."""
-        log, keys = self._log[session_id], self._keys[session_id]
+        """Check the batch against its branch's tail and log it; the caller holds the lock."""
+        log, keys, tree = self._log[session_id], self._keys[session_id], self._tree[session_id]
+        after = (log[-1].seq if log else 0) if parent is None else parent
+        if after and after not in tree:
+            raise missing("parent", after)
         check_batch(
-            tail_of(log, keys, self._calls[session_id], self._last[session_id], batch), batch
+            tail_of(log, keys, self._calls[session_id], after, batch),
+            batch,
+            lambda: self._path(session_id, after).length,
         )
+        run = tree[after][1] if after else 0
         out: list[LoggedMessage] = []
         fresh: list[LoggedMessage] = []
         added: dict[str, LoggedMessage] = {}
@@ -173,7 +184,10 @@ class RAMStore(KeyRing):
                 out.append(copied(known))
                 continue
             seq = self._last[session_id] + len(fresh) + 1
-            logged = LoggedMessage(seq, json_copy(new.message), new.tokens, new.key, now)
+            run = run_start(after, seq, run)
+            tree[seq] = (after, run)
+            logged = LoggedMessage(seq, json_copy(new.message), new.tokens, new.key, now, after)
+            after = seq
             if new.key:
                 added[new.key] = logged
             fresh.append(logged)
@@ -279,10 +293,19 @@ class RAMStore(KeyRing):
             return [Quarantined(fold_id, reason) for fold_id, reason in marks.items()]
 
     def commit_folds(
-        self, session_id: str, view: str, folds: Sequence[Fold], expected_version: int
+        self,
+        session_id: str,
+        view: str,
+        folds: Sequence[Fold],
+        expected_version: int,
+        *,
+        branch: int | None = None,
     ) -> int:
+        at = check_seq(branch, "branch")
         self.get_session(session_id)
         with self._lock:
+            branch_path = None if at is None else self._path(session_id, at, "branch")
+            check_on_branch(folds, branch_path)
             key = (session_id, view)
             version = self._versions.get(key, 0)
             if version != expected_version:
@@ -293,7 +316,7 @@ class RAMStore(KeyRing):
                 raise InvalidInput("fold id is already stored", field="id")
             marked = self._quarantined.get(key, {})
             found = readable(session_id, view, list(enumerate(current)), marked, raising=False)
-            active = [f for f in found if f.superseded_by is None]
+            active = on_branch([f for f in found if f.superseded_by is None], branch_path)
             superseded: dict[str, str] = {}
             for fold, gone in plan_commit(active, view, folds, self._last[session_id]):
                 superseded.update((old, fold.id) for old in gone)
@@ -307,67 +330,31 @@ class RAMStore(KeyRing):
             self._versions[key] = version + 1
             return version + 1
 
-    def head(self, session_id: str, view: str) -> Head:
+    def head(self, session_id: str, view: str, *, branch: int | None = None) -> Head:
+        at = check_seq(branch, "branch")
         self.get_session(session_id)
         with self._lock:
             record = self._views[session_id].get(view)
+            log = self._log[session_id]
+            newest = log[-1].seq if log else 0
             return Head(
-                self._last[session_id],
+                self._last[session_id] if at is None else at,
                 self._versions.get((session_id, view), 0),
                 0 if record is None else record.version,
+                self._path(session_id, newest if at is None else at, "branch"),
             )
 
-    def put_view(
-        self,
-        session_id: str,
-        name: str,
-        config: Mapping[str, Any],
-        expected_version: int | None = None,
-    ) -> ViewRecord:
-        # Kept as the JSON data a database would give back, and out of the caller's reach.
-        stored = json.loads(view_config_json(name, config))
-        self.get_session(session_id)
-        with self._lock:
-            views = self._views[session_id]
-            old = views.get(name)
-            version = 0 if old is None else old.version
-            if expected_version is not None and expected_version != version:
-                raise ViewConflict(name, expected_version, version)
-            record = ViewRecord(session_id, name, stored, version + 1, time.time())
-            views[name] = record
-            return _copied(record)
+    def _path(self, session_id: str, head: int, field: str = "parent") -> BranchPath:
+        """The branch ending at ``head``, a run at a time; the caller holds the lock."""
+        tree = self._tree[session_id]
+        if head and head not in tree:
+            raise missing(field, head)
 
-    def get_view(self, session_id: str, name: str) -> ViewRecord | None:
-        self.get_session(session_id)
-        with self._lock:
-            record = self._views[session_id].get(name)
-            return None if record is None else _copied(record)
+        def run_of(seq: int) -> tuple[int, int]:
+            first = tree[seq][1]
+            return first, tree[first][0]
 
-    def list_views(self, session_id: str) -> list[ViewRecord]:
-        self.get_session(session_id)
-        with self._lock:
-            views = self._views[session_id]
-            return [_copied(views[name]) for name in sorted(views)]
-
-    def acquire_lease(self, session_id: str, view: str, owner: str, ttl_s: float = 60.0) -> bool:
-        check_lease(owner, ttl_s)
-        self.get_session(session_id)
-        with self._lock:
-            now = time.time()
-            held = self._leases.get((session_id, view))
-            if held is not None and held[0] != owner and held[1] > now:
-                return False
-            self._leases[(session_id, view)] = (owner, now + ttl_s)
-            return True
-
-    def release_lease(self, session_id: str, view: str, owner: str) -> bool:
-        self.get_session(session_id)
-        with self._lock:
-            held = self._leases.get((session_id, view))
-            if held is None or held[0] != owner:
-                return False
-            del self._leases[(session_id, view)]
-            return True
+        return walk(head, run_of)
 
     def close(self) -> None:
         """Nothing to release: the search index's in-memory database goes with the store."""
@@ -375,8 +362,3 @@ class RAMStore(KeyRing):
 
 def _seq(logged: LoggedMessage) -> int:
     return logged.seq
-
-
-def _copied(record: ViewRecord) -> ViewRecord:
-    """A record whose configuration the caller may change without changing the store."""
-    return replace(record, config=json_copy(record.config))

@@ -28,7 +28,12 @@ from contextfold.store.search import (
     tagged,
     term_counts,
 )
-from contextfold.store.sqlite.sql import COUNT_TERMS_SQL, SESSION_NUMBER_SQL, TERMS_TABLE_SQL
+from contextfold.store.sqlite.sql import (
+    BRANCHES_SQL,
+    COUNT_TERMS_SQL,
+    SESSION_NUMBER_SQL,
+    TERMS_TABLE_SQL,
+)
 
 MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
     (
@@ -156,6 +161,9 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
         # ``migrate`` in the same transaction.
         (*SESSION_NUMBER_SQL, "DROP TABLE message_text", FTS5_TABLE_SQL, TERMS_TABLE_SQL),
     ),
+    # The log is a tree (contextfold.core.branches): every message's parent, and the first
+    # seq of its run; the messages logged before are one line, each after the one before.
+    ("009_branches", BRANCHES_SQL),
 ]
 
 

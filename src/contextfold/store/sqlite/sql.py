@@ -6,7 +6,7 @@ text) and reused on every call. Reads that select from ``sessions`` answer
 only when they found nothing.
 """
 
-_COLUMNS = "seq, message, tokens, key, created_at"
+_COLUMNS = "seq, message, tokens, key, created_at, parent"
 SESSION_SQL = "SELECT id, encoding, meta, created_at FROM sessions WHERE id = ?"
 EXISTS_SQL = "SELECT 1 FROM sessions WHERE id = ?"
 # The highest seq handed out: the session's own record of it, or the log's if that is
@@ -27,11 +27,42 @@ _LAST_AND_FOLDS = (
     f"SELECT {_LAST}, (SELECT version FROM fold_versions WHERE session_id = s.id AND view = :view)"
 )
 FOLD_HEAD_SQL = f"{_LAST_AND_FOLDS} FROM sessions AS s WHERE s.id = :session"
-HEAD_SQL = (
-    f"{_LAST_AND_FOLDS}, (SELECT version FROM views WHERE session_id = s.id AND name = :view) "
-    "FROM sessions AS s WHERE s.id = :session"
+_NEWEST = "(SELECT MAX(seq) FROM messages WHERE session_id = s.id)"
+# A branch a run at a time, newest run first: the run ending at :head, then the run
+# ending at the parent of each run's first message (contextfold.store.tree).
+_UP = (
+    "WITH RECURSIVE up(first, last) AS ("
+    "SELECT run_start, seq FROM messages WHERE session_id = :session AND seq = {seed} "
+    "UNION ALL SELECT m.run_start, m.seq FROM up "
+    "JOIN messages AS f ON f.session_id = :session AND f.seq = up.first "
+    "JOIN messages AS m ON m.session_id = :session AND m.seq = f.parent) "
 )
-INSERT_MESSAGE_SQL = "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?)"
+PATH_SQL = _UP.format(seed=":head") + "SELECT first, last FROM up"
+# The head in one read: the versions, the branch's last message and its run, and the
+# parent of the run's first message (0: the branch is that one run; else PATH_SQL).
+HEAD_SQL = (
+    f"{_LAST_AND_FOLDS}, (SELECT version FROM views WHERE session_id = s.id AND name = :view), "
+    "h.seq, h.run_start, (SELECT parent FROM messages WHERE session_id = s.id "
+    "AND seq = h.run_start) FROM sessions AS s LEFT JOIN messages AS h ON h.session_id = s.id "
+    f"AND h.seq = COALESCE(:branch, {_NEWEST}) WHERE s.id = :session"
+)
+INSERT_MESSAGE_SQL = (
+    "INSERT INTO messages (session_id, seq, role, message, tokens, key, created_at, parent, "
+    "run_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+RUN_OF_SQL = "SELECT run_start FROM messages WHERE session_id = ? AND seq = ?"
+LINKS_SQL = "SELECT seq, parent FROM messages WHERE session_id = ? ORDER BY seq"
+# The tail of the branch ending at :head: its messages from the last one that is not a
+# tool result, walked up the parent chain (the call unit a tool result must belong to).
+CHAIN_RUN_SQL = (
+    "WITH RECURSIVE run(seq, parent, role) AS ("
+    "SELECT seq, parent, role FROM messages WHERE session_id = :session AND seq = :head "
+    "UNION ALL SELECT m.seq, m.parent, m.role FROM run "
+    "JOIN messages AS m ON m.session_id = :session AND m.seq = run.parent "
+    "WHERE run.role = 'tool') "
+    f"SELECT {_COLUMNS} FROM messages WHERE session_id = :session "
+    "AND seq IN (SELECT seq FROM run) ORDER BY seq"
+)
 INSERT_CALL_SQL = "INSERT OR IGNORE INTO tool_calls VALUES (?, ?, ?)"
 # Two range statements so that both bounds are index constraints.
 MESSAGES_FROM_SQL = (
@@ -57,13 +88,6 @@ CALLED_IDS_SQL = (
     "SELECT DISTINCT call_id FROM tool_calls WHERE session_id = ? "
     "AND call_id IN (SELECT value FROM json_each(?))"
 )
-# The log's tail from its last message that is not a tool result: the call unit a
-# tool result in the next append must belong to. Walks the primary key backwards.
-TAIL_RUN_SQL = (
-    f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq >= COALESCE(("
-    "SELECT seq FROM messages WHERE session_id = ? AND role <> 'tool' "
-    "ORDER BY seq DESC LIMIT 1), 1) ORDER BY seq"
-)
 KEYED_SQL = (
     f"SELECT {_COLUMNS} FROM messages INDEXED BY messages_key WHERE session_id = ? "
     "AND key IN (SELECT value FROM json_each(?))"
@@ -88,6 +112,8 @@ FACTS_SPANS_SQL = f"{_SPAN} AND placement = 'facts'"
 SPAN_BEFORE_SQL = (
     f"{_SPAN} AND placement = 'in_place' AND start_seq < :lo ORDER BY start_seq DESC LIMIT 1"
 )
+# On a branch the nearest fold before may be another branch's: read on until one is ours.
+SPANS_BEFORE_SQL = f"{_SPAN} AND placement = 'in_place' AND start_seq < :lo ORDER BY start_seq DESC"
 SPANS_IN_SQL = f"{_SPAN} AND placement = 'in_place' AND start_seq BETWEEN :lo AND :hi"
 QUARANTINE_SQL = (
     "UPDATE folds SET quarantined = ? WHERE session_id = ? AND view = ? AND id = ? "
@@ -151,8 +177,24 @@ COUNT_TERMS_SQL = (
     "INSERT INTO search_terms VALUES (?, ?, ?) ON CONFLICT (session_id, term) "
     "DO UPDATE SET messages = messages + excluded.messages"
 )
-# What an append reads first: the last seq, and the session's search number.
-APPEND_HEAD_SQL = f"SELECT {_LAST}, s.search_number FROM sessions AS s WHERE s.id = ?"
+# What an append reads first: the last seq, the session's search number, the newest message.
+APPEND_HEAD_SQL = (
+    f"SELECT {_LAST}, s.search_number, newest.seq, newest.run_start FROM sessions AS s "
+    "LEFT JOIN (SELECT seq, run_start FROM messages WHERE session_id = ?1 "
+    "ORDER BY seq DESC LIMIT 1) AS newest ON 1 WHERE s.id = ?1"
+)
+# Every message's parent (the one before it) and run (from the first of its stretch of
+# consecutive seqs): a log written before branches is a line.
+BRANCHES_SQL = (
+    "ALTER TABLE messages ADD COLUMN parent INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE messages ADD COLUMN run_start INTEGER NOT NULL DEFAULT 0",
+    "UPDATE messages SET parent = t.parent, run_start = t.run_start FROM ("
+    "SELECT session_id, seq, parent, MIN(seq) OVER (PARTITION BY session_id, island) AS run_start "
+    "FROM (SELECT session_id, seq, LAG(seq, 1, 0) OVER w AS parent, "
+    "seq - ROW_NUMBER() OVER w AS island FROM messages "
+    "WINDOW w AS (PARTITION BY session_id ORDER BY seq))) AS t "
+    "WHERE messages.session_id = t.session_id AND messages.seq = t.seq",
+)
 # The session's search number and its counts of the query's words; no row: no session.
 TERM_COUNTS_SQL = (
     "SELECT s.search_number, t.term, t.messages FROM sessions AS s "

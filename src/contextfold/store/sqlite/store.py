@@ -54,7 +54,8 @@ from contextfold.store.sqlite import admin as admin
 from contextfold.store.sqlite import sql as q
 from contextfold.store.sqlite.connect import SYNCHRONOUS, Durability, connect, translated
 from contextfold.store.sqlite.folds import insert_fold, spans_near
-from contextfold.store.sqlite.log import append, not_found, one_row
+from contextfold.store.sqlite.log import append, not_found, one_row, read_path
+from contextfold.store.tree import check_on_branch, check_seq, head_of
 from contextfold.store.wake import LocalWake, PollingWake, shared_wake
 
 
@@ -159,9 +160,19 @@ class SQLiteStore:
         with self._write() as conn:
             return admin.delete_session(conn, session_id)
 
-    def append(self, session_id: str, batch: Sequence[NewMessage]) -> list[LoggedMessage]:
+    def append(
+        self, session_id: str, batch: Sequence[NewMessage], *, parent: int | None = None
+    ) -> list[LoggedMessage]:
+        after = check_seq(parent, "parent")
         with self._write() as conn:
-            return append(conn, session_id, batch)
+            return append(conn, session_id, batch, after)
+
+    def links(self, session_id: str) -> list[tuple[int, int]]:
+        with self._read() as conn:
+            found = conn.execute(q.LINKS_SQL, (session_id,)).fetchall()
+            if not found:
+                self._require(conn, session_id)
+        return [(int(seq), int(parent)) for seq, parent in found]
 
     def messages(
         self, session_id: str, start: int = 1, end: int | None = None
@@ -264,23 +275,33 @@ class SQLiteStore:
                 self._require(conn, session_id)
         return [Quarantined(str(fold_id), str(reason)) for fold_id, reason in found]
 
-    def head(self, session_id: str, view: str) -> Head:
-        params = {"session": session_id, "view": view}
+    def head(self, session_id: str, view: str, *, branch: int | None = None) -> Head:
+        at = check_seq(branch, "branch")
+        params = {"session": session_id, "view": view, "branch": at}
         with self._read() as conn:
-            last, folds, config = one_row(conn, q.HEAD_SQL, params, session_id)
-        return Head(int(last or 0), int(folds or 0), int(config or 0))
+            found = conn.execute(q.HEAD_SQL, params).fetchone()
+            return head_of(found, session_id, at, lambda seq: read_path(conn, session_id, seq, ""))
 
     def commit_folds(
-        self, session_id: str, view: str, folds: Sequence[Fold], expected_version: int
+        self,
+        session_id: str,
+        view: str,
+        folds: Sequence[Fold],
+        expected_version: int,
+        *,
+        branch: int | None = None,
     ) -> int:
         encoded = [rows.fold_json(i, fold) for i, fold in enumerate(folds)]
         params = {"session": session_id, "view": view}
+        at = check_seq(branch, "branch")
         with self._write() as conn:
             last_row, version_row = one_row(conn, q.FOLD_HEAD_SQL, params, session_id)
             last, version = int(last_row or 0), int(version_row or 0)
             if version != expected_version:
                 raise FoldConflict(view, expected_version, version)
-            active = spans_near(conn, params, folds)
+            branch_path = None if at is None else read_path(conn, session_id, at, "branch")
+            check_on_branch(folds, branch_path)
+            active = spans_near(conn, params, folds, branch_path)
             for (fold, gone), body_json in zip(
                 plan_commit(active, view, folds, last), encoded, strict=True
             ):

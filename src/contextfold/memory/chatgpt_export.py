@@ -4,7 +4,10 @@ The file is a list of conversations, each a tree of nodes (``mapping``: node id
 to ``{message, parent, children}``) because an edited or regenerated message
 starts a new branch. The branch the user last saw ends at ``current_node``;
 following its ``parent`` links back to the root and reversing gives the
-conversation in order. Of each message the text is kept:
+conversation in order (``messages``). The whole tree is kept too (``tree``):
+every branch, each message with the place of its parent, the current branch
+last so that, imported (``Session.extend_tree``), it is the latest. Of each
+message the text is kept:
 
 - ``text`` and ``multimodal_text`` parts that are strings (images, audio and
   other non-text parts are skipped);
@@ -73,13 +76,20 @@ def read_export_zip(path: Path) -> Any:
         ) from exc
 
 
+Tree = tuple[tuple[int, dict[str, Any]], ...]
+"""Messages of a tree, each after its parent's place in it (from 1; 0 for a first
+message), every parent before its children."""
+
+
 @dataclass(frozen=True)
 class ExportConversation:
-    """One conversation of an export: its branch as OpenAI-format messages."""
+    """One conversation of an export: its current branch as OpenAI-format messages, and
+    its whole tree (``Tree``), the current branch last."""
 
     id: str
     title: str | None
     messages: list[dict[str, Any]]
+    tree: Tree = ()
 
 
 def export_conversations(data: Any, where: str, skipped: Counter[str]) -> list[ExportConversation]:
@@ -92,14 +102,18 @@ def export_conversations(data: Any, where: str, skipped: Counter[str]) -> list[E
         name = f"conversations[{i}]"
         if not isinstance(conversation, Mapping):
             raise InvalidInput(f"{where}: expected an object", field=name)
-        messages = _messages(_branch(conversation, name, where), name, where, skipped)
+        current = conversation.get("current_node")
+        messages = _messages(_branch(conversation, current, name, where), name, where, skipped)
         if not messages:
             skipped["conversations without text"] += 1
             continue
         title = conversation.get("title")
         conv_id = conversation.get("conversation_id") or conversation.get("id") or name
+        tree = _tree(conversation, messages, name, where)
         found.append(
-            ExportConversation(str(conv_id), title if isinstance(title, str) else None, messages)
+            ExportConversation(
+                str(conv_id), title if isinstance(title, str) else None, messages, tree
+            )
         )
     if not found:
         raise InvalidInput(
@@ -108,14 +122,42 @@ def export_conversations(data: Any, where: str, skipped: Counter[str]) -> list[E
     return found
 
 
+def _tree(
+    conversation: Mapping[str, Any], current: list[dict[str, Any]], name: str, where: str
+) -> Tree:
+    """Every branch of the conversation merged into one tree, the current branch last.
+
+    Each branch (a path from the root to a leaf) is read as the current one is;
+    branches share the messages of their common start, so a message is placed
+    once however many branches hold it.
+    """
+    mapping = conversation["mapping"]
+    parents = {node.get("parent") for node in mapping.values() if isinstance(node, Mapping)}
+    others: list[list[dict[str, Any]]] = []
+    for node_id in mapping:
+        if node_id not in parents and node_id != conversation.get("current_node"):
+            branch = _branch(conversation, node_id, name, where)
+            others.append(_messages(branch, name, where, Counter()))
+    tree: list[tuple[int, dict[str, Any]]] = []
+    placed: dict[tuple[int, str], int] = {}
+    for messages in [*others, current]:
+        at = 0
+        for message in messages:
+            key = (at, json.dumps(message, sort_keys=True))
+            if key not in placed:
+                tree.append((at, message))
+                placed[key] = len(tree)
+            at = placed[key]
+    return tuple(tree)
+
+
 def _branch(
-    conversation: Mapping[str, Any], name: str, where: str
+    conversation: Mapping[str, Any], current: Any, name: str, where: str
 ) -> list[tuple[str, Mapping[str, Any]]]:
-    """The nodes from the root to ``current_node``, in order, with their ids."""
+    """The nodes from the root to the node ``current``, in order, with their ids."""
     mapping = conversation.get("mapping")
     if not isinstance(mapping, Mapping) or not mapping:
         raise InvalidInput(f"{where}: expected an object of nodes", field=f"{name}.mapping")
-    current = conversation.get("current_node")
     if not isinstance(current, str) or current not in mapping:
         raise InvalidInput(
             f"{where}: expected the id of a node in the mapping, got {current!r}",
