@@ -4,9 +4,12 @@ A call (``serve``) reads the body and headers, takes the session's lock,
 matches the client's conversation (``Wire.conversation``) against the log's
 branches and appends what is new where it parts from them
 (``contextfold.server.proxy_match``; a regenerate or an edit starts a branch),
-renders the view's prompt of that branch for the budget of the request's model (``contextfold.server.proxy_budget``),
-forwards the wire's request with the rendered prompt to the upstream of the
-wire's kind, and answers: a stream relayed event by event and assembled
+renders the view's prompt of that branch for the budget of the request's
+model (``contextfold.server.proxy_budget``), for the wire's provider (a fold
+of that provider's own compaction shows its items), forwards the wire's
+request with the rendered prompt to the upstream of the wire's kind (sent
+again plain when the provider refuses its items:
+``contextfold.server.proxy_carried``), and answers: a stream relayed event by event and assembled
 (``contextfold.server.proxy_stream``), or a whole answer; either is logged
 once complete. An upstream failure appends no answer: the log keeps the
 client's messages, so a retry of the same conversation goes on from there.
