@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import Response
 
 from contextfold.server.auth import Tenant
@@ -129,23 +129,30 @@ async def _lifespan(app: Any) -> AsyncIterator[None]:
 router = APIRouter(tags=["proxy"], lifespan=_lifespan)
 
 
-@router.post(
-    "/v1/chat/completions",
-    openapi_extra=_CHAT_BODY,
-    responses=_ANSWERS,
-    summary="Chat completion through the session's compacted prompt",
-)
-async def chat_completions(
+def _call(
     request: Request,
     tenant: Tenant,
     service: ServiceDep,
     x_contextfold_session: Annotated[str | None, Header()] = None,
     x_contextfold_view: Annotated[str | None, Header()] = None,
     x_contextfold_budget: Annotated[str | None, Header()] = None,
-) -> Response:
-    call = Call(
+) -> Call:
+    """One proxied call's caller and headers, read the same way for every wire format."""
+    return Call(
         request, tenant, service, x_contextfold_session, x_contextfold_view, x_contextfold_budget
     )
+
+
+ProxyCall = Annotated[Call, Depends(_call)]
+
+
+@router.post(
+    "/v1/chat/completions",
+    openapi_extra=_CHAT_BODY,
+    responses=_ANSWERS,
+    summary="Chat completion through the session's compacted prompt",
+)
+async def chat_completions(call: ProxyCall) -> Response:
     return await serve(call, CHAT)
 
 
@@ -155,17 +162,7 @@ async def chat_completions(
     responses=_ANSWERS,
     summary="Anthropic Messages through the session's compacted prompt",
 )
-async def messages(
-    request: Request,
-    tenant: Tenant,
-    service: ServiceDep,
-    x_contextfold_session: Annotated[str | None, Header()] = None,
-    x_contextfold_view: Annotated[str | None, Header()] = None,
-    x_contextfold_budget: Annotated[str | None, Header()] = None,
-) -> Response:
-    call = Call(
-        request, tenant, service, x_contextfold_session, x_contextfold_view, x_contextfold_budget
-    )
+async def messages(call: ProxyCall) -> Response:
     return await serve(call, MESSAGES)
 
 
@@ -174,17 +171,7 @@ async def messages(
     openapi_extra=_MESSAGES_BODY,
     summary="Tokens of the compacted prompt the next Messages call would send",
 )
-async def messages_count_tokens(
-    request: Request,
-    tenant: Tenant,
-    service: ServiceDep,
-    x_contextfold_session: Annotated[str | None, Header()] = None,
-    x_contextfold_view: Annotated[str | None, Header()] = None,
-    x_contextfold_budget: Annotated[str | None, Header()] = None,
-) -> Response:
-    call = Call(
-        request, tenant, service, x_contextfold_session, x_contextfold_view, x_contextfold_budget
-    )
+async def messages_count_tokens(call: ProxyCall) -> Response:
     return await count_tokens(call)
 
 
@@ -200,17 +187,7 @@ async def messages_count_tokens(
     },
     summary="OpenAI Responses through the session's compacted prompt",
 )
-async def responses(
-    request: Request,
-    tenant: Tenant,
-    service: ServiceDep,
-    x_contextfold_session: Annotated[str | None, Header()] = None,
-    x_contextfold_view: Annotated[str | None, Header()] = None,
-    x_contextfold_budget: Annotated[str | None, Header()] = None,
-) -> Response:
-    call = Call(
-        request, tenant, service, x_contextfold_session, x_contextfold_view, x_contextfold_budget
-    )
+async def responses(call: ProxyCall) -> Response:
     return await serve(call, RESPONSES)
 
 
