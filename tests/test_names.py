@@ -36,7 +36,6 @@ ALLOWED: dict[str, tuple[tuple[str, ...], str]] = {
             "recount",
             "revoke_api_key",
             "session_info",
-            "spans_near",
             "translated",
         )
     },

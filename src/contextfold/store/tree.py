@@ -9,12 +9,12 @@ call inside their own transactions; nothing here reads or writes a store.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 from contextfold.core.branches import BranchPath
 from contextfold.core.errors import InvalidInput, NotFound
-from contextfold.core.folds import Fold, FoldSpan
+from contextfold.core.folds import Fold, FoldSpan, Span
 from contextfold.store.base import Head
 
 S = TypeVar("S", bound=FoldSpan)
@@ -82,3 +82,49 @@ def check_on_branch(folds: Sequence[Fold], path: BranchPath | None) -> None:
                 f"branch {path.head}",
                 field="end",
             )
+
+
+class SpanSql(NamedTuple):
+    """A backend's four reads of fold spans, in its own SQL dialect."""
+
+    facts: str
+    one_before: str
+    before: str
+    inside: str
+
+
+Rows = Callable[[str, Mapping[str, Any]], Iterable[tuple[Any, ...]]]
+
+
+def spans_near(
+    rows: Rows,
+    sql: SpanSql,
+    params: Mapping[str, Any],
+    folds: Sequence[Fold],
+    branch: BranchPath | None = None,
+) -> list[FoldSpan]:
+    """The active folds of the branch a commit of ``folds`` can meet: read by index, not
+    all of them (``branch`` None: the whole log is one branch). ``rows`` runs one
+    query inside the backend's commit transaction.
+
+    Active in-place folds of a branch never overlap, so those meeting ``lo..hi``
+    are the branch's nearest one starting before ``lo`` (if it reaches in) and
+    those starting inside.
+    """
+    found = [_span(row) for row in rows(sql.facts, params)]
+    placed = [f for f in folds if f.placement == "in_place"]
+    if placed:
+        near = {**params, "lo": min(f.start for f in placed), "hi": max(f.end for f in placed)}
+        if branch is None:
+            found += [_span(row) for row in rows(sql.one_before, near)]
+        else:
+            before = (_span(row) for row in rows(sql.before, near))
+            nearest = next((span for span in before if branch.holds(span.end)), None)
+            found += [] if nearest is None else [nearest]
+        found += [_span(row) for row in rows(sql.inside, near)]
+    return list(on_branch(found, branch))
+
+
+def _span(row: tuple[Any, ...]) -> Span:
+    fold_id, start, end, placement = row
+    return Span(str(fold_id), int(start), int(end), str(placement))

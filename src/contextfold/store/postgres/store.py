@@ -58,7 +58,7 @@ from contextfold.store.checks import (
 )
 from contextfold.store.postgres import admin as admin
 from contextfold.store.postgres import sql as q
-from contextfold.store.postgres.folds import insert_fold, spans_near
+from contextfold.store.postgres.folds import SPAN_SQL, insert_fold
 from contextfold.store.postgres.keys import PostgresKeys
 from contextfold.store.postgres.leases import PostgresLeases
 from contextfold.store.postgres.log import Prepared, insert, insert_checked, read_path, unchecked
@@ -79,7 +79,7 @@ from contextfold.store.postgres.wake import PostgresWake, channel_for
 from contextfold.store.search import (
     search_terms,
 )
-from contextfold.store.tree import check_on_branch, check_seq, head_of
+from contextfold.store.tree import check_on_branch, check_seq, head_of, spans_near
 
 
 class PostgresStore(PostgresKeys, PostgresLeases):
@@ -320,7 +320,8 @@ class PostgresStore(PostgresKeys, PostgresLeases):
                 raise FoldConflict(view, expected_version, version)
             branch_path = None if at is None else read_path(cur, session_id, at, "branch")
             check_on_branch(folds, branch_path)
-            active = spans_near(cur, session_id, view, folds, branch_path)
+            spans = {"session": session_id, "view": view}
+            active = spans_near(cur.execute, SPAN_SQL, spans, folds, branch_path)
             for (fold, gone), body_json in zip(
                 plan_commit(active, view, folds, last), encoded, strict=True
             ):

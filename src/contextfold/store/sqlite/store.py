@@ -53,9 +53,9 @@ from contextfold.store.search import (
 from contextfold.store.sqlite import admin as admin
 from contextfold.store.sqlite import sql as q
 from contextfold.store.sqlite.connect import SYNCHRONOUS, Durability, connect, translated
-from contextfold.store.sqlite.folds import insert_fold, spans_near
+from contextfold.store.sqlite.folds import SPAN_SQL, insert_fold
 from contextfold.store.sqlite.log import append, not_found, one_row, read_path
-from contextfold.store.tree import check_on_branch, check_seq, head_of
+from contextfold.store.tree import check_on_branch, check_seq, head_of, spans_near
 from contextfold.store.wake import LocalWake, PollingWake, shared_wake
 
 
@@ -301,7 +301,7 @@ class SQLiteStore:
                 raise FoldConflict(view, expected_version, version)
             branch_path = None if at is None else read_path(conn, session_id, at, "branch")
             check_on_branch(folds, branch_path)
-            active = spans_near(conn, params, folds, branch_path)
+            active = spans_near(conn.execute, SPAN_SQL, params, folds, branch_path)
             for (fold, gone), body_json in zip(
                 plan_commit(active, view, folds, last), encoded, strict=True
             ):
