@@ -136,10 +136,17 @@ def _call(
     x_contextfold_session: Annotated[str | None, Header()] = None,
     x_contextfold_view: Annotated[str | None, Header()] = None,
     x_contextfold_budget: Annotated[str | None, Header()] = None,
+    x_contextfold_recall_tools: Annotated[str | None, Header()] = None,
 ) -> Call:
     """One proxied call's caller and headers, read the same way for every wire format."""
     return Call(
-        request, tenant, service, x_contextfold_session, x_contextfold_view, x_contextfold_budget
+        request,
+        tenant,
+        service,
+        x_contextfold_session,
+        x_contextfold_view,
+        x_contextfold_budget,
+        x_contextfold_recall_tools,
     )
 
 
