@@ -32,8 +32,12 @@ from server_harness import running
 from test_proxy import chunk, sse
 from test_server_events import Stream
 
+from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message
 from contextfold.server.app import create_app
+from contextfold.server.proxy_budget import tools_tokens
+from contextfold.server.proxy_chat import CHAT
+from contextfold.server.proxy_recall import with_recall_tools
 from contextfold.server.service import Service
 from contextfold.server.settings import Settings
 
@@ -545,3 +549,27 @@ def test_a_mixed_answer_answers_ours_drops_the_clients_and_asks_again(
     assert logged[:-1] == expected_log()
     assert [c["function"]["name"] for c in logged[-1]["tool_calls"]] == [CLIENT_TOOL]
     assert logged[-1]["tool_calls"][0]["id"] == "m3"
+
+
+def test_the_tools_are_taken_off_a_window_derived_budget_when_wanted(rig: Rig) -> None:
+    """The model's window holds the recall tools' definitions as it holds the client's."""
+    defined = tools_tokens(with_recall_tools({"model": "gpt-4o"}, CHAT))
+    assert defined > 100
+    rig.openai_upstream.add(text_reply("chat", FINAL, False), text_reply("chat", FINAL, False))
+    wanted = ask(rig, "chat", False, sid="fresh")  # no folds yet: nothing injected
+    assert wanted.headers["x-contextfold-recall-tools"] == "no-folds"
+    assert wanted.headers["x-contextfold-budget-source"] == "table"
+    assert wanted.headers["x-contextfold-budget-tools"] == str(defined)
+    plain = ask(rig, "chat", False, sid="fresh", headers={"X-Contextfold-Recall-Tools": "off"})
+    assert plain.headers["x-contextfold-budget-tools"] == "0"
+    assert (
+        int(plain.headers["x-contextfold-budget"])
+        == int(wanted.headers["x-contextfold-budget"]) + defined
+    )
+
+
+@pytest.mark.parametrize("rounds", [0, -1, 1.5])
+def test_a_bad_round_bound_is_refused_naming_it(rounds: Any) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        Settings(upstream=None, recall_rounds=rounds)
+    assert caught.value.field == "recall_rounds"

@@ -60,6 +60,7 @@ from contextfold.server.proxy_recall import (
     RecallRounds,
     offer_recall,
     recall_wanted,
+    with_recall_tools,
 )
 from contextfold.server.proxy_request import (
     check_json_type,
@@ -285,7 +286,9 @@ async def read_call(call: Call, wire: Wire) -> Asked:
     settings = call.service.settings
     recall = recall_wanted(settings.recall_tools, call.recall_tools)
     calibration = proxy_state(call.request).calibration
-    fitted = fit(settings.budget, settings.model_windows, body, calibration)
+    # The recall tools, when wanted, are taken off a window-derived budget as the client's are.
+    sized = with_recall_tools(body, wire) if recall else body
+    fitted = fit(settings.budget, settings.model_windows, sized, calibration)
     conversation = wire.conversation(body)
     store_id = call.service.store_id(call.tenant, sid)
     return Asked(body, conversation, store_id, view_name, budget, fitted, recall)
@@ -325,7 +328,7 @@ async def serve(call: Call, wire: Wire) -> Response:
             sent = await forward(
                 upstream,
                 wire,
-                body if rounds is None else rounds.offered(body),
+                body if rounds is None else with_recall_tools(body, wire),
                 request.headers,
                 turn.prompt,
                 plain,

@@ -46,7 +46,7 @@ from typing import Any
 import httpx
 
 from contextfold.core.errors import ContextfoldError, InvalidInput
-from contextfold.memory.recall_tools import RecallTools
+from contextfold.memory.recall_tools import RecallTools, tool_definitions
 from contextfold.memory.session import Session
 from contextfold.server.proxy_carried import Sent, send_body
 from contextfold.server.proxy_recall_formats import (
@@ -79,6 +79,14 @@ def recall_wanted(setting: bool, header: str | None) -> bool:
             f"{RECALL_HEADER} must be on or off, not {header[:40]!r}", field=RECALL_HEADER
         )
     return wanted
+
+
+def with_recall_tools(body: Mapping[str, Any], wire: Wire) -> dict[str, Any]:
+    """``body`` with the recall tools added to its tools, in ``wire``'s tool shape: what
+    goes upstream, and what a window-derived budget takes the tools off."""
+    out = dict(body)
+    RECALL_FORMATS[wire.name].with_tools(out, tool_definitions())
+    return out
 
 
 @dataclass(frozen=True)
@@ -125,12 +133,6 @@ class RecallRounds:
     @property
     def format(self) -> RecallFormat:
         return RECALL_FORMATS[self.wire.name]
-
-    def offered(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The client's body with the recall tools added, in the wire's tool shape."""
-        out = dict(body)
-        self.format.with_tools(out, self.tools.definitions)
-        return out
 
     async def run(self, first: Sent, streamed: bool) -> tuple[httpx.Response, int]:
         """From the first round's answer to the one the client gets, and the rounds
