@@ -28,7 +28,7 @@ import pytest
 from fake_anthropic import anthropic_content_reply
 from fake_openai import called, openai_reply, responses_reply, responses_stream, said
 from fake_providers import FakeProvider, Reply
-from server_harness import running
+from server_harness import add_key, running
 from test_proxy import chunk, sse
 from test_server_events import Stream
 
@@ -51,9 +51,9 @@ FORMATS = ["chat", "responses", "messages"]
 CLIENT_TOOL = "read"
 
 
-def history() -> list[dict[str, str]]:
-    """A conversation whose early turns fold away, the first naming ``FACT``."""
-    turns = [{"role": "user", "content": FACT}, {"role": "assistant", "content": "Noted."}]
+def history(fact: str = FACT) -> list[dict[str, str]]:
+    """A conversation whose early turns fold away, the first naming ``fact``."""
+    turns = [{"role": "user", "content": fact}, {"role": "assistant", "content": "Noted."}]
     for i in range(24):
         turns.append({"role": "user", "content": f"step {i}: tidy the module " * 12})
         turns.append({"role": "assistant", "content": f"done with step {i} " * 12})
@@ -82,15 +82,17 @@ class Rig:
             for m in self.service.memory.store.messages(f"local/{sid}")
         ]
 
-    def seed(self, sid: str = "s1", *, fold: bool = True) -> list[Message]:
-        """The session's log: the system prompt and ``history()``, folded when ``fold``."""
-        session = self.service.memory.session(f"local/{sid}")
-        session.extend([{"role": "system", "content": SYSTEM}, *history()])
+    def seed(
+        self, sid: str = "s1", *, fold: bool = True, tenant: str = "local", fact: str = FACT
+    ) -> list[str]:
+        """The session's log: the system prompt and ``history(fact)``, folded when ``fold``;
+        the ids of its folds."""
+        session = self.service.memory.session(f"{tenant}/{sid}")
+        session.extend([{"role": "system", "content": SYSTEM}, *history(fact)])
         view = session.view("default", preset="offline", budget=1200)
         if fold:
             assert view.compact().folds
-            assert view.folds()
-        return self.log(sid)
+        return [f.id for f in view.folds()]
 
 
 @pytest.fixture
@@ -573,3 +575,46 @@ def test_a_bad_round_bound_is_refused_naming_it(rounds: Any) -> None:
     with pytest.raises(InvalidInput) as caught:
         Settings(upstream=None, recall_rounds=rounds)
     assert caught.value.field == "recall_rounds"
+
+
+def test_a_call_never_recalls_another_tenants_session(tmp_path: Path) -> None:
+    """Two tenants' sessions of one name: the tools answer from the caller's alone."""
+    with FakeProvider("openai") as up:
+        service = Service(
+            Settings(
+                database=str(tmp_path / "cf.db"),
+                upstream=f"openai-compatible:{up.url}",
+                runner=False,
+                recall_tools=True,
+            )
+        )
+        try:
+            with running(create_app(service)) as url:
+                rig = Rig(service, url, up, up)
+                rig.seed(tenant="alpha")
+                theirs = rig.seed(tenant="bravo", fact="The vault code is zebra-9931.")
+                asked = [
+                    ("t1", SEARCH, {"query": "vault code zebra"}),
+                    ("t2", "contextfold_expand", {"id": theirs[0]}),
+                ]
+                up.add(calls_reply("chat", asked, False), text_reply("chat", FINAL, False))
+                key = add_key(service.memory, "alpha")
+                client = openai.OpenAI(
+                    base_url=f"{url}/v1",
+                    api_key=key,
+                    max_retries=0,
+                    default_headers={"X-Contextfold-Session": "s1"},
+                )
+                messages: Any = [
+                    {"role": "system", "content": SYSTEM},
+                    *history(),
+                    {"role": "user", "content": QUESTION},
+                ]
+                answer = client.chat.completions.create(model="gpt-4o", messages=messages)
+                assert answer.choices[0].message.content == FINAL
+                results = dict(results_sent("chat", rig.sent("chat")[1]))
+                assert "9931" not in json.dumps(results)
+                assert json.loads(results["t1"])["hits"] == []
+                assert json.loads(results["t2"])["field"] == "id"
+        finally:
+            service.close()

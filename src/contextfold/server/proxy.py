@@ -26,6 +26,11 @@ Responses API), streamed or not, tools included, and ``POST
    unchanged; the answer comes back unchanged (streamed events byte for byte)
    and is logged.
 
+With ``X-Contextfold-Recall-Tools: on`` (or ``serve --recall-tools``), the
+upstream model is also offered the recall tools, and the proxy answers their
+calls itself before the client gets its answer
+(``contextfold.server.proxy_recall``).
+
 ``GET /v1/models`` passes the OpenAI-compatible upstream's list through.
 """
 
