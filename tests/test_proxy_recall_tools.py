@@ -618,3 +618,20 @@ def test_a_call_never_recalls_another_tenants_session(tmp_path: Path) -> None:
                 assert json.loads(results["t2"])["field"] == "id"
         finally:
             service.close()
+
+
+def test_a_stream_broken_after_a_round_ends_as_a_broken_stream_and_logs_no_answer(
+    rig: Rig,
+) -> None:
+    rig.seed()
+    whole = text_reply("chat", "It was parse_header, I think.", True)
+    assert isinstance(whole.body, bytes)
+    rig.openai_upstream.add(
+        calls_reply("chat", [("b1", SEARCH, {"query": "parse_header"})], True),
+        Reply(body=whole.body, headers=whole.headers, cut=len(whole.body) // 2),
+    )
+    with pytest.raises(openai.APIError) as caught:
+        ask(rig, "chat", True)
+    assert "stream" in str(caught.value)
+    assert len(rig.sent("chat")) == 2
+    assert rig.log() == expected_log()
