@@ -45,7 +45,7 @@ from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import for_model, text_of
-from contextfold.core.units import unit_spans
+from contextfold.core.units import unit_spans, whole_units
 from contextfold.memory.branch_log import BranchLog
 from contextfold.memory.session import Session
 from contextfold.memory.view import View
@@ -434,19 +434,21 @@ class _Reading:
         and a message too big alone clipped. Returns the page, the seq the next page
         starts at, and the seqs clipped."""
         read = self.read_from(at, end)
-        units = [(read[i].seq, read[j].seq) for i, j in unit_spans(_entries(read))]
-        by_seq = {m.seq: m for m in read}
         page: list[dict[str, Any]] = []
         clipped: list[int] = []
         used = 0
-        for first, last in units:
-            unit = [by_seq[s] for s in sorted(by_seq) if first <= s <= last]
+        for i, j in unit_spans(_entries(read)):
+            unit = read[i : j + 1]
+            first, last = unit[0].seq, unit[-1].seq
             shown = [self.shown(m) for m in unit]
             cost = sum(self.cost(m) for m in shown)
             if used + cost <= self.room:
                 page += shown
                 used += cost
                 continue
+            if page:
+                return page, first, clipped
+            # A unit bigger than a page of its own: by message, a message too big clipped.
             for logged, message in zip(unit, shown, strict=True):
                 cost = self.cost(message)
                 if used + cost > self.room:
@@ -477,12 +479,14 @@ class _Reading:
                 at = nxt[0]
                 continue
             at = runs[-1][1] + 1
-            out += [m for m in part if self.keep is None or self.keep(m.message)]
+            out += part
             tokens += sum(m.tokens for m in part)
             if extra:
                 break
             extra = tokens > self.room
-        return out
+        if self.keep is None:
+            return out
+        return list(whole_units(reversed(out), lambda m: m.message, self.keep))[::-1]
 
     def shown(self, logged: LoggedMessage) -> dict[str, Any]:
         """A message as a page shows it: its seq and time, then the message as a model
