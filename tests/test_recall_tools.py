@@ -463,3 +463,24 @@ def test_another_tenant_s_session_is_out_of_reach(memory: Memory) -> None:
     for hit in call(RecallTools(theirs), SEARCH, query="module", limit=50)["hits"]:
         assert "secret" in json.dumps(theirs.messages(after=hit["seq"] - 1, limit=1)[0].message)
     assert attempts > 20
+
+
+def test_a_recorded_conversation_s_branch_is_the_one_read(memory: Memory) -> None:
+    session = memory.session("t/a", system="You review modules.")
+    history: list[Message] = [{"role": "system", "content": "You review modules."}]
+    history += round_of(0, "harbor")
+    first = session.record([*history, {"role": "user", "content": "tell me about the kestrel"}])
+    # The client regenerates: the same history, another last question.
+    second = session.record([*history, {"role": "user", "content": "tell me about the plover"}])
+    assert first.at != second.at
+    tools = RecallTools(session)
+    on_first, on_second = tools.on(first.at), tools.on(second.at)
+    assert [h["seq"] for h in call(on_first, SEARCH, query="kestrel")["hits"]] == [first.at]
+    assert call(on_first, SEARCH, query="plover")["hits"] == []
+    assert [h["seq"] for h in call(on_second, SEARCH, query="plover")["hits"]] == [second.at]
+    assert call(on_second, SEARCH, query="kestrel")["hits"] == []
+    shared = {h["seq"] for h in call(on_second, SEARCH, query="harbor")["hits"]}
+    assert shared == {h["seq"] for h in call(on_first, SEARCH, query="harbor")["hits"]}
+    expanded = call(on_second, EXPAND, start=1, end=second.at)["messages"]
+    assert [without_place(m) for m in expanded] == session.history(branch=second.at)
+    assert expanded[-1]["seq"] == second.at
