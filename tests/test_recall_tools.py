@@ -306,6 +306,9 @@ def test_folds_lists_the_view_folds(memory: Memory) -> None:
         assert item["tokens"] == fold.tokens_before
         assert item["tokens_folded"] == fold.tokens_after
         assert "\n" not in item["summary"] and len(item["summary"]) <= 160
+        if fold.kind == "summary":
+            # What was said, past the summary's bracketed headers.
+            assert item["summary"].startswith("user: Round"), item["summary"]
     assert result["next_cursor"] is None
 
 

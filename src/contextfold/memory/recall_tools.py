@@ -596,8 +596,12 @@ def snippet(text: str, terms: set[str], width: int = SNIPPET_CHARS) -> str:
 
 
 def one_line(text: str, width: int = SUMMARY_CHARS) -> str:
-    """``text`` on one line, cut to ``width`` characters."""
-    flat = " ".join(text.split())
+    """A fold's text on one line, cut to ``width`` characters: its lines past the
+    bracketed headers a summary opens with (``[SUMMARIZED] ...``), or all when every
+    line is one (a masked tool result)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    said = [line for line in lines if not line.lstrip().startswith("[")] or lines
+    flat = " ".join(" ".join(said).split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
