@@ -36,7 +36,6 @@ import bisect
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -231,14 +230,6 @@ def _dumps(value: Any) -> str:
 # -- answers ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Found:
-    """A search hit with its message, ranked."""
-
-    logged: LoggedMessage
-    rank: int
-
-
 class ReadFolds:
     """The view's folds as last read, kept while neither the fold version (a commit, a
     quarantine) nor the branch moved: reading and checking every fold again on each
@@ -339,13 +330,13 @@ class _Reading:
         terms = set(query_terms(query))
         listed: list[dict[str, Any]] = []
         used = 0
-        for item in found:
-            fold = fold_at(item.logged.seq)
+        for logged in found:
+            fold = fold_at(logged.seq)
             hit = {
-                "seq": item.logged.seq,
-                "role": item.logged.role,
-                "time": iso_time(item.logged.created_at),
-                "snippet": snippet(text_of(item.logged.message), terms),
+                "seq": logged.seq,
+                "role": logged.role,
+                "time": iso_time(logged.created_at),
+                "snippet": snippet(text_of(logged.message), terms),
                 "fold": None if fold is None else fold.id,
                 "folded": None if fold is None else [fold.start, fold.end],
             }
@@ -362,7 +353,7 @@ class _Reading:
 
     def matching(
         self, seqs: Sequence[int], fits: Callable[[LoggedMessage], bool], limit: int
-    ) -> Iterator[_Found]:
+    ) -> Iterator[LoggedMessage]:
         """The messages at ``seqs`` (best first) that ``fits`` keeps, at most ``limit``,
         read a batch at a time."""
         taken = 0
@@ -370,10 +361,10 @@ class _Reading:
         for first in range(0, len(seqs), batch):
             part = seqs[first : first + batch]
             read = {m.seq: m for m in self.store.messages_at(self.session_id, part)}
-            for rank, seq in enumerate(part, start=first):
+            for seq in part:
                 logged = read.get(seq)
                 if logged is not None and fits(logged):
-                    yield _Found(logged, rank)
+                    yield logged
                     taken += 1
                     if taken == limit:
                         return
