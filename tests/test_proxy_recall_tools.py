@@ -635,3 +635,38 @@ def test_a_stream_broken_after_a_round_ends_as_a_broken_stream_and_logs_no_answe
     assert "stream" in str(caught.value)
     assert len(rig.sent("chat")) == 2
     assert rig.log() == expected_log()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("fmt", ["responses", "messages"])
+def test_a_round_goes_back_with_the_answers_own_reasoning(rig: Rig, fmt: str, stream: bool) -> None:
+    """A reasoning model's thinking or reasoning item before its call goes back with the
+    call, as the provider requires of a tool round."""
+    rig.seed()
+    up = rig.upstream(fmt)
+    query = {"query": "parse_header"}
+    if fmt == "messages":
+        thinking = {"type": "thinking", "thinking": "Look it up.", "signature": "sig-1=="}
+        use = {"type": "tool_use", "id": "k1", "name": SEARCH, "input": query}
+        up.add(anthropic_content_reply([thinking, use], stop_reason="tool_use", stream=stream))
+    else:
+        reasoning = {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [{"type": "summary_text", "text": "Look it up."}],
+            "encrypted_content": "opaque==",
+        }
+        make = responses_stream if stream else responses_reply
+        up.add(make([reasoning, called(SEARCH, json.dumps(query), "k1")], response_id="resp_k"))
+    up.add(text_reply(fmt, FINAL, stream))
+    assert ask(rig, fmt, stream).text == FINAL
+    second = rig.sent(fmt)[1]
+    if fmt == "messages":
+        said_turn = second["messages"][-2]
+        assert said_turn["role"] == "assistant"
+        assert said_turn["content"] == [thinking, use]
+    else:
+        tail = second["input"][-3:]
+        assert tail[0] == reasoning
+        assert (tail[1]["type"], tail[1]["call_id"]) == ("function_call", "k1")
+        assert (tail[2]["type"], tail[2]["call_id"]) == ("function_call_output", "k1")
