@@ -52,8 +52,7 @@ from contextfold.server.proxy_carried import CallRender, forward
 from contextfold.server.proxy_recall import (
     RECALL_HEADER,
     ROUNDS_HEADER,
-    RecallRounds,
-    offer_recall,
+    open_rounds,
     recall_wanted,
     with_recall_tools,
 )
@@ -303,7 +302,11 @@ async def serve(call: Call, wire: Wire) -> Response:
         async def plain() -> list[Message]:
             return await service.run(turn.render, None)
 
-        rounds = await _recall_rounds(asked, turn, upstream, wire) if asked.recall else None
+        rounds = None
+        if asked.recall:
+            rounds, turn.headers[RECALL_HEADER] = await open_rounds(
+                service, turn.session, view_name, turn.at, body, upstream, wire
+            )
         # The compacted Messages body calibrates Claude's factor, off the call's path.
         calibration = state.calibration if wire.upstream == "anthropic" else None
         observe = None if calibration is None else calibration.observe
@@ -340,20 +343,6 @@ async def serve(call: Call, wire: Wire) -> Response:
         return await whole(upstream, answer, wire, turn)
     finally:
         release()
-
-
-async def _recall_rounds(
-    asked: Asked, turn: _Turn, upstream: Upstream, wire: Wire
-) -> RecallRounds | None:
-    """The call's recall rounds when the recall tools are offered, and the answer's header
-    saying whether they are (``contextfold.server.proxy_recall``)."""
-    service = turn.service
-    offer = await service.run(offer_recall, turn.session, asked.view, turn.at, asked.body, wire)
-    turn.headers[RECALL_HEADER] = offer.state
-    if offer.tools is None:
-        return None
-    bound = service.settings.recall_rounds
-    return RecallRounds(upstream, wire, offer.tools, service, turn.session, bound)
 
 
 def _nothing() -> None:

@@ -118,6 +118,24 @@ def offer_recall(
     return RecallOffer(tools, "on")
 
 
+async def open_rounds(
+    service: Service,
+    session: Session,
+    view: str,
+    branch: int,
+    body: Mapping[str, Any],
+    upstream: Upstream,
+    wire: Wire,
+) -> tuple[RecallRounds | None, str]:
+    """A call's recall rounds when the recall tools are offered (``offer_recall``), and the
+    answer's ``X-Contextfold-Recall-Tools`` saying whether they are."""
+    offer = await service.run(offer_recall, session, view, branch, body, wire)
+    if offer.tools is None:
+        return None, offer.state
+    bound = service.settings.recall_rounds
+    return RecallRounds(upstream, wire, offer.tools, service, session, bound), offer.state
+
+
 @dataclass(frozen=True)
 class RecallRounds:
     """A call's recall rounds: where it goes, what answers the calls, whom to tell."""
