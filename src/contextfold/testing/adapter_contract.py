@@ -191,7 +191,7 @@ class AdapterContract:
     def test_tool_pairs_never_split(self, adapter: OpenAdapter, memory: Memory) -> None:
         session = self.opened(memory)
         with closing(adapter(memory, SESSION, VIEW)) as turns:
-            prompts = self.run(turns, session, agent_steps(9, seed=11))
+            prompts = self.run(turns, session, agent_steps(7, seed=11))
         folded = session.view(VIEW).folds(include_superseded=True)
         assert len(folded) >= 5, f"the run was meant to fold many times, folded {len(folded)}"
         for i, prompt in enumerate(prompts):
@@ -237,7 +237,7 @@ class AdapterContract:
     def test_system_prompt_kept(self, adapter: OpenAdapter, memory: Memory) -> None:
         session = self.opened(memory)
         with closing(adapter(memory, SESSION, VIEW)) as turns:
-            prompts = self.run(turns, session, agent_steps(6, seed=5))
+            prompts = self.run(turns, session, agent_steps(4, seed=5))
         assert session.view(VIEW).folds(), "the run was meant to fold"
         system = {"role": "system", "content": SYSTEM_PROMPT}
         for i, prompt in enumerate(prompts):
@@ -250,7 +250,7 @@ class AdapterContract:
         budget = 1000
         session = self.opened(memory, budget=budget)
         with closing(adapter(memory, SESSION, VIEW)) as turns:
-            prompts = self.run(turns, session, agent_steps(6, seed=17, long_share=0.6))
+            prompts = self.run(turns, session, agent_steps(5, seed=17, long_share=0.6))
         spent = [prompt_tokens(p) for p in prompts]
         over = [(i, n) for i, n in enumerate(spent) if n > budget]
         assert over == [], f"prompts over the budget of {budget} (index, tokens): {over}"
