@@ -64,6 +64,7 @@ from contextfold.testing.adapter_contract_elsewhere import failing_endpoint, ren
 SESSION = "contract"
 VIEW = "agent"
 BUDGET = 1800
+SYSTEM = {"role": "system", "content": SYSTEM_PROMPT}
 
 
 class AdapterTurns(Protocol):
@@ -121,7 +122,7 @@ def prompt_problems(prompt: Sequence[Message], budget: int, *, open_tail: bool =
     sent = [*prompt, *awaited_results(prompt)] if open_tail else list(prompt)
     problems = [f"{f.field} at {f.index}: {f.reason}" for f in prompt_faults(sent, "openai")]
     problems += split_pairs(prompt, open_tail=open_tail)
-    if not prompt or prompt[0] != {"role": "system", "content": SYSTEM_PROMPT}:
+    if not prompt or seen(prompt[0]) != SYSTEM:
         first = prompt[0] if prompt else None
         problems.append(f"the system prompt is not first, verbatim: {first!r:.200}")
     spent = prompt_tokens(prompt)
@@ -142,9 +143,14 @@ def awaited_results(prompt: Sequence[Message]) -> list[Message]:
 
 
 class AdapterContract:
-    """Every promise an adapter keeps, as a test; subclass with an ``adapter`` fixture."""
+    """Every promise an adapter keeps, as a test; subclass with an ``adapter`` fixture.
+
+    Each case opens session ``SESSION`` with ``SYSTEM_PROMPT`` and configures view
+    ``VIEW`` (the ``offline`` preset, ``budget`` tokens) before it opens the adapter.
+    """
 
     budget = BUDGET
+    """The view's budget in most cases: small, so long tool results make it fold often."""
 
     @pytest.fixture
     def adapter(self) -> OpenAdapter:
@@ -239,10 +245,10 @@ class AdapterContract:
         with closing(adapter(memory, SESSION, VIEW)) as turns:
             prompts = self.run(turns, session, agent_steps(4, seed=5))
         assert session.view(VIEW).folds(), "the run was meant to fold"
-        system = {"role": "system", "content": SYSTEM_PROMPT}
         for i, prompt in enumerate(prompts):
-            assert prompt[:1] == [system], f"prompt {i} does not start with the system prompt"
-            assert prompt.count(system) == 1, f"prompt {i} repeats the system prompt"
+            shown = [seen(m) for m in prompt]
+            assert shown[:1] == [SYSTEM], f"prompt {i} does not start with the system prompt"
+            assert shown.count(SYSTEM) == 1, f"prompt {i} repeats the system prompt"
 
     def test_budget_held_by_an_independent_count(
         self, adapter: OpenAdapter, memory: Memory
