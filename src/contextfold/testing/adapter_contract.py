@@ -289,7 +289,14 @@ class AdapterContract:
             prompt = self.run(turns, session, agent_steps(6, seed=31))[-1]
         assert session.view(VIEW).folds(), "the run was meant to fold"
         theirs = rendered_elsewhere(store_url, SESSION, VIEW, session.last_seq())
-        assert [seen(m) for m in theirs] == [seen(m) for m in prompt]
+        mine = [seen(m) for m in prompt]
+        differ = [
+            i for i, m in enumerate([seen(m) for m in theirs]) if i >= len(mine) or m != mine[i]
+        ]
+        assert (len(theirs), differ) == (len(prompt), []), (
+            f"another process renders another prompt: {len(theirs)} messages, not "
+            f"{len(prompt)}; messages {differ} differ"
+        )
 
     def test_failing_summarizer_never_breaks_the_turn(
         self, adapter: OpenAdapter, memory: Memory
