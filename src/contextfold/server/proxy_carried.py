@@ -31,7 +31,7 @@ from contextfold.core.messages import Message
 from contextfold.core.provider_items import ProviderName, carried_folds
 from contextfold.memory.session import Session
 from contextfold.memory.view import View
-from contextfold.server.proxy_kept import with_kept
+from contextfold.memory.kept import with_kept
 from contextfold.server.proxy_match import LogDigest
 from contextfold.server.proxy_shared import ProxyState
 from contextfold.server.proxy_upstream import Upstream, refusal_body
@@ -55,7 +55,7 @@ class CallRender:
     view: View
     budget: int | None
     keeps: str | None
-    """The wire's ``meta`` key put back on the prompt's logged messages (``proxy_kept``)."""
+    """The wire's ``meta`` key put back on the prompt's logged messages (``contextfold.memory.kept``)."""
     branch: int
     """The seq the call continues: the branch rendered."""
 

@@ -13,7 +13,7 @@ from fastapi import Request
 from contextfold.llm.claude_calibration import Calibration
 from contextfold.server.errors import ServiceError
 from contextfold.server.proxy_budget import upstream_count
-from contextfold.server.proxy_kept import KeptMeta
+from contextfold.memory.kept import KeptMeta
 from contextfold.server.proxy_match import LogDigests
 from contextfold.server.proxy_upstream import KINDS, Upstream
 from contextfold.server.proxy_wire import Wire
