@@ -1,0 +1,334 @@
+"""The OpenAI Agents SDK's session protocol over a contextfold view (``pip install
+'contextfold[openai-agents]'``).
+
+::
+
+    memory = Memory("agents.db")
+    memory.session("chat-1").view("default", preset="offline", budget=8000)   # the user's view
+    session = ContextfoldSession.open(memory, "chat-1")
+    result = await Runner.run(agent, "What changed?", session=session)
+
+The SDK reads a session before each run and hands it the run's new items
+after each turn. Here the items it reads are the view's compacted prompt of
+the adapter's branch, and the items it hands over are logged, raw, once:
+
+- ``add_items``: the Responses-API input items become log messages through
+  ``contextfold.formats.responses`` (the proxy's own translation): a message
+  item a message, a run of the model's items (reasoning, text, function calls)
+  one assistant message, a function output a tool message; what a chat message
+  cannot hold (a reasoning item, an item's id, an image's detail, an unknown
+  item) rides verbatim on the message's ``meta``. Each batch is appended after
+  the branch's head under idempotency keys that name the head and the batch,
+  so the same items added again at the same place (a retry, a second process,
+  a pop then the same add) are not logged twice.
+- ``get_items``: the view rendered for the branch, as input items: a message
+  shown whole comes back as the very items that made it, a fold or a clipped
+  message as a message item written from its text.
+- ``pop_item``: the log is append-only, so popping moves the adapter's head
+  back. The head message's last item is returned; the message's other items,
+  if it had any, are logged again as one message after its parent (a branch).
+  The session's system prompt (the log's leading system messages) is never
+  popped.
+- ``clear_session``: the SDK promises that a cleared session reads empty and
+  the next run starts afresh. Here the head moves back to the system prompt,
+  so the next add starts a branch there; nothing logged is deleted (the views,
+  their folds and settings stay). ``Memory.delete_session`` removes a session
+  whole.
+
+The head follows the newest message's branch, as a shared conversation does,
+until ``pop_item``, ``clear_session`` or ``branch=`` pins it; an add that
+extends the newest message follows it again. The pin is this object's: another
+process opening the session reads the newest branch.
+
+Compaction is not the adapter's: a runner watching the view (or
+``View.compact``) folds it; the adapter only logs and renders.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from contextfold.core.errors import InvalidInput
+from contextfold.core.extras import needs_extra
+from contextfold.core.log import LoggedMessage
+from contextfold.core.messages import Message, for_model
+from contextfold.formats.responses import KEPT, Item, read_items, write_items
+from contextfold.memory.kept import KeptMeta, with_kept
+from contextfold.memory.session import Memory, Session
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.memory import SessionSettings
+    from agents.run_config import CallModelData, ModelInputData
+
+EXTRA = "openai-agents"
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+_KEY_PREFIX = "openai-agents"
+
+
+class ContextfoldSession:
+    """A session of the OpenAI Agents SDK whose items are a contextfold view's prompt and
+    whose writes go to the log (module docstring)."""
+
+    session_settings: SessionSettings | None
+
+    def __init__(
+        self,
+        session: Session,
+        view: str = "default",
+        *,
+        branch: int | None = None,
+        session_settings: SessionSettings | None = None,
+    ) -> None:
+        with needs_extra("the OpenAI Agents SDK session", EXTRA):
+            import agents.memory  # noqa: F401  (the SDK this class serves)
+        if not isinstance(session, Session):
+            raise InvalidInput(
+                f"session must be a contextfold Session, not {type(session).__name__}",
+                field="session",
+            )
+        if not isinstance(view, str) or not view:
+            raise InvalidInput(f"view must be a view name, not {view!r}", field="view")
+        if branch is not None and (type(branch) is not int or branch < 0):
+            raise InvalidInput(f"branch must be a seq (0 or more), not {branch!r}", field="branch")
+        if branch is not None and branch > session.last_seq():
+            raise InvalidInput(f"branch {branch} is not a message of the log", field="branch")
+        self.session = session
+        self.session_id = session.id
+        self.view = session.view(view)
+        self.session_settings = session_settings
+        self._head = branch
+        self._system: int | None = None
+        self._kept = KeptMeta()
+        self._lock = threading.Lock()
+        # What the SDK holds of this session during a run: the items it last read, and
+        # the messages added since (``call_model_input_filter`` compares a call with them).
+        self._read: list[Item] | None = None
+        self._since: list[Message] = []
+
+    @classmethod
+    def open(
+        cls,
+        memory: Memory,
+        session_id: str,
+        view: str = "default",
+        *,
+        branch: int | None = None,
+        session_settings: SessionSettings | None = None,
+    ) -> ContextfoldSession:
+        """The adapter over ``memory``'s session ``session_id`` (created if new)."""
+        if not isinstance(memory, Memory):
+            raise InvalidInput(
+                f"memory must be a contextfold Memory, not {type(memory).__name__}",
+                field="memory",
+            )
+        return cls(
+            memory.session(session_id), view, branch=branch, session_settings=session_settings
+        )
+
+    @property
+    def head(self) -> int:
+        """The seq of the branch's last message (0: nothing on it yet)."""
+        with self._lock:
+            return self._branch()
+
+    # -- the SDK's protocol: each call runs on a thread, the store's calls block ----------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The view's prompt for the branch as input items; with ``limit``, its last ones."""
+        wanted = self._limit(limit)
+        items = await asyncio.to_thread(self.items, wanted)
+        with self._lock:
+            self._read, self._since = items, []
+        return cast("list[TResponseInputItem]", items)
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Log the items after the branch's head, once (module docstring)."""
+        await asyncio.to_thread(self.add, items)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Move the head back past the newest item and return it (None: nothing to pop)."""
+        popped = await asyncio.to_thread(self.pop)
+        return cast("TResponseInputItem | None", popped)
+
+    async def clear_session(self) -> None:
+        """Start an empty branch after the system prompt; nothing logged is deleted."""
+        await asyncio.to_thread(self.clear)
+
+    async def call_model_input_filter(self, data: CallModelData[Any]) -> ModelInputData:
+        """Every model call of a run sent the view's prompt, not only the run's first.
+
+        Give it as ``RunConfig(call_model_input_filter=session.call_model_input_filter)``.
+        The SDK reads the session once a run and puts the run's own items (tool
+        calls and results) on top, so a long run outgrows the budget; it adds
+        those items before each model call, so the log holds the whole input
+        and the view's prompt can stand in for it. A call whose input is not
+        the items read plus those added since (a ``session_input_callback``
+        changed them, or they were never added) is sent unchanged.
+        """
+        return await asyncio.to_thread(self.model_input, data)
+
+    # -- the same, blocking ----------------------------------------------------------------
+
+    def items(self, limit: int | None = None) -> list[Item]:
+        """``get_items``, blocking."""
+        wanted = self._limit(limit)
+        with self._lock:
+            head = self._branch()
+            if head == 0 or wanted == 0:
+                return []
+            rendered = self.view.render_report(branch=head)
+            last = head if self._head is None else self.session.last_seq()
+            kept = self._kept.of(self.session, last, KEPT)
+            messages = with_kept(rendered, kept, KEPT, self._system_count())
+        items = write_items(messages)
+        return items if wanted is None else items[-wanted:]
+
+    def add(self, items: Sequence[Mapping[str, Any]]) -> list[LoggedMessage]:
+        """``add_items``, blocking: the records of the batch (logged now or before)."""
+        if not isinstance(items, Sequence) or isinstance(items, str | bytes):
+            raise InvalidInput(f"items must be a list, not {type(items).__name__}", field="items")
+        messages = _read(items)
+        if not messages:
+            return []
+        with self._lock:
+            head = self._branch()
+            logged = self.session.extend(messages, keys=batch_keys(head, messages), parent=head)
+            self._settle(logged[-1].seq)
+            self._since += messages
+        return logged
+
+    def model_input(self, data: CallModelData[Any]) -> ModelInputData:
+        """``call_model_input_filter``, blocking."""
+        from agents.run_config import ModelInputData
+
+        given = data.model_data
+        with self._lock:
+            read, since = self._read, list(self._since)
+        if read is None or not _same_input(given.input, read, since):
+            return given
+        prompt = cast("list[TResponseInputItem]", self.items(None))
+        return ModelInputData(input=prompt, instructions=given.instructions)
+
+    def pop(self) -> Item | None:
+        """``pop_item``, blocking."""
+        with self._lock:
+            head = self._branch()
+            if head <= self._system_count():
+                return None
+            record = self.session.messages(after=head - 1, limit=1)[0]
+            items = write_items(self._with_meta([record]))
+            parent = head - 1 if record.parent is None else record.parent
+            if len(items) == 1:
+                self._head = parent
+                return items[0]
+            rest = _read(items[:-1])
+            logged = self.session.extend(rest, keys=batch_keys(parent, rest), parent=parent)
+            self._head = logged[-1].seq
+            return items[-1]
+
+    def clear(self) -> None:
+        """``clear_session``, blocking."""
+        with self._lock:
+            self._head = self._system_count()
+
+    # -- inside ---------------------------------------------------------------------------
+
+    def _limit(self, limit: int | None) -> int | None:
+        if limit is None and self.session_settings is not None:
+            limit = self.session_settings.limit
+        if limit is not None and (type(limit) is not int or limit < 0):
+            raise InvalidInput(f"limit must be 0 or more, not {limit!r}", field="limit")
+        return limit
+
+    def _branch(self) -> int:
+        """The head: pinned, or the newest message's."""
+        return self.session.last_seq() if self._head is None else self._head
+
+    def _settle(self, last: int) -> None:
+        """After an add ending at ``last``: follow the newest branch again if it is ours."""
+        self._head = None if last == self.session.last_seq() else last
+
+    def _system_count(self) -> int:
+        """How many leading system (or developer) messages the log has: its system prompt.
+
+        Counted until a message of another role follows them; until then (a log
+        of system messages alone, or empty) counted again on each call.
+        """
+        if self._system is not None:
+            return self._system
+        count = 0
+        for record in self.session.messages(after=0, limit=64):
+            first = record.parent in (None, record.seq - 1) and record.seq == count + 1
+            if first and record.role in _SYSTEM_ROLES:
+                count += 1
+                continue
+            self._system = count
+            break
+        return count
+
+    def _with_meta(self, records: Sequence[LoggedMessage]) -> list[Message]:
+        """Logged messages as ``write_items`` reads them: with the items they keep."""
+        out: list[Message] = []
+        for record in records:
+            message = dict(record.message)
+            meta = message.get("meta")
+            if isinstance(meta, Mapping) and KEPT in meta:
+                message["meta"] = {KEPT: meta[KEPT]}
+            else:
+                message.pop("meta", None)
+            out.append(message)
+        return out
+
+
+def _read(items: Sequence[Any]) -> list[Message]:
+    """Input items as log messages; errors name the item (``items[3].call_id``)."""
+    plain = [_plain(item) for item in items]
+    try:
+        return read_items(plain, continued=True)
+    except InvalidInput as exc:
+        field = exc.field.replace("input[", "items[", 1) if exc.field else "items"
+        raise InvalidInput(exc.reason, field=field) from None
+
+
+def _same_input(given: Sequence[Any], read: Sequence[Item], since: Sequence[Message]) -> bool:
+    """Whether a model call's input is, as a model sees it, the items read then the
+    messages added since."""
+    if len(given) < len(read):
+        return False
+    try:
+        head, tail = _read(given[: len(read)]), _read(given[len(read) :])
+    except InvalidInput:
+        return False
+    seen = [for_model(m) for m in head] + [for_model(m) for m in tail]
+    expected = [for_model(m) for m in _read(read)] + [for_model(m) for m in since]
+    return seen == expected
+
+
+def _plain(item: Any) -> Any:
+    """An item as a plain dict: the SDK hands over dicts, a caller may hand pydantic models."""
+    dump = getattr(item, "model_dump", None)
+    if callable(dump) and not isinstance(item, Mapping):
+        return dump(exclude_unset=True, mode="json")
+    return item
+
+
+def batch_keys(head: int, messages: Sequence[Message]) -> list[str]:
+    """Idempotency keys for ``messages`` appended after seq ``head``: each names the place
+    and every message from there to it, so the same batch at the same place is a retry
+    (not logged twice) and nothing else shares a key."""
+    chain = hashlib.blake2b(str(head).encode(), digest_size=16)
+    keys: list[str] = []
+    for message in messages:
+        # The whole message, kept items included: the store takes a key again only for
+        # an equal message, so two batches a model sees alike but whose items differ
+        # (another reasoning id) must not share one.
+        text = json.dumps(message, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        chain.update(text.encode("utf-8", "surrogatepass"))
+        keys.append(f"{_KEY_PREFIX}@{head}:{chain.hexdigest()}")
+    return keys
