@@ -29,10 +29,10 @@ import httpx
 from contextfold.core.errors import FoldConflict, InvalidInput
 from contextfold.core.messages import Message
 from contextfold.core.provider_items import ProviderName, carried_folds
+from contextfold.memory.kept import with_kept
+from contextfold.memory.matching import LogDigest
 from contextfold.memory.session import Session
 from contextfold.memory.view import View
-from contextfold.memory.kept import with_kept
-from contextfold.server.proxy_match import LogDigest
 from contextfold.server.proxy_shared import ProxyState
 from contextfold.server.proxy_upstream import Upstream, refusal_body
 from contextfold.server.proxy_wire import Wire
@@ -55,7 +55,7 @@ class CallRender:
     view: View
     budget: int | None
     keeps: str | None
-    """The wire's ``meta`` key put back on the prompt's logged messages (``contextfold.memory.kept``)."""
+    """The wire's ``meta`` key put back on the prompt's logged messages (``memory.kept``)."""
     branch: int
     """The seq the call continues: the branch rendered."""
 
