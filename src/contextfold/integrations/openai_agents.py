@@ -17,18 +17,20 @@ the adapter's branch, and the items it hands over are logged, raw, once:
   item a message, a run of the model's items (reasoning, text, function calls)
   one assistant message, a function output a tool message; what a chat message
   cannot hold (a reasoning item, an item's id, an image's detail, an unknown
-  item) rides verbatim on the message's ``meta``. Each batch is appended after
-  the branch's head under idempotency keys that name the head and the batch,
-  so the same items added again at the same place (a retry, a second process,
-  a pop then the same add) are not logged twice.
+  item) rides verbatim on the message's ``meta``. Each batch is recorded after
+  the branch's head (``Session.record``): a message the log already holds at
+  that place, as a model sees it, is that message, so items added again where
+  they were (a retry, a second process, the SDK's rewind: a pop then the same
+  add) are not logged twice, and the first items logged are the ones kept.
 - ``get_items``: the view rendered for the branch, as input items: a message
   shown whole comes back as the very items that made it, a fold or a clipped
   message as a message item written from its text.
 - ``pop_item``: the log is append-only, so popping moves the adapter's head
-  back. The head message's last item is returned; the message's other items,
-  if it had any, are logged again as one message after its parent (a branch).
-  The session's system prompt (the log's leading system messages) is never
-  popped.
+  back. The newest item is returned; when its message made several items (a
+  model's run), the others stay on the branch, unlogged, until the next add
+  logs them with its items after the head: adding back what was popped finds
+  the same message at the same place, and logs nothing. The session's system
+  prompt (the log's leading system messages) is never popped.
 - ``clear_session``: the SDK promises that a cleared session reads empty and
   the next run starts afresh. Here the head moves back to the system prompt,
   so the next add starts a branch there; nothing logged is deleted (the views,
@@ -47,13 +49,11 @@ Compaction is not the adapter's: a runner watching the view (or
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from contextfold.core.errors import InvalidInput
+from contextfold.core.errors import BudgetError, InvalidInput
 from contextfold.core.extras import needs_extra
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, for_model
@@ -68,7 +68,6 @@ if TYPE_CHECKING:
 
 EXTRA = "openai-agents"
 _SYSTEM_ROLES = frozenset({"system", "developer"})
-_KEY_PREFIX = "openai-agents"
 
 
 class ContextfoldSession:
@@ -103,13 +102,15 @@ class ContextfoldSession:
         self.view = session.view(view)
         self.session_settings = session_settings
         self._head = branch
+        self._rest: list[Item] = []
+        """Items of a message a pop split, after the head, not logged again yet."""
         self._system: int | None = None
         self._kept = KeptMeta()
         self._lock = threading.Lock()
         # What the SDK holds of this session during a run: the items it last read, and
-        # the messages added since (``call_model_input_filter`` compares a call with them).
+        # the items added since (``call_model_input_filter`` compares a call with them).
         self._read: list[Item] | None = None
-        self._since: list[Message] = []
+        self._since: list[Any] = []
 
     @classmethod
     def open(
@@ -165,11 +166,13 @@ class ContextfoldSession:
 
         Give it as ``RunConfig(call_model_input_filter=session.call_model_input_filter)``.
         The SDK reads the session once a run and puts the run's own items (tool
-        calls and results) on top, so a long run outgrows the budget; it adds
-        those items before each model call, so the log holds the whole input
-        and the view's prompt can stand in for it. A call whose input is not
-        the items read plus those added since (a ``session_input_callback``
-        changed them, or they were never added) is sent unchanged.
+        calls and results) on top, so a long run outgrows the budget. A call's
+        input is the items read, those added since (now in the log) and those
+        not added yet (a streamed run adds its input after the first call): it
+        is sent as the view's prompt of the branch, rendered within the budget
+        less what the items not added yet cost, then those items. A call whose
+        input is not that (a ``session_input_callback`` changed the history)
+        is sent unchanged.
         """
         return await asyncio.to_thread(self.model_input, data)
 
@@ -178,30 +181,27 @@ class ContextfoldSession:
     def items(self, limit: int | None = None) -> list[Item]:
         """``get_items``, blocking."""
         wanted = self._limit(limit)
+        if wanted == 0:
+            return []
         with self._lock:
-            head = self._branch()
-            if head == 0 or wanted == 0:
-                return []
-            rendered = self.view.render_report(branch=head)
-            last = head if self._head is None else self.session.last_seq()
-            kept = self._kept.of(self.session, last, KEPT)
-            messages = with_kept(rendered, kept, KEPT, self._system_count())
-        items = write_items(messages)
+            items = [*write_items(self._prompt(self._branch(), None)), *self._rest]
         return items if wanted is None else items[-wanted:]
 
     def add(self, items: Sequence[Mapping[str, Any]]) -> list[LoggedMessage]:
-        """``add_items``, blocking: the records of the batch (logged now or before)."""
+        """``add_items``, blocking: the messages this call logged (none when the log held
+        them all at the head already)."""
         if not isinstance(items, Sequence) or isinstance(items, str | bytes):
             raise InvalidInput(f"items must be a list, not {type(items).__name__}", field="items")
-        messages = _read(items)
-        if not messages:
-            return []
+        _read(items)  # checked before the lock: an error names the caller's item
         with self._lock:
-            head = self._branch()
-            logged = self.session.extend(messages, keys=batch_keys(head, messages), parent=head)
-            self._settle(logged[-1].seq)
-            self._since += messages
-        return logged
+            messages = _read([*self._rest, *items])
+            if not messages:
+                return []
+            recorded = self.session.record(messages, after=self._branch())
+            self._rest = []
+            self._settle(recorded.at)
+            self._since += items
+        return recorded.logged
 
     def model_input(self, data: CallModelData[Any]) -> ModelInputData:
         """``call_model_input_filter``, blocking."""
@@ -210,34 +210,56 @@ class ContextfoldSession:
         given = data.model_data
         with self._lock:
             read, since = self._read, list(self._since)
-        if read is None or not _same_input(given.input, read, since):
+        pending = None if read is None else _pending(given.input, read, since)
+        if pending is None:
             return given
-        prompt = cast("list[TResponseInputItem]", self.items(None))
-        return ModelInputData(input=prompt, instructions=given.instructions)
+        items, messages = pending
+        budget = self.view.budget
+        if budget is not None:
+            spent = sum(self.session.counter.message(m) for m in messages)
+            budget = max(budget - spent, 1)
+        with self._lock:
+            head = self._branch()
+            try:
+                prompt = self._prompt(head, budget)
+            except BudgetError:  # the items not added yet leave too little: the view's own
+                prompt = self._prompt(head, None)
+            sent = [*write_items(prompt), *self._rest, *items]
+        return ModelInputData(
+            input=cast("list[TResponseInputItem]", sent), instructions=given.instructions
+        )
 
     def pop(self) -> Item | None:
         """``pop_item``, blocking."""
         with self._lock:
+            if self._rest:
+                return self._rest.pop()
             head = self._branch()
             if head <= self._system_count():
                 return None
             record = self.session.messages(after=head - 1, limit=1)[0]
             items = write_items(self._with_meta([record]))
-            parent = head - 1 if record.parent is None else record.parent
-            if len(items) == 1:
-                self._head = parent
-                return items[0]
-            rest = _read(items[:-1])
-            logged = self.session.extend(rest, keys=batch_keys(parent, rest), parent=parent)
-            self._head = logged[-1].seq
+            self._head = head - 1 if record.parent is None else record.parent
+            self._rest = items[:-1]
             return items[-1]
 
     def clear(self) -> None:
         """``clear_session``, blocking."""
         with self._lock:
             self._head = self._system_count()
+            self._rest = []
 
     # -- inside ---------------------------------------------------------------------------
+
+    def _prompt(self, head: int, budget: int | None) -> list[Message]:
+        """The view's prompt of the branch ending at ``head``, its logged messages with
+        the items they keep (``budget``: None for the view's own)."""
+        if head == 0:
+            return []
+        rendered = self.view.render_report(budget, branch=head)
+        last = head if self._head is None else self.session.last_seq()
+        kept = self._kept.of(self.session, last, KEPT)
+        return with_kept(rendered, kept, KEPT, self._system_count())
 
     def _limit(self, limit: int | None) -> int | None:
         if limit is None and self.session_settings is not None:
@@ -296,18 +318,27 @@ def _read(items: Sequence[Any]) -> list[Message]:
         raise InvalidInput(exc.reason, field=field) from None
 
 
-def _same_input(given: Sequence[Any], read: Sequence[Item], since: Sequence[Message]) -> bool:
-    """Whether a model call's input is, as a model sees it, the items read then the
-    messages added since."""
-    if len(given) < len(read):
-        return False
+def _pending(
+    given: Sequence[Any], read: Sequence[Item], since: Sequence[Any]
+) -> tuple[list[Any], list[Message]] | None:
+    """The items of a model call's input after those read and those added since, and
+    their messages; None when the input does not start with those (as a model sees them)."""
+    known = len(read) + len(since)
+    if len(given) < known:
+        return None
     try:
-        head, tail = _read(given[: len(read)]), _read(given[len(read) :])
+        if _seen(given[: len(read)]) != _seen(read):
+            return None
+        if _seen(given[len(read) : known]) != _seen(since):
+            return None
+        rest = list(given[known:])
+        return rest, _read(rest)
     except InvalidInput:
-        return False
-    seen = [for_model(m) for m in head] + [for_model(m) for m in tail]
-    expected = [for_model(m) for m in _read(read)] + [for_model(m) for m in since]
-    return seen == expected
+        return None
+
+
+def _seen(items: Sequence[Any]) -> list[Message]:
+    return [for_model(m) for m in _read(items)]
 
 
 def _plain(item: Any) -> Any:
@@ -316,19 +347,3 @@ def _plain(item: Any) -> Any:
     if callable(dump) and not isinstance(item, Mapping):
         return dump(exclude_unset=True, mode="json")
     return item
-
-
-def batch_keys(head: int, messages: Sequence[Message]) -> list[str]:
-    """Idempotency keys for ``messages`` appended after seq ``head``: each names the place
-    and every message from there to it, so the same batch at the same place is a retry
-    (not logged twice) and nothing else shares a key."""
-    chain = hashlib.blake2b(str(head).encode(), digest_size=16)
-    keys: list[str] = []
-    for message in messages:
-        # The whole message, kept items included: the store takes a key again only for
-        # an equal message, so two batches a model sees alike but whose items differ
-        # (another reasoning id) must not share one.
-        text = json.dumps(message, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-        chain.update(text.encode("utf-8", "surrogatepass"))
-        keys.append(f"{_KEY_PREFIX}@{head}:{chain.hexdigest()}")
-    return keys
