@@ -397,7 +397,7 @@ def test_bad_items_name_the_item_and_store_nothing() -> None:
     ]
     with pytest.raises(InvalidInput) as caught:
         asyncio.run(session.add_items(bad))
-    assert caught.value.field == "items[1].call_id"
+    assert (caught.value.index, caught.value.field) == (1, "call_id")
     late = [{"type": "function_call_output", "call_id": "nowhere", "output": "x"}]
     with pytest.raises(InvalidInput) as caught:
         asyncio.run(session.add_items(late))

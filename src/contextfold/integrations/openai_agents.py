@@ -49,6 +49,7 @@ Compaction is not the adapter's: a runner watching the view (or
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
     from agents.run_config import CallModelData, ModelInputData
 
 EXTRA = "openai-agents"
+_PLACE = re.compile(r"input\[(\d+)\]\.?(.*)")
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
@@ -197,7 +199,11 @@ class ContextfoldSession:
             messages = _read([*self._rest, *items])
             if not messages:
                 return []
-            recorded = self.session.record(messages, after=self._branch())
+            head = self._branch()
+            # On a branch holding nothing past the system prompt, the batch is matched
+            # from the log's start, so a system item equal to the prompt is the prompt.
+            after = None if head <= self._system_count() else head
+            recorded = self.session.record(messages, after=after)
             self._rest = []
             self._settle(recorded.at)
             self._since += items
@@ -309,13 +315,16 @@ class ContextfoldSession:
 
 
 def _read(items: Sequence[Any]) -> list[Message]:
-    """Input items as log messages; errors name the item (``items[3].call_id``)."""
+    """Input items as log messages; an error names the item by its index in ``items`` and
+    the field in it (``index=3, field="call_id"``)."""
     plain = [_plain(item) for item in items]
     try:
         return read_items(plain, continued=True)
     except InvalidInput as exc:
-        field = exc.field.replace("input[", "items[", 1) if exc.field else "items"
-        raise InvalidInput(exc.reason, field=field) from None
+        found = _PLACE.fullmatch(exc.field or "")
+        if found is None:
+            raise InvalidInput(exc.reason, field=exc.field or "items") from None
+        raise InvalidInput(exc.reason, index=int(found[1]), field=found[2] or "items") from None
 
 
 def _pending(
