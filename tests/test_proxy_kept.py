@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from contextfold import Memory
-from contextfold.memory.session import Session
 from contextfold.memory.kept import KeptMeta, with_kept
+from contextfold.memory.session import Session
 
 KEPT = {"items": [{"type": "reasoning", "id": "rs_1", "summary": []}]}
 
