@@ -244,7 +244,7 @@ class ContextfoldSession:
             if head <= self._system_count():
                 return None
             record = self.session.messages(after=head - 1, limit=1)[0]
-            items = write_items(self._with_meta([record]))
+            items = write_items([_with_items(record)])
             self._head = head - 1 if record.parent is None else record.parent
             self._rest = items[:-1]
             return items[-1]
@@ -300,18 +300,14 @@ class ContextfoldSession:
             break
         return count
 
-    def _with_meta(self, records: Sequence[LoggedMessage]) -> list[Message]:
-        """Logged messages as ``write_items`` reads them: with the items they keep."""
-        out: list[Message] = []
-        for record in records:
-            message = dict(record.message)
-            meta = message.get("meta")
-            if isinstance(meta, Mapping) and KEPT in meta:
-                message["meta"] = {KEPT: meta[KEPT]}
-            else:
-                message.pop("meta", None)
-            out.append(message)
-        return out
+
+def _with_items(record: LoggedMessage) -> Message:
+    """A logged message as ``write_items`` reads it: with the items it keeps, if any."""
+    message = dict(record.message)
+    meta = message.pop("meta", None)
+    if isinstance(meta, Mapping) and KEPT in meta:
+        message["meta"] = {KEPT: meta[KEPT]}
+    return message
 
 
 def _read(items: Sequence[Any]) -> list[Message]:
