@@ -190,6 +190,51 @@ def test_a_call_the_session_cannot_vouch_for_goes_unchanged(
     assert len(memory.session("chat").messages()) == 8  # logged all the same
 
 
+def test_a_call_waiting_for_approval_stays_pending_until_the_run_resumes(
+    upstream: FakeProvider, tmp_path: Path
+) -> None:
+    """A tool that needs a human's approval: the run stops with the call unanswered, the
+    session shows it as it was (no stand-in result), and the resumed run logs its result."""
+
+    @agents.function_tool(needs_approval=True)
+    def deploy(target: str) -> str:
+        """Deploy the build."""
+        return f"deployed to {target}"
+
+    call = called("deploy", json.dumps({"target": "production"}), "call_deploy")
+    upstream.add(
+        responses_reply([said("Deploying.", "msg_d1"), call], response_id="rd1"),
+        responses_reply([said("Deployed.", "msg_d2")], response_id="rd2"),
+    )
+    memory = Memory(tmp_path / "cf.db")
+    session = ContextfoldSession.open(memory, "chat")
+    agent = agents.Agent(name="ops", instructions="Ship it.", tools=[deploy], model="gpt-5")
+    config = agents.RunConfig(call_model_input_filter=session.call_model_input_filter)
+
+    async def conversation() -> tuple[Any, list[Any], Any]:
+        first = await agents.Runner.run(agent, "Ship the fix.", session=session, run_config=config)
+        waiting = await session.get_items()
+        state = first.to_state()
+        for interruption in first.interruptions:
+            state.approve(interruption)
+        resumed = await agents.Runner.run(agent, state, session=session, run_config=config)
+        return first, waiting, resumed
+
+    first, waiting, resumed = asyncio.run(conversation())
+    assert [i.raw_item.call_id for i in first.interruptions] == ["call_deploy"]
+    assert waiting[-1] == call  # pending, verbatim, no result made up for it
+    assert resumed.final_output == "Deployed."
+    second = upstream.requests[1].body["input"]
+    assert item_faults(second) == []
+    assert second[-1] == {
+        "type": "function_call_output",
+        "call_id": "call_deploy",
+        "output": "deployed to production",
+    }
+    log = memory.session("chat").messages()
+    assert [m.role for m in log] == ["user", "assistant", "tool", "assistant"]
+
+
 # -- items round trip ----------------------------------------------------------------------
 
 ITEMS: dict[str, list[dict[str, Any]]] = {
