@@ -1,0 +1,221 @@
+"""Pydantic AI's history, logged to a contextfold session, and the view handed to the model.
+
+``ContextfoldHistory`` is a capability (``Agent(..., capabilities=[history])``):
+before each model request it logs the run's whole history with
+``Session.record`` (each message once, whatever the run or the caller sends
+again) and replaces the messages of that one request with the view's
+compacted prompt of the run's branch. The run's own history is left raw, so
+``result.all_messages()`` is the conversation as it happened, ready to pass
+back as ``message_history``.
+
+It is a history processor too (``ProcessHistory(history)``, the way Pydantic AI
+takes one): then Pydantic AI keeps the view as the run's history. The next
+call's list starts with the messages handed back last time, which this
+process recognises by identity and matches from the branch they render,
+never logging a fold as a message.
+
+The session of a conversation is fixed (``session=``) or chosen per run from
+its context (``memory=`` with ``session_of=``, e.g. ``lambda ctx:
+ctx.deps.conversation_id``). Compaction is not done here: a runner watching
+the view (``InlineRunner``, ``ThreadRunner``, ...) folds it as the log grows;
+render keeps every prompt within the budget meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic_ai import messages as pm
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.tools import RunContext
+
+from contextfold.core.errors import InvalidInput
+from contextfold.core.messages import Message, for_model
+from contextfold.core.render import Rendered
+from contextfold.integrations.pydantic_ai.mapping import from_chat, to_chat
+from contextfold.memory.session import Memory, Session
+
+SessionOf = Callable[[RunContext[Any]], str]
+"""Picks a run's session id from its context (its ``deps``, most often)."""
+
+_CACHED = 20_000  # logged messages kept per processor, read again when dropped
+
+
+@dataclass(frozen=True)
+class _Handed:
+    """The messages last handed to a run of a session, and the branch they render."""
+
+    messages: tuple[pm.ModelMessage, ...]
+    at: int
+
+
+class ContextfoldHistory(AbstractCapability[Any]):
+    """Logs a Pydantic AI run's messages to a session and gives each model request the
+    view's prompt instead of the whole history."""
+
+    def __init__(
+        self,
+        session: Session | None = None,
+        view: str = "default",
+        *,
+        memory: Memory | None = None,
+        session_of: SessionOf | None = None,
+        system: str | None = None,
+        budget: int | None = None,
+    ) -> None:
+        if (session is None) == (memory is None):
+            raise InvalidInput("give a session, or a memory with session_of", field="session")
+        if session is not None and not isinstance(session, Session):
+            raise InvalidInput(
+                f"session is a Session, not {type(session).__name__}", field="session"
+            )
+        if memory is not None and not isinstance(memory, Memory):
+            raise InvalidInput(f"memory is a Memory, not {type(memory).__name__}", field="memory")
+        if memory is not None and not callable(session_of):
+            raise InvalidInput("a memory needs session_of(ctx) -> session id", field="session_of")
+        if not isinstance(view, str) or not view:
+            raise InvalidInput("view names a view", field="view")
+        self.session = session
+        self.view = view
+        self.memory = memory
+        self.session_of = session_of
+        self.system = system
+        self.budget = budget
+        self._lock = threading.Lock()
+        self._handed: dict[str, _Handed] = {}
+        self._logged: dict[tuple[str, float], dict[int, Message]] = {}
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        """Not a spec capability: it holds a session."""
+        return None
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        """This request gets the view; the run's history stays as it was."""
+        given = list(request_context.messages)
+        request_context.messages = await asyncio.to_thread(self.prompt, ctx, given)
+        return request_context
+
+    async def after_model_request(
+        self,
+        ctx: RunContext[Any],
+        *,
+        request_context: ModelRequestContext,
+        response: pm.ModelResponse,
+    ) -> pm.ModelResponse:
+        """Log the answer now: a run's last answer is sent to no later request."""
+        # Pydantic AI fills these unset fields right after this hook; filled now (the same
+        # values) the logged answer is the one the run keeps.
+        serving = request_context.model_id or request_context.model.model_id
+        response.model_id = response.model_id or serving
+        _fill_run_fields(response, ctx)
+        await asyncio.to_thread(self.log_answer, ctx, response)
+        return response
+
+    def log_answer(self, ctx: RunContext[Any], response: pm.ModelResponse) -> None:
+        """Log a model's answer after the branch its request rendered."""
+        session = self.session_for(ctx)
+        handed = self._handed.get(session.id)
+        if handed is not None:
+            recorded = session.record(to_chat([response]), after=handed.at)
+            self._cache(session).update((e.seq, e.message) for e in recorded.logged)
+
+    def __call__(
+        self, ctx: RunContext[Any], messages: list[pm.ModelMessage]
+    ) -> list[pm.ModelMessage]:
+        """As a history processor (``ProcessHistory(history)``)."""
+        return self.prompt(ctx, messages)
+
+    def prompt(
+        self, ctx: RunContext[Any], messages: Sequence[pm.ModelMessage]
+    ) -> list[pm.ModelMessage]:
+        """Log ``messages`` (the run's whole history) and return the view's prompt of it."""
+        session = self.session_for(ctx)
+        handed = self._handed.get(session.id)
+        after = None
+        if handed is not None and _starts_with(messages, handed.messages):
+            # The run holds what was handed back last time: only what follows is new.
+            messages, after = messages[len(handed.messages) :], handed.at
+        if messages and isinstance(messages[-1], pm.ModelRequest):
+            # The request being sent: Pydantic AI fills these right after the processors.
+            _fill_run_fields(messages[-1], ctx)
+        originals: dict[str, pm.ModelMessage] = {}
+        chat = to_chat(messages, originals)
+        recorded = session.record(chat, after=after)
+        rendered = session.view(self.view).render_report(self.budget, branch=recorded.at)
+        logged = self._cache(session)
+        for entry in recorded.logged:
+            logged[entry.seq] = entry.message
+        prompt = from_chat(self._with_meta(session, rendered, logged), originals)
+        with self._lock:
+            self._handed[session.id] = _Handed(tuple(prompt), recorded.at)
+        return prompt
+
+    def session_for(self, ctx: RunContext[Any]) -> Session:
+        """The run's session: the one given, or ``session_of(ctx)`` opened in the memory."""
+        if self.session is not None:
+            return self.session
+        assert self.memory is not None and self.session_of is not None
+        session_id = self.session_of(ctx)
+        if not isinstance(session_id, str) or not session_id:
+            raise InvalidInput(
+                f"session_of gave {session_id!r}, not a session id", field="session_of"
+            )
+        return self.memory.session(session_id, system=self.system)
+
+    def _cache(self, session: Session) -> dict[int, Message]:
+        """This process's copy of the session's logged messages, by seq (the log only grows)."""
+        with self._lock:
+            return self._logged.setdefault((session.id, session.created_at), {})
+
+    def _with_meta(
+        self, session: Session, rendered: Rendered, logged: dict[int, Message]
+    ) -> list[Message]:
+        """The prompt's messages, with the ``meta`` of each logged message it shows whole.
+
+        Render sends no ``meta``; the logged messages shown whole (and the system
+        prompt) are found in log order by what a model sees of them. Folds, markers,
+        clipped messages and synthetic answers keep none.
+        """
+        whole = sorted({1, *rendered.shown} - set(rendered.clipped))
+        missing = [seq for seq in whole if seq not in logged]
+        if missing:
+            if len(logged) > _CACHED:
+                logged.clear()
+                missing = whole
+            first, last = missing[0], missing[-1]
+            for entry in session.messages(after=first - 1, limit=last - first + 1):
+                logged[entry.seq] = entry.message
+        found = [logged[seq] for seq in whole if seq in logged]
+        seen = [for_model(m) for m in found]
+        out: list[Message] = []
+        at = 0
+        for message in rendered.messages:
+            match = next((j for j in range(at, len(found)) if seen[j] == message), None)
+            if match is None:
+                out.append(message)
+                continue
+            out.append({**message, "meta": found[match].get("meta", {})})
+            at = match + 1
+        return out
+
+
+def _fill_run_fields(message: pm.ModelMessage, ctx: RunContext[Any]) -> None:
+    """The run's fields of a message, where unset, as Pydantic AI fills them."""
+    message.timestamp = message.timestamp or datetime.now(UTC)
+    message.run_id = message.run_id or ctx.run_id
+    message.conversation_id = message.conversation_id or ctx.conversation_id
+
+
+def _starts_with(messages: Sequence[pm.ModelMessage], prefix: Sequence[pm.ModelMessage]) -> bool:
+    return len(messages) > len(prefix) and all(
+        a is b for a, b in zip(messages, prefix, strict=False)
+    )
