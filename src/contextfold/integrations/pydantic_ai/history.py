@@ -66,7 +66,6 @@ class ContextfoldHistory(AbstractCapability[Any]):
         *,
         memory: Memory | None = None,
         session_of: SessionOf | None = None,
-        system: str | None = None,
         budget: int | None = None,
     ) -> None:
         if (session is None) == (memory is None):
@@ -85,7 +84,6 @@ class ContextfoldHistory(AbstractCapability[Any]):
         self.view = view
         self.memory = memory
         self.session_of = session_of
-        self.system = system
         self.budget = budget
         self._lock = threading.Lock()
         self._handed: dict[str, _Handed] = {}
@@ -169,7 +167,7 @@ class ContextfoldHistory(AbstractCapability[Any]):
             raise InvalidInput(
                 f"session_of gave {session_id!r}, not a session id", field="session_of"
             )
-        return self.memory.session(session_id, system=self.system)
+        return self.memory.session(session_id)
 
     def _cache(self, session: Session) -> dict[int, Message]:
         """This process's copy of the session's logged messages, by seq (the log only grows)."""
