@@ -81,3 +81,221 @@ def test_turns_fold_within_budget_and_log_each_message_once(tmp_path: Path) -> N
     assert [for_model(m) for m in logged] == raw
     assert dumped(from_chat(logged)) == dumped(history)
     memory.close()
+
+
+def every_part() -> list[pm.ModelMessage]:
+    """A conversation holding every part type a chat can carry, and the ones it cannot."""
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+    return [
+        pm.ModelRequest(
+            parts=[
+                pm.SystemPromptPart("You review code.", timestamp=at),
+                pm.SystemPromptPart("Answer in English.", timestamp=at),
+                pm.UserPromptPart(
+                    [
+                        "Look at these:",
+                        pm.ImageUrl(url="https://example.com/cat.png"),
+                        pm.BinaryContent(data=png, media_type="image/png"),
+                        pm.BinaryContent(data=b"%PDF-1.4 small", media_type="application/pdf"),
+                        pm.DocumentUrl(url="https://example.com/spec.pdf"),
+                        pm.AudioUrl(url="https://example.com/note.mp3"),
+                        pm.BinaryContent(data=b"RIFF....WAVE", media_type="audio/wav"),
+                        pm.CachePoint(),
+                    ],
+                    timestamp=at,
+                ),
+            ],
+            timestamp=at,
+            instructions="Be brief.",
+            run_id="run-1",
+            metadata={"tenant": "a"},
+        ),
+        pm.ModelResponse(
+            parts=[
+                pm.ThinkingPart("The image first.", signature="sig-1", provider_name="openai"),
+                pm.TextPart("Reading the file."),
+                pm.ToolCallPart("read_file", {"path": "a.py"}, tool_call_id="call-1"),
+                pm.NativeToolCallPart("web_search", {"q": "pep8"}, "ws-1", provider_name="openai"),
+                pm.NativeToolReturnPart("web_search", {"hits": 3}, "ws-1", provider_name="openai"),
+                pm.FilePart(pm.BinaryContent(data=png, media_type="image/png")),
+            ],
+            model_name="gpt-4o-mini",
+            timestamp=at,
+            finish_reason="tool_call",
+            provider_response_id="chatcmpl-1",
+        ),
+        pm.ModelRequest(
+            parts=[
+                pm.ToolReturnPart("read_file", {"lines": 12}, "call-1", timestamp=at),
+                pm.UserPromptPart("And the tests?", timestamp=at),
+            ],
+            timestamp=at,
+        ),
+        pm.ModelResponse(
+            parts=[pm.ToolCallPart("read_file", '{"path": 1}', tool_call_id="call-2")],
+            timestamp=at,
+        ),
+        pm.ModelRequest(
+            parts=[
+                pm.ToolReturnPart(
+                    "read_file",
+                    "path must be a string",
+                    "call-2",
+                    outcome="retried",
+                    timestamp=at,
+                ),
+            ],
+            timestamp=at,
+        ),
+        pm.ModelResponse(parts=[pm.CompactionPart("earlier: a.py read")], timestamp=at),
+        pm.ModelRequest(
+            parts=[
+                pm.RetryFeedbackPart(
+                    "answer with text", retry=pm.RetryInfo("model_retry"), timestamp=at
+                )
+            ],
+            timestamp=at,
+        ),
+        pm.ModelResponse(parts=[pm.TextPart("a.py is fine.")], timestamp=at),
+    ]
+
+
+def test_every_part_type_comes_back_from_the_log(tmp_path: Path) -> None:
+    memory = Memory(tmp_path / "parts.db")
+    session = memory.session("parts")
+    original = every_part()
+    recorded = session.record(to_chat(original))
+    assert recorded.matched == 0
+    logged = session.history()
+    assert dumped(from_chat(logged)) == dumped(original)
+    # What the model reads of each: the chat messages contextfold counts and folds.
+    assert [m["role"] for m in logged] == [
+        "system", "user", "assistant", "tool", "user", "assistant", "tool", "assistant",
+        "user", "assistant",
+    ]  # fmt: skip
+    assert logged[0]["content"] == "You review code.\n\nAnswer in English."
+    kinds = [p["type"] for p in logged[1]["content"]]
+    assert kinds == ["text", "image_url", "image_url", "file", "text", "text", "input_audio"]
+    assert logged[2]["tool_calls"][0]["function"] == {
+        "name": "read_file",
+        "arguments": '{"path":"a.py"}',
+    }
+    # Sent again, whole or as a run goes on: nothing is logged twice.
+    again = session.record(to_chat([*original, pm.ModelRequest(parts=[pm.UserPromptPart("more")])]))
+    assert [m.seq for m in again.logged] == [11]
+
+
+def test_a_message_partly_shown_keeps_its_other_fields() -> None:
+    """A request whose tool result was folded comes back with its user prompt alone."""
+    original = every_part()
+    chat = to_chat(original)
+    without_result = chat[:3] + chat[4:]
+    back = from_chat(without_result)
+    request = back[2]
+    assert isinstance(request, pm.ModelRequest)
+    assert [p.part_kind for p in request.parts] == ["user-prompt"]
+    assert request.timestamp == original[2].timestamp
+    # A chat message that keeps nothing (a fold's summary) becomes a part the model reads.
+    folded = from_chat([{"role": "user", "content": "[folded: seq 2-5] a.py was read"}, *chat[4:]])
+    assert isinstance(folded[0], pm.ModelRequest)
+    assert folded[0].parts[0] == pm.UserPromptPart(
+        "[folded: seq 2-5] a.py was read", timestamp=folded[0].parts[0].timestamp
+    )
+
+
+def test_as_a_history_processor_the_run_keeps_the_view(tmp_path: Path) -> None:
+    """Under ``ProcessHistory`` Pydantic AI keeps the processed list as the run's history;
+    what it hands back is recognised, so no fold is ever logged as a message."""
+    memory, session = folding_session(tmp_path)
+    runner = InlineRunner()
+    runner.watch(session.view("default"))
+    history = ContextfoldHistory(session)
+    with FakeProvider("openai") as fake:
+        for n in range(1, TURNS + 1):
+            fake.add(*turn_replies(n))
+        kept = run_turns(agent(fake.url, [ProcessHistory(history)]), TURNS)
+    runner.stop()
+    check_prompts(fake)
+    assert session.view("default").folds()
+    logged = session.history()
+    roles = [m["role"] for m in logged]
+    # The last run's answer goes to no later request: a processor sees it next run.
+    assert roles == ["system", *(["user", "assistant", "tool", "assistant"] * TURNS)][:-1]
+    asked = [m["content"] for m in logged if m["role"] == "user"]
+    assert asked == [f"Please review src/module_{n}.py." for n in range(1, TURNS + 1)]
+    # The run's history is the view now: shorter than the log, ending as the log does.
+    assert len(to_chat(kept)) < len(logged)
+    assert for_model(to_chat(kept)[-2]) == for_model(logged[-1])
+    memory.close()
+
+
+def test_session_of_picks_each_conversation_s_session(tmp_path: Path) -> None:
+    memory = Memory(tmp_path / "many.db")
+    history = ContextfoldHistory(memory=memory, session_of=lambda ctx: f"user-{ctx.deps}")
+    with FakeProvider("openai") as fake:
+        built = agent(fake.url, [history])
+        for deps in ("ann", "bob"):
+            fake.add(*turn_replies(1))
+            run_turns(built, 1, deps=deps)
+    for deps in ("ann", "bob"):
+        logged = memory.existing_session(f"user-{deps}").history()
+        assert [m["role"] for m in logged] == ["system", "user", "assistant", "tool", "assistant"]
+    memory.close()
+
+
+@pytest.mark.parametrize(
+    ("given", "field"),
+    [
+        ({}, "session"),
+        ({"session": "s1"}, "session"),
+        ({"memory": "chat.db", "session_of": str}, "memory"),
+        ({"memory": None, "session_of": None, "session": None}, "session"),
+        ({"memory": Memory()}, "session_of"),
+        ({"session": Memory().session("s"), "view": ""}, "view"),
+    ],
+)
+def test_bad_settings_name_the_field(given: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        ContextfoldHistory(**given)
+    assert caught.value.field == field
+
+
+def test_a_bad_session_id_names_session_of(tmp_path: Path) -> None:
+    memory = Memory()
+    history = ContextfoldHistory(memory=memory, session_of=lambda ctx: None)  # type: ignore[arg-type,return-value]
+    with FakeProvider("openai") as fake, pytest.raises(InvalidInput) as caught:
+        agent(fake.url, [history]).run_sync("hi")
+    assert caught.value.field == "session_of"
+    assert memory.sessions() == []
+
+
+def test_without_the_extra_the_import_names_it() -> None:
+    code = (
+        "import sys; sys.modules['pydantic_ai'] = None\n"
+        "try:\n"
+        "    import contextfold.integrations.pydantic_ai\n"
+        "except ImportError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.startswith("MissingExtra")
+    assert "contextfold[pydantic-ai]" in done.stdout
+
+
+def test_the_example_runs_against_the_scripted_server(tmp_path: Path) -> None:
+    with FakeProvider("openai") as fake:
+        for n in range(1, 4):
+            fake.add(*turn_replies(n))
+        env = {**os.environ, "OPENAI_BASE_URL": fake.url, "OPENAI_API_KEY": "test-key"}
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "examples" / "pydantic_ai_agent.py"), str(tmp_path / "ex.db")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=240,
+        )
+    assert done.returncode == 0, done.stderr
+    assert "Reviewed module_3" in done.stdout
+    assert "logged 13 messages" in done.stdout
+    check_prompts(fake)

@@ -36,7 +36,7 @@ from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import RunContext
 
 from contextfold.core.errors import InvalidInput
-from contextfold.core.messages import Message, for_model
+from contextfold.core.messages import Message, for_model, validate_message
 from contextfold.core.render import Rendered
 from contextfold.integrations.pydantic_ai.mapping import from_chat, to_chat
 from contextfold.memory.session import Memory, Session
@@ -49,9 +49,10 @@ _CACHED = 20_000  # logged messages kept per processor, read again when dropped
 
 @dataclass(frozen=True)
 class _Handed:
-    """The messages last handed to a run of a session, and the branch they render."""
+    """The prompt last handed to a run of a session, as a model sees it, and the branch
+    it renders."""
 
-    messages: tuple[pm.ModelMessage, ...]
+    prompt: list[Message]
     at: int
 
 
@@ -137,16 +138,19 @@ class ContextfoldHistory(AbstractCapability[Any]):
     ) -> list[pm.ModelMessage]:
         """Log ``messages`` (the run's whole history) and return the view's prompt of it."""
         session = self.session_for(ctx)
-        handed = self._handed.get(session.id)
-        after = None
-        if handed is not None and _starts_with(messages, handed.messages):
-            # The run holds what was handed back last time: only what follows is new.
-            messages, after = messages[len(handed.messages) :], handed.at
         if messages and isinstance(messages[-1], pm.ModelRequest):
             # The request being sent: Pydantic AI fills these right after the processors.
             _fill_run_fields(messages[-1], ctx)
         originals: dict[str, pm.ModelMessage] = {}
         chat = to_chat(messages, originals)
+        after = None
+        handed = self._handed.get(session.id)
+        if handed is not None and len(chat) > len(handed.prompt):
+            shown = [for_model(validate_message(m)) for m in chat[: len(handed.prompt)]]
+            if shown == handed.prompt:
+                # The list goes on from the prompt handed over last time (a history
+                # processor's run keeps it): only what follows it is new.
+                chat, after = chat[len(handed.prompt) :], handed.at
         recorded = session.record(chat, after=after)
         rendered = session.view(self.view).render_report(self.budget, branch=recorded.at)
         logged = self._cache(session)
@@ -154,7 +158,7 @@ class ContextfoldHistory(AbstractCapability[Any]):
             logged[entry.seq] = entry.message
         prompt = from_chat(self._with_meta(session, rendered, logged), originals)
         with self._lock:
-            self._handed[session.id] = _Handed(tuple(prompt), recorded.at)
+            self._handed[session.id] = _Handed(rendered.messages, recorded.at)
         return prompt
 
     def session_for(self, ctx: RunContext[Any]) -> Session:
@@ -212,8 +216,3 @@ def _fill_run_fields(message: pm.ModelMessage, ctx: RunContext[Any]) -> None:
     message.run_id = message.run_id or ctx.run_id
     message.conversation_id = message.conversation_id or ctx.conversation_id
 
-
-def _starts_with(messages: Sequence[pm.ModelMessage], prefix: Sequence[pm.ModelMessage]) -> bool:
-    return len(messages) > len(prefix) and all(
-        a is b for a, b in zip(messages, prefix, strict=False)
-    )
