@@ -24,7 +24,7 @@ from fake_providers import FakeProvider
 from prompt_checks import pairing_faults, prompt_tokens
 from pydantic_ai import messages as pm
 from pydantic_ai.capabilities import ProcessHistory
-from pydantic_ai_agents import SYSTEM, agent, run_turns, turn_replies
+from pydantic_ai_agents import agent, run_turns, turn_replies
 
 from contextfold import InvalidInput, Memory
 from contextfold.core.messages import for_model
@@ -86,7 +86,9 @@ def test_turns_fold_within_budget_and_log_each_message_once(tmp_path: Path) -> N
 def every_part() -> list[pm.ModelMessage]:
     """A conversation holding every part type a chat can carry, and the ones it cannot."""
     at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-    png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+    png = base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    )
     return [
         pm.ModelRequest(
             parts=[
@@ -289,7 +291,11 @@ def test_the_example_runs_against_the_scripted_server(tmp_path: Path) -> None:
             fake.add(*turn_replies(n))
         env = {**os.environ, "OPENAI_BASE_URL": fake.url, "OPENAI_API_KEY": "test-key"}
         done = subprocess.run(
-            [sys.executable, str(ROOT / "examples" / "pydantic_ai_agent.py"), str(tmp_path / "ex.db")],
+            [
+                sys.executable,
+                str(ROOT / "examples" / "pydantic_ai_agent.py"),
+                str(tmp_path / "ex.db"),
+            ],
             capture_output=True,
             text=True,
             env=env,

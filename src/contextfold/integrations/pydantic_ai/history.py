@@ -215,4 +215,3 @@ def _fill_run_fields(message: pm.ModelMessage, ctx: RunContext[Any]) -> None:
     message.timestamp = message.timestamp or datetime.now(UTC)
     message.run_id = message.run_id or ctx.run_id
     message.conversation_id = message.conversation_id or ctx.conversation_id
-

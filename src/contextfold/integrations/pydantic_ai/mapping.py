@@ -179,7 +179,7 @@ def _response_chat(response: pm.ModelResponse) -> Message:
         {
             "id": p.tool_call_id,
             "type": "function",
-            "function": {"name": p.tool_name, "arguments": p.args_as_json_str()},
+            "function": {"name": p.tool_name, "arguments": _arguments(p)},
         }
         for p in response.parts
         if isinstance(p, pm.ToolCallPart)
@@ -189,6 +189,12 @@ def _response_chat(response: pm.ModelResponse) -> Message:
         chat["tool_calls"] = calls
         chat["content"] = chat["content"] or None
     return chat
+
+
+def _arguments(call: pm.ToolCallPart) -> str:
+    """A call's arguments as the model wrote them (Pydantic AI keeps that string; it
+    sends it re-serialized, never longer)."""
+    return call.args if isinstance(call.args, str) else call.args_as_json_str()
 
 
 def _user_content(content: str | Sequence[pm.UserContent]) -> str | list[dict[str, Any]]:
