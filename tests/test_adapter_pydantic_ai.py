@@ -305,3 +305,15 @@ def test_the_example_runs_against_the_scripted_server(tmp_path: Path) -> None:
     assert "Reviewed module_3" in done.stdout
     assert "logged 13 messages" in done.stdout
     check_prompts(fake)
+
+
+def test_the_bench_measures_a_short_run() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from _adapter_pydantic_ai import measure
+
+    figures = measure(3)
+    assert figures["turns"] == 3
+    faults = ("pairs_broken", "over_budget", "duplicated", "missing")
+    assert {key: figures[key] for key in faults} == dict.fromkeys(faults, 0)
+    assert 0 < figures["overhead_p50_ms"] <= figures["overhead_p99_ms"]
+    assert 0 < figures["peer_p50_ms"] <= figures["peer_p99_ms"]

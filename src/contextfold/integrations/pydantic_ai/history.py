@@ -38,7 +38,7 @@ from pydantic_ai.tools import RunContext
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message, for_model, validate_message
 from contextfold.core.render import Rendered
-from contextfold.integrations.pydantic_ai.mapping import from_chat, to_chat
+from contextfold.integrations.pydantic_ai.mapping import ChatMemo, from_chat, to_chat
 from contextfold.memory.session import Memory, Session
 
 SessionOf = Callable[[RunContext[Any]], str]
@@ -89,6 +89,9 @@ class ContextfoldHistory(AbstractCapability[Any]):
         self._lock = threading.Lock()
         self._handed: dict[str, _Handed] = {}
         self._logged: dict[tuple[str, float], dict[int, Message]] = {}
+        self._memo: ChatMemo = {}
+        # Pydantic AI builds its messages' serializer on first use: once, here, not in a turn.
+        pm.ModelMessagesTypeAdapter.dump_python([])
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -142,7 +145,11 @@ class ContextfoldHistory(AbstractCapability[Any]):
             # The request being sent: Pydantic AI fills these right after the processors.
             _fill_run_fields(messages[-1], ctx)
         originals: dict[str, pm.ModelMessage] = {}
-        chat = to_chat(messages, originals)
+        with self._lock:
+            if len(self._memo) > _CACHED:
+                self._memo.clear()
+            memo = self._memo
+        chat = to_chat(messages, originals, memo)
         after = None
         handed = self._handed.get(session.id)
         if handed is not None and len(chat) > len(handed.prompt):

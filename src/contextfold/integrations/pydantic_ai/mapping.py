@@ -39,47 +39,81 @@ META_KEY = "pydantic_ai"
 _Segment = dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Converted:
+    """One ``ModelMessage`` as chat: its key, and each chat message it shows (or none)
+    with the segment of its parts that message keeps."""
+
+    message: pm.ModelMessage
+    key: str
+    shown: tuple[tuple[Message, _Segment], ...]
+    hidden: _Segment | None
+    """All its parts, when no chat message shows any of them."""
+
+
+ChatMemo = dict[int, Converted]
+"""Conversions by ``id`` of the message (each keeps its message alive, so ids stay
+unique): a framework resends the same objects on every call."""
+
+
 def to_chat(
-    messages: Sequence[pm.ModelMessage], originals: dict[str, pm.ModelMessage] | None = None
+    messages: Sequence[pm.ModelMessage],
+    originals: dict[str, pm.ModelMessage] | None = None,
+    memo: ChatMemo | None = None,
 ) -> list[Message]:
     """Chat messages for ``messages``, each keeping the parts it came from in ``meta``;
-    ``originals`` is given each message by its key (``from_chat`` hands them back)."""
-    dumped = pm.ModelMessagesTypeAdapter.dump_python(list(messages), mode="json")
+    ``originals`` is given each message by its key (``from_chat`` hands them back);
+    ``memo`` keeps conversions for the next call with the same objects."""
+    memo = {} if memo is None else memo
+    fresh = [m for m in messages if (c := memo.get(id(m))) is None or c.message is not m]
+    if fresh:
+        dumped = pm.ModelMessagesTypeAdapter.dump_python(fresh, mode="json")
+        for message, data in zip(fresh, dumped, strict=True):
+            memo[id(message)] = _converted(message, data)
     out: list[Message] = []
     waiting: list[_Segment] = []  # messages no chat message shows, until one does
-    for message, data in zip(messages, dumped, strict=True):
-        key = message_key(data)
+    for message in messages:
+        converted = memo[id(message)]
         if originals is not None:
-            originals[key] = message
-        header = {k: v for k, v in data.items() if k != "parts"}
-        parts = data["parts"]
-        if isinstance(message, pm.ModelRequest):
-            shown = _request_chat(message)
-        else:
-            shown = [(_response_chat(message), [])]
-        if not shown:
+            originals[converted.key] = message
+        if converted.hidden is not None:
             # Nothing in it a model reads: it goes with the chat message before it.
-            segment = _segment(key, header, parts, range(len(parts)))
             if out:
-                out[-1]["meta"][META_KEY].append(segment)
+                out[-1]["meta"][META_KEY].append(converted.hidden)
             else:
-                waiting.append(segment)
+                waiting.append(converted.hidden)
             continue
-        owned: list[list[int]] = [[] for _ in shown]
-        firsts = [indices[0] if indices else 0 for _, indices in shown]
-        for i in range(len(parts)):
-            # Each part goes with the chat message that shows it, or else the one shown before it.
-            owner = next((n for n, (_, ix) in enumerate(shown) if i in ix), None)
-            if owner is None:
-                owner = max([n for n, first in enumerate(firsts) if first <= i] or [0])
-            owned[owner].append(i)
-        for (chat, _), indices in zip(shown, owned, strict=True):
-            chat["meta"] = {META_KEY: [*waiting, _segment(key, header, parts, indices)]}
+        for chat, segment in converted.shown:
+            out.append({**chat, "meta": {META_KEY: [*waiting, segment]}})
             waiting = []
-            out.append(chat)
     if waiting:
         raise InvalidInput("no message holds a part a model reads", field="messages")
     return out
+
+
+def _converted(message: pm.ModelMessage, data: dict[str, Any]) -> Converted:
+    key = message_key(data)
+    header = {k: v for k, v in data.items() if k != "parts"}
+    parts = data["parts"]
+    if isinstance(message, pm.ModelRequest):
+        shown = _request_chat(message)
+    else:
+        shown = [(_response_chat(message), [])]
+    if not shown:
+        return Converted(message, key, (), _segment(key, header, parts, range(len(parts))))
+    owned: list[list[int]] = [[] for _ in shown]
+    firsts = [indices[0] if indices else 0 for _, indices in shown]
+    for i in range(len(parts)):
+        # Each part goes with the chat message that shows it, or else the one shown before it.
+        owner = next((n for n, (_, ix) in enumerate(shown) if i in ix), None)
+        if owner is None:
+            owner = max([n for n, first in enumerate(firsts) if first <= i] or [0])
+        owned[owner].append(i)
+    pairs = tuple(
+        (chat, _segment(key, header, parts, indices))
+        for (chat, _), indices in zip(shown, owned, strict=True)
+    )
+    return Converted(message, key, pairs, None)
 
 
 def from_chat(
