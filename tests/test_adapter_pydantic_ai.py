@@ -151,6 +151,8 @@ def every_part() -> list[pm.ModelMessage]:
             timestamp=at,
         ),
         pm.ModelResponse(parts=[pm.CompactionPart("earlier: a.py read")], timestamp=at),
+        # Nothing in it a model reads: kept with the message before it.
+        pm.ModelRequest(parts=[pm.CompactionPart("the app's own summary")], timestamp=at),
         pm.ModelRequest(
             parts=[
                 pm.RetryFeedbackPart(
@@ -229,6 +231,33 @@ def test_as_a_history_processor_the_run_keeps_the_view(tmp_path: Path) -> None:
     # The run's history is the view now: shorter than the log, ending as the log does.
     assert len(to_chat(kept)) < len(logged)
     assert for_model(to_chat(kept)[-2]) == for_model(logged[-1])
+    memory.close()
+
+
+def test_a_kept_view_handed_back_elsewhere_logs_only_what_is_new(tmp_path: Path) -> None:
+    """The view a ``ProcessHistory`` run kept, saved as JSON and resumed by another
+    adapter (as another process would): its folds are recognised by their mark, and
+    nothing is logged twice nor as a branch."""
+    memory, session = folding_session(tmp_path)
+    runner = InlineRunner()
+    runner.watch(session.view("default"))
+    with FakeProvider("openai") as fake:
+        for n in range(1, TURNS + 2):
+            fake.add(*turn_replies(n))
+        kept = run_turns(agent(fake.url, [ProcessHistory(ContextfoldHistory(session))]), TURNS)
+        assert any((m.metadata or {}).get("contextfold") for m in kept), "nothing was folded"
+        saved = pm.ModelMessagesTypeAdapter.dump_json(kept)
+        elsewhere = agent(fake.url, [ProcessHistory(ContextfoldHistory(session))])
+        elsewhere.run_sync(
+            f"Please review src/module_{TURNS + 1}.py.",
+            message_history=pm.ModelMessagesTypeAdapter.validate_json(saved),
+        )
+    runner.stop()
+    check_prompts(fake)
+    logged = session.history()
+    expected = ["system", *(["user", "assistant", "tool", "assistant"] * (TURNS + 1))][:-1]
+    assert [m["role"] for m in logged] == expected
+    assert len(session.branches()) == 1
     memory.close()
 
 

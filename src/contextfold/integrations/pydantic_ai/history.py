@@ -9,10 +9,12 @@ compacted prompt of the run's branch. The run's own history is left raw, so
 back as ``message_history``.
 
 It is a history processor too (``ProcessHistory(history)``, the way Pydantic AI
-takes one): then Pydantic AI keeps the view as the run's history. The next
-call's list starts with the messages handed back last time, which this
-process recognises by identity and matches from the branch they render,
-never logging a fold as a message.
+takes one): then Pydantic AI keeps the view as the run's history, and the next
+call's list starts with it. That prompt is recognised by what the model saw of
+it in this process, or by the mark each message the adapter made carries in
+its ``metadata`` (``MADE_KEY``: the session, and the seq the rest of the prompt
+follows), so a saved view resumed anywhere logs only what follows it, never a
+fold as a message.
 
 The session of a conversation is fixed (``session=``) or chosen per run from
 its context (``memory=`` with ``session_of=``, e.g. ``lambda ctx:
@@ -36,9 +38,10 @@ from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import RunContext
 
 from contextfold.core.errors import InvalidInput
+from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, for_model, validate_message
 from contextfold.core.render import Rendered
-from contextfold.integrations.pydantic_ai.mapping import ChatMemo, from_chat, to_chat
+from contextfold.integrations.pydantic_ai.mapping import MADE_KEY, ChatMemo, from_chat, to_chat
 from contextfold.memory.session import Memory, Session
 
 SessionOf = Callable[[RunContext[Any]], str]
@@ -88,7 +91,7 @@ class ContextfoldHistory(AbstractCapability[Any]):
         self.budget = budget
         self._lock = threading.Lock()
         self._handed: dict[str, _Handed] = {}
-        self._logged: dict[tuple[str, float], dict[int, Message]] = {}
+        self._logged: dict[tuple[str, float], dict[int, LoggedMessage]] = {}
         self._memo: ChatMemo = {}
         # Pydantic AI builds its messages' serializer on first use: once, here, not in a turn.
         pm.ModelMessagesTypeAdapter.dump_python([])
@@ -128,7 +131,7 @@ class ContextfoldHistory(AbstractCapability[Any]):
         handed = self._handed.get(session.id)
         if handed is not None:
             recorded = session.record(to_chat([response]), after=handed.at)
-            self._cache(session).update((e.seq, e.message) for e in recorded.logged)
+            self._cache(session).update((e.seq, e) for e in recorded.logged)
 
     def __call__(
         self, ctx: RunContext[Any], messages: list[pm.ModelMessage]
@@ -152,18 +155,24 @@ class ContextfoldHistory(AbstractCapability[Any]):
         chat = to_chat(messages, originals, memo)
         after = None
         handed = self._handed.get(session.id)
+        back = _handed_back(messages, session)
         if handed is not None and len(chat) > len(handed.prompt):
             shown = [for_model(validate_message(m)) for m in chat[: len(handed.prompt)]]
             if shown == handed.prompt:
                 # The list goes on from the prompt handed over last time (a history
                 # processor's run keeps it): only what follows it is new.
                 chat, after = chat[len(handed.prompt) :], handed.at
+                back = None
+        if back is not None:
+            # A prompt made here earlier, handed back (by another process, perhaps):
+            # what follows its last made message continues the branch at ``after``.
+            chat, after = to_chat(messages[back[0] :], originals, memo), back[1]
         recorded = session.record(chat, after=after)
         rendered = session.view(self.view).render_report(self.budget, branch=recorded.at)
         logged = self._cache(session)
         for entry in recorded.logged:
-            logged[entry.seq] = entry.message
-        prompt = from_chat(self._with_meta(session, rendered, logged), originals)
+            logged[entry.seq] = entry
+        prompt = from_chat(self._with_meta(session, rendered, logged, recorded.at), originals)
         with self._lock:
             self._handed[session.id] = _Handed(rendered.messages, recorded.at)
         return prompt
@@ -180,19 +189,22 @@ class ContextfoldHistory(AbstractCapability[Any]):
             )
         return self.memory.session(session_id)
 
-    def _cache(self, session: Session) -> dict[int, Message]:
+    def _cache(self, session: Session) -> dict[int, LoggedMessage]:
         """This process's copy of the session's logged messages, by seq (the log only grows)."""
         with self._lock:
             return self._logged.setdefault((session.id, session.created_at), {})
 
     def _with_meta(
-        self, session: Session, rendered: Rendered, logged: dict[int, Message]
+        self, session: Session, rendered: Rendered, logged: dict[int, LoggedMessage], at: int
     ) -> list[Message]:
         """The prompt's messages, with the ``meta`` of each logged message it shows whole.
 
         Render sends no ``meta``; the logged messages shown whole (and the system
-        prompt) are found in log order by what a model sees of them. Folds, markers,
-        clipped messages and synthetic answers keep none.
+        prompt) are found in log order by what a model sees of them. The others
+        (folds, markers, clipped messages, synthetic answers) are marked with the
+        session and the seq the rest of the prompt follows on its branch: a run that
+        keeps the prompt as its history (``ProcessHistory``) hands it back, and any
+        process then logs only what comes after it.
         """
         whole = sorted({1, *rendered.shown} - set(rendered.clipped))
         missing = [seq for seq in whole if seq not in logged]
@@ -202,19 +214,42 @@ class ContextfoldHistory(AbstractCapability[Any]):
                 missing = whole
             first, last = missing[0], missing[-1]
             for entry in session.messages(after=first - 1, limit=last - first + 1):
-                logged[entry.seq] = entry.message
+                logged[entry.seq] = entry
         found = [logged[seq] for seq in whole if seq in logged]
-        seen = [for_model(m) for m in found]
+        seen = [for_model(entry.message) for entry in found]
         out: list[Message] = []
-        at = 0
+        resumes: list[int | None] = []
+        at_found = 0
         for message in rendered.messages:
-            match = next((j for j in range(at, len(found)) if seen[j] == message), None)
+            match = next((j for j in range(at_found, len(found)) if seen[j] == message), None)
             if match is None:
                 out.append(message)
+                resumes.append(None)
                 continue
-            out.append({**message, "meta": found[match].get("meta", {})})
-            at = match + 1
+            entry = found[match]
+            out.append({**message, "meta": entry.message.get("meta", {})})
+            resumes.append(entry.parent or 0)
+            at_found = match + 1
+        resume = at
+        for n in range(len(out) - 1, -1, -1):
+            follows = resumes[n]
+            if follows is None:
+                out[n] = {**out[n], "meta": {MADE_KEY: {"session": session.id, "after": resume}}}
+            else:
+                resume = follows
         return out
+
+
+def _handed_back(messages: Sequence[pm.ModelMessage], session: Session) -> tuple[int, int] | None:
+    """Where a prompt this adapter made for ``session`` ends in ``messages`` (the index
+    after its last made message) and the seq what follows it continues, if it does."""
+    for n in range(len(messages) - 1, -1, -1):
+        made = (messages[n].metadata or {}).get(MADE_KEY)
+        if isinstance(made, dict) and made.get("session") == session.id:
+            after = made.get("after")
+            if type(after) is int and after >= 0:
+                return n + 1, after
+    return None
 
 
 def _fill_run_fields(message: pm.ModelMessage, ctx: RunContext[Any]) -> None:

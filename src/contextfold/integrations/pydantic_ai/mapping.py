@@ -36,6 +36,10 @@ from contextfold.core.messages import Message
 META_KEY = "pydantic_ai"
 """The ``meta`` key a chat message keeps its Pydantic AI parts under."""
 
+MADE_KEY = "contextfold"
+"""The ``meta`` key of a chat message that keeps no parts (a fold, a marker), copied to
+the ``metadata`` of the message made from it: what made it (never sent to a model)."""
+
 _Segment = dict[str, Any]
 
 
@@ -266,7 +270,11 @@ def _user_part(item: pm.UserContent) -> dict[str, Any] | None:
 
 def _add_loose(built: list[_Built], message: Mapping[str, Any]) -> None:
     """A message from a chat message that keeps no parts; consecutive requests made so
-    are one ``ModelRequest``."""
+    are one ``ModelRequest``. ``meta[MADE_KEY]`` goes to its ``metadata`` (the latest
+    one's, for a request made of several)."""
+    meta = message.get("meta")
+    made = meta.get(MADE_KEY) if isinstance(meta, Mapping) else None
+    metadata = None if made is None else {MADE_KEY: made}
     role = message["role"]
     text = _text(message.get("content"))
     if role == "assistant":
@@ -274,7 +282,7 @@ def _add_loose(built: list[_Built], message: Mapping[str, Any]) -> None:
         for call in message.get("tool_calls") or []:
             fn = call["function"]
             answer.append(pm.ToolCallPart(fn["name"], fn["arguments"], tool_call_id=call["id"]))
-        built.append(_Built(None, made=pm.ModelResponse(parts=answer)))
+        built.append(_Built(None, made=pm.ModelResponse(parts=answer, metadata=metadata)))
         return
     part: pm.ModelRequestPart
     if role == "tool":
@@ -287,8 +295,9 @@ def _add_loose(built: list[_Built], message: Mapping[str, Any]) -> None:
     last = built[-1] if built else None
     if last is not None and isinstance(last.made, pm.ModelRequest):
         last.made.parts = [*last.made.parts, part]
+        last.made.metadata = metadata or last.made.metadata
     else:
-        built.append(_Built(None, made=pm.ModelRequest(parts=[part])))
+        built.append(_Built(None, made=pm.ModelRequest(parts=[part], metadata=metadata)))
 
 
 def _text(content: Any) -> str:
