@@ -10,6 +10,7 @@ every message once, and the original ``ModelMessage``s back from it.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -20,11 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_providers import FakeProvider
+from fake_openai import openai_reply
+from fake_providers import FakeProvider, Reply, Request
 from prompt_checks import pairing_faults, prompt_tokens
+from pydantic_ai import Agent
 from pydantic_ai import messages as pm
 from pydantic_ai.capabilities import ProcessHistory
-from pydantic_ai_agents import agent, run_turns, turn_replies
+from pydantic_ai_agents import agent, call_reply, run_turns, turn_replies
 
 from contextfold import InvalidInput, Memory
 from contextfold.core.messages import for_model
@@ -275,6 +278,40 @@ def test_session_of_picks_each_conversation_s_session(tmp_path: Path) -> None:
     memory.close()
 
 
+def test_async_runs_of_two_sessions_at_once(tmp_path: Path) -> None:
+    """``agent.run`` on one event loop, two conversations interleaved: each session's
+    log is its own conversation, once, exactly."""
+    memory = Memory(tmp_path / "async.db")
+    history = ContextfoldHistory(memory=memory, session_of=lambda ctx: str(ctx.deps))
+
+    def answer(request: Request) -> Reply:
+        """A tool call for a question, an answer once the tool's result is in."""
+        last = request.body["messages"][-1]
+        if last["role"] == "user":
+            path = last["content"].split()[-1].rstrip(".")
+            return call_reply("read_file", {"path": path}, f"call_{abs(hash(path))}")
+        return openai_reply("Reviewed it.")
+
+    async def conversation(built: Agent[Any, str], name: str) -> list[pm.ModelMessage]:
+        kept: list[pm.ModelMessage] = []
+        for n in range(1, 4):
+            question = f"Please review src/{name}_{n}.py."
+            kept = (await built.run(question, message_history=kept, deps=name)).all_messages()
+        return kept
+
+    async def both(built: Agent[Any, str]) -> list[list[pm.ModelMessage]]:
+        return list(await asyncio.gather(*(conversation(built, n) for n in ("ann", "bob"))))
+
+    with FakeProvider("openai") as fake:
+        fake.answer("POST", "/v1/chat/completions", answer)
+        kept = asyncio.run(both(agent(fake.url, [history])))
+    for name, messages in zip(("ann", "bob"), kept, strict=True):
+        logged = memory.existing_session(name).history()
+        assert dumped(from_chat(logged)) == dumped(messages)
+        assert all(name in json.dumps(m["content"]) for m in logged if m["role"] == "user")
+    memory.close()
+
+
 @pytest.mark.parametrize(
     ("given", "field"),
     [
@@ -284,6 +321,7 @@ def test_session_of_picks_each_conversation_s_session(tmp_path: Path) -> None:
         ({"memory": None, "session_of": None, "session": None}, "session"),
         ({"memory": Memory()}, "session_of"),
         ({"session": Memory().session("s"), "view": ""}, "view"),
+        ({"session": Memory().session("s"), "budget": -5}, "budget"),
     ],
 )
 def test_bad_settings_name_the_field(given: dict[str, Any], field: str) -> None:

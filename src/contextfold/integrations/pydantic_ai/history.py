@@ -37,6 +37,7 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import RunContext
 
+from contextfold.core.checks import check_budget
 from contextfold.core.errors import InvalidInput
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, for_model, validate_message
@@ -88,9 +89,10 @@ class ContextfoldHistory(AbstractCapability[Any]):
         self.view = view
         self.memory = memory
         self.session_of = session_of
-        self.budget = budget
+        self.budget = check_budget(budget)
         self._lock = threading.Lock()
         self._handed: dict[str, _Handed] = {}
+        self._heads: dict[tuple[str, str | None], int] = {}  # by session and run
         self._logged: dict[tuple[str, float], dict[int, LoggedMessage]] = {}
         self._memo: ChatMemo = {}
         # Pydantic AI builds its messages' serializer on first use: once, here, not in a turn.
@@ -126,11 +128,13 @@ class ContextfoldHistory(AbstractCapability[Any]):
         return response
 
     def log_answer(self, ctx: RunContext[Any], response: pm.ModelResponse) -> None:
-        """Log a model's answer after the branch its request rendered."""
+        """Log a model's answer after the branch its run's request rendered (runs of one
+        session at once each keep their own)."""
         session = self.session_for(ctx)
-        handed = self._handed.get(session.id)
-        if handed is not None:
-            recorded = session.record(to_chat([response]), after=handed.at)
+        with self._lock:
+            head = self._heads.pop((session.id, ctx.run_id), None)
+        if head is not None:
+            recorded = session.record(to_chat([response]), after=head)
             self._cache(session).update((e.seq, e) for e in recorded.logged)
 
     def __call__(
@@ -175,6 +179,9 @@ class ContextfoldHistory(AbstractCapability[Any]):
         prompt = from_chat(self._with_meta(session, rendered, logged, recorded.at), originals)
         with self._lock:
             self._handed[session.id] = _Handed(rendered.messages, recorded.at)
+            if len(self._heads) > _CACHED:  # runs under ProcessHistory log no answer here
+                self._heads.clear()
+            self._heads[(session.id, ctx.run_id)] = recorded.at
         return prompt
 
     def session_for(self, ctx: RunContext[Any]) -> Session:
