@@ -28,6 +28,7 @@ from pydantic_ai import Agent
 from pydantic_ai import messages as pm
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai_agents import agent, call_reply, run_turns, turn_replies
+from scripted_agents import Step, replies
 
 from contextfold import InvalidInput, Memory
 from contextfold.core.messages import for_model
@@ -309,6 +310,25 @@ def test_async_runs_of_two_sessions_at_once(tmp_path: Path) -> None:
         logged = memory.existing_session(name).history()
         assert dumped(from_chat(logged)) == dumped(messages)
         assert all(name in json.dumps(m["content"]) for m in logged if m["role"] == "user")
+    memory.close()
+
+
+def test_a_streamed_run_logs_its_answer_as_the_run_keeps_it(tmp_path: Path) -> None:
+    memory = Memory(tmp_path / "stream.db")
+    session = memory.session("stream")
+    with FakeProvider("openai") as fake:
+        fake.add(*replies("chat", [Step("s1", "streamed", None, "Streamed: all fine.")]))
+        built = agent(fake.url, [ContextfoldHistory(session)])
+
+        async def streamed() -> list[pm.ModelMessage]:
+            async with built.run_stream("Anything to fix?") as run:
+                assert await run.get_output() == "Streamed: all fine."
+            return run.all_messages()
+
+        kept = asyncio.run(streamed())
+    logged = session.history()
+    assert [m["role"] for m in logged] == ["system", "user", "assistant"]
+    assert dumped(from_chat(logged)) == dumped(kept)
     memory.close()
 
 
