@@ -15,7 +15,7 @@ from typing import Any
 
 from fake_openai import openai_reply
 from fake_providers import Reply
-from pydantic_ai import Agent
+from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.openai import OpenAIChatModel
@@ -53,13 +53,21 @@ def turn_replies(n: int) -> list[Reply]:
     ]
 
 
-def agent(base_url: str, capabilities: list[AbstractCapability[Any]]) -> Agent[Any, str]:
-    """The agent, its tool run by Pydantic AI's own loop."""
+def agent(
+    base_url: str, capabilities: list[AbstractCapability[Any]], *, approvals: bool = False
+) -> Agent[Any, Any]:
+    """The agent, its tool run by Pydantic AI's own loop; with ``approvals``, also a
+    ``deploy`` tool a human must approve (the run then ends with ``DeferredToolRequests``)."""
     model = OpenAIChatModel(
         "gpt-4o-mini", provider=OpenAIProvider(base_url=base_url, api_key="test-key")
     )
-    built: Agent[Any, str] = Agent(
-        model, system_prompt=SYSTEM, capabilities=capabilities, deps_type=object
+    output: Any = [str, DeferredToolRequests] if approvals else str
+    built: Agent[Any, Any] = Agent(
+        model,
+        system_prompt=SYSTEM,
+        capabilities=capabilities,
+        deps_type=object,
+        output_type=output,
     )
 
     @built.tool_plain
@@ -67,10 +75,17 @@ def agent(base_url: str, capabilities: list[AbstractCapability[Any]]) -> Agent[A
         """Read a source file."""
         return file_text(path)
 
+    if approvals:
+
+        @built.tool_plain(requires_approval=True)
+        def deploy(target: str) -> str:
+            """Deploy to a target, once a human approves."""
+            return f"deployed to {target}"
+
     return built
 
 
-def run_turns(built: Agent[Any, str], turns: int, deps: Any = None) -> list[ModelMessage]:
+def run_turns(built: Agent[Any, Any], turns: int, deps: Any = None) -> list[ModelMessage]:
     """``turns`` runs, each going on from the former's whole history."""
     history: list[ModelMessage] = []
     for n in range(1, turns + 1):

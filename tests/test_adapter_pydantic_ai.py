@@ -24,7 +24,7 @@ import pytest
 from fake_openai import openai_reply
 from fake_providers import FakeProvider, Reply, Request
 from prompt_checks import pairing_faults, prompt_tokens
-from pydantic_ai import Agent
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
 from pydantic_ai import messages as pm
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai_agents import agent, call_reply, run_turns, turn_replies
@@ -262,6 +262,41 @@ def test_a_kept_view_handed_back_elsewhere_logs_only_what_is_new(tmp_path: Path)
     expected = ["system", *(["user", "assistant", "tool", "assistant"] * (TURNS + 1))][:-1]
     assert [m["role"] for m in logged] == expected
     assert len(session.branches()) == 1
+    memory.close()
+
+
+def test_a_call_awaiting_approval_is_kept_while_the_view_folds(tmp_path: Path) -> None:
+    """Pydantic AI's own approval flow: the run ends on a call a human must approve;
+    the view folds meanwhile; the next run, given the approval, sends the call and its
+    result together, and the log holds both once."""
+    memory, session = folding_session(tmp_path)
+    runner = InlineRunner()
+    runner.watch(session.view("default"))
+    with FakeProvider("openai") as fake:
+        for n in range(1, TURNS + 1):
+            fake.add(*turn_replies(n))
+        fake.add(call_reply("deploy", {"target": "production"}, "call_deploy"))
+        fake.add(openai_reply("Deployed to production."))
+        built = agent(fake.url, [ContextfoldHistory(session)], approvals=True)
+        kept = run_turns(built, TURNS)
+        waiting = built.run_sync("Ship it.", message_history=kept)
+        assert isinstance(waiting.output, DeferredToolRequests)
+        assert [m["role"] for m in session.history()[-2:]] == ["user", "assistant"]
+        done = built.run_sync(
+            message_history=waiting.all_messages(),
+            deferred_tool_results=DeferredToolResults(approvals={"call_deploy": True}),
+        )
+    runner.stop()
+    check_prompts(fake)
+    assert session.view("default").folds()
+    last = fake.requests[-1].body["messages"]
+    assert last[-2]["tool_calls"][0]["id"] == "call_deploy"
+    assert last[-1] == {
+        "role": "tool",
+        "tool_call_id": "call_deploy",
+        "content": "deployed to production",
+    }
+    assert dumped(from_chat(session.history())) == dumped(done.all_messages())
     memory.close()
 
 
