@@ -222,6 +222,9 @@ class ContextfoldHistory(AbstractCapability[Any]):
             first, last = missing[0], missing[-1]
             for entry in session.messages(after=first - 1, limit=last - first + 1):
                 logged[entry.seq] = entry
+        head = logged.get(1)
+        if head is not None and head.role != "system" and 1 in whole and 1 not in rendered.shown:
+            whole.remove(1)  # seq 1 is looked for as the system prompt only
         found = [logged[seq] for seq in whole if seq in logged]
         seen = [for_model(entry.message) for entry in found]
         out: list[Message] = []
