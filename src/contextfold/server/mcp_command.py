@@ -34,7 +34,7 @@ def add_mcp_command(sub: Any) -> None:
     mcp.add_argument(
         "--store",
         "--database",
-        dest="store",
+        dest="database",
         default="contextfold.db",
         help="store URL: a SQLite file (default contextfold.db), sqlite:///abs.db, "
         "postgresql://... (the service's --database)",
@@ -79,13 +79,13 @@ def _mcp(args: argparse.Namespace, out: Console, err: Console) -> None:
     if not 0 <= args.port <= 65535:
         raise InvalidInput(f"port must be in 0..65535, not {args.port}", field="port")
     tenant = check_tenant(args.tenant if args.tenant is not None else LOCAL_TENANT)
-    with Memory(args.store) as memory:
+    with Memory(args.database) as memory:
         if not args.http:  # stdout is the protocol's: nothing else may be printed there
             anyio.run(partial(serve_stdio, memory, tenant, max_tokens=args.max_tokens))
             return
         host = f"[{args.host}]" if ":" in args.host else args.host
         out.print(
-            redact(f"contextfold mcp: {args.store} on http://{host}:{args.port}{MCP_PATH}"),
+            redact(f"contextfold mcp: {args.database} on http://{host}:{args.port}{MCP_PATH}"),
             soft_wrap=True,
         )
         serve_http(memory, host=args.host, port=args.port, max_tokens=args.max_tokens)
