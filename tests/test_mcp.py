@@ -35,6 +35,7 @@ from contextfold import Memory
 from contextfold.cli import main
 from contextfold.memory.recall_tools import EXPAND, FOLDS, SEARCH, tool_definitions
 from contextfold.server.keys import create_key
+from contextfold.server.mcp_server import RecallServer
 
 CLI = str(Path(sys.executable).with_name("contextfold"))
 FILLER = " ".join(["the weather was mild and the meeting ran long"] * 6)
@@ -303,14 +304,18 @@ def test_over_stdio_another_tenants_session_is_not_found(stored: Stored) -> None
 def test_the_default_tenant_is_the_services_local(stored: Stored) -> None:
     with Memory(stored.path) as memory:
         memory.session("local/mine", system="You help.").extend(conversation("marmalade", 4))
+    before = snapshot(stored.path)
+    assert before["local/mine"][1] == []  # no view: the tools read the log, store none
 
     async def work() -> None:
         async with over_stdio(stored.path) as client:
             found = await call(client, SEARCH, session="mine", query="marmalade")
             assert answer(found)["hits"]
+            assert answer(await call(client, FOLDS, session="mine"))["folds"] == []
             assert (await call(client, SEARCH, session="s1", query=ACME_WORD)).is_error
 
     run(work)
+    assert snapshot(stored.path) == before
 
 
 # -- streamable HTTP --------------------------------------------------------------
@@ -407,7 +412,7 @@ def test_http_refuses_a_missing_or_wrong_key(stored: Stored, http_base: str) -> 
         "unknown key": {"Authorization": "Bearer cf_0123456789ab_" + "A" * 32},
         "wrong secret": {"Authorization": f"Bearer {stored.acme_key[:-4]}AAAA"},
         "revoked key": {"Authorization": f"Bearer {stored.revoked_key}"},
-        "the service's other header": {"x-api-key": stored.acme_key},
+        "a wrong key in the service's other header": {"x-api-key": stored.revoked_key},
     }
     accept = {"Accept": "application/json, text/event-stream"}
     for why, headers in wrong.items():
@@ -415,8 +420,9 @@ def test_http_refuses_a_missing_or_wrong_key(stored: Stored, http_base: str) -> 
         assert refused.status_code == 401, why
         assert refused.json()["error"]["code"] == "unauthorized", why
         assert refused.headers["www-authenticate"] == 'Bearer realm="contextfold"'
-    right = {"Authorization": f"Bearer {stored.acme_key}", **accept}
-    assert httpx.post(f"{http_base}/mcp", json=INITIALIZE, headers=right).status_code == 200
+    for right in ({"Authorization": f"Bearer {stored.acme_key}"}, {"x-api-key": stored.acme_key}):
+        answered = httpx.post(f"{http_base}/mcp", json=INITIALIZE, headers={**accept, **right})
+        assert answered.status_code == 200, answered.text
 
     async def without_key() -> None:
         async with over_http(http_base, None) as client:
@@ -446,3 +452,17 @@ def test_the_command_refuses_bad_options(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith(f"contextfold: error: field '{field}': ")
+
+
+def test_a_store_that_does_not_answer_is_a_tool_error(stored: Stored) -> None:
+    memory = Memory(stored.path)
+    server = RecallServer(memory, lambda ctx: "acme")
+    arguments = {"session": "s1", "query": ACME_WORD}
+    assert not server.answer("acme", SEARCH, arguments).is_error
+    memory.close()
+    failed = server.answer("acme", SEARCH, arguments)
+    assert failed.is_error
+    assert answer(failed) == {
+        "error": f"the store did not answer: store {stored.path!r} is closed",
+        "field": None,
+    }

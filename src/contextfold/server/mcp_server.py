@@ -38,9 +38,11 @@ from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from contextfold.core.errors import InvalidInput, NotFound
+from contextfold.core.errors import InvalidInput, NotFound, StoreError
 from contextfold.memory.recall_tools import MIN_MAX_TOKENS, RecallTools, tool_definitions
 from contextfold.memory.session import Memory
+from contextfold.redact import redact
+from contextfold.server.auth import bearer
 from contextfold.server.errors import ServiceError
 from contextfold.server.ids import check_api_name, store_id
 from contextfold.server.keys import KeyCache
@@ -131,7 +133,16 @@ class RecallServer:
         return await anyio.to_thread.run_sync(partial(work, *args))
 
     def answer(self, tenant: str, name: str, arguments: Mapping[str, Any]) -> types.CallToolResult:
-        """Tool ``name`` called by ``tenant`` with ``arguments``, as an MCP result."""
+        """Tool ``name`` called by ``tenant`` with ``arguments``, as an MCP result; a store
+        that does not answer is a tool error too (the model may try again later)."""
+        try:
+            return self._answer(tenant, name, arguments)
+        except NotFound:  # deleted while it was read
+            return _error(f"no session {arguments.get('session')!r}", "session")
+        except StoreError as exc:
+            return _error(f"the store did not answer: {redact(str(exc))}", None)
+
+    def _answer(self, tenant: str, name: str, arguments: Mapping[str, Any]) -> types.CallToolResult:
         given = dict(arguments)
         session_id = given.pop("session", None)
         view = given.pop("view", None)
@@ -159,7 +170,7 @@ class RecallServer:
         )
 
 
-def _error(reason: str, field: str) -> types.CallToolResult:
+def _error(reason: str, field: str | None) -> types.CallToolResult:
     """A tool error as ``RecallTools`` words a model's mistake: ``{"error", "field"}``."""
     result = {"error": reason, "field": field}
     return types.CallToolResult(
@@ -192,7 +203,8 @@ def tenant_of_request(ctx: ServerRequestContext[Any, Any]) -> str:
 
 
 class KeyedApp:
-    """An ASGI app that lets through only requests with a valid API key, with the key's
+    """An ASGI app that lets through only requests with a valid API key (read as the
+    service reads it: ``Authorization: Bearer``, else ``x-api-key``), with the key's
     tenant in their scope; others get the service's 401 JSON."""
 
     def __init__(self, app: ASGIApp, memory: Memory, keys: KeyCache) -> None:
@@ -204,7 +216,7 @@ class KeyedApp:
         if scope["type"] != "http":  # the lifespan: no request to check
             await self.app(scope, receive, send)
             return
-        key = _bearer(Request(scope))
+        key = bearer(Request(scope))
         try:
             if self.memory.in_process:
                 tenant = self.keys.tenant(self.memory, key)
@@ -214,15 +226,6 @@ class KeyedApp:
             await _refuse(exc, send)
             return
         await self.app({**scope, TENANT_SCOPE: tenant}, receive, send)
-
-
-def _bearer(request: Request) -> str | None:
-    """The request's key: ``Authorization: Bearer``, as the service reads it."""
-    header = request.headers.get("authorization")
-    if not header:
-        return None
-    scheme, _, value = header.partition(" ")
-    return value.strip() if scheme.lower() == "bearer" else None
 
 
 async def _refuse(exc: ServiceError, send: Send) -> None:
