@@ -423,6 +423,9 @@ def test_http_refuses_a_missing_or_wrong_key(stored: Stored, http_base: str) -> 
     for right in ({"Authorization": f"Bearer {stored.acme_key}"}, {"x-api-key": stored.acme_key}):
         answered = httpx.post(f"{http_base}/mcp", json=INITIALIZE, headers={**accept, **right})
         assert answered.status_code == 200, answered.text
+    # A good key from a page reached by DNS rebinding: its Host is not a loopback name.
+    rebound = {"Authorization": f"Bearer {stored.acme_key}", "Host": "evil.example", **accept}
+    assert httpx.post(f"{http_base}/mcp", json=INITIALIZE, headers=rebound).status_code == 421
 
     async def without_key() -> None:
         async with over_http(http_base, None) as client:
