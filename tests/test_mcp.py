@@ -469,3 +469,24 @@ def test_a_store_that_does_not_answer_is_a_tool_error(stored: Stored) -> None:
         "error": f"the store did not answer: store {stored.path!r} is closed",
         "field": None,
     }
+
+
+def test_over_stdio_on_postgresql(tmp_path: Path) -> None:
+    """A store that waits on a network: the calls run off the server's loop, same answers."""
+    from pg import fresh_schema, require_postgres, url
+
+    require_postgres()
+    with fresh_schema() as schema:
+        database = url(schema)
+        with Memory(database) as memory:
+            for tenant, word in (("acme", ACME_WORD), ("other", OTHER_WORD)):
+                memory.session(f"{tenant}/s1", system="You help.").extend(conversation(word, 6))
+
+        async def work() -> None:
+            async with over_stdio(database, "--tenant", "acme") as client:
+                found = answer(await call(client, SEARCH, session="s1", query=ACME_WORD))
+                assert [hit["seq"] for hit in found["hits"]] == [8]
+                tries, leaks = await cross_tenant_leaks(client, OTHER_WORD)
+                assert (tries, leaks) == (18, 0)
+
+        run(work)
