@@ -36,16 +36,16 @@ import bisect
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from contextfold.core.branches import BranchPath
 from contextfold.core.entries import Entry
 from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import for_model, text_of
-from contextfold.core.units import unit_spans
+from contextfold.core.units import unit_spans, whole_units
 from contextfold.memory.branch_log import BranchLog
 from contextfold.memory.session import Session
 from contextfold.memory.view import View
@@ -62,8 +62,10 @@ SNIPPET_CHARS = 240
 SUMMARY_CHARS = 160
 # What a result's JSON around its items costs at most: kept free of ``max_tokens``.
 _ENVELOPE = 48
+# What a message's stored count holds beside its text at most (role, framing).
+_OVERHEAD = 8
 # Messages read at once when a page of a range is filled.
-_READ = 64
+_READ = 16
 # The least ``max_tokens`` a page can be filled in.
 MIN_MAX_TOKENS = 200
 
@@ -94,6 +96,7 @@ class RecallTools:
         self.session = session
         self.view: View = session.view(view)
         self.max_tokens = max_tokens
+        self.read_folds = ReadFolds()
 
     def on(self, branch: int | None) -> RecallTools:
         """These tools over the branch ending at seq ``branch`` (None: the newest
@@ -227,12 +230,21 @@ def _dumps(value: Any) -> str:
 # -- answers ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Found:
-    """A search hit with its message, ranked."""
+class ReadFolds:
+    """The view's folds as last read, kept while neither the fold version (a commit, a
+    quarantine) nor the branch moved: reading and checking every fold again on each
+    call was most of an answer's time at 100k messages."""
 
-    logged: LoggedMessage
-    rank: int
+    def __init__(self) -> None:
+        self._kept: dict[bool, tuple[tuple[int, BranchPath], list[Fold]]] = {}
+
+    def get(self, view: View, at: tuple[int, BranchPath], include_superseded: bool) -> list[Fold]:
+        kept = self._kept.get(include_superseded)
+        if kept is not None and kept[0] == at:
+            return kept[1]
+        found = view.folds(include_superseded=include_superseded)
+        self._kept[include_superseded] = (at, found)
+        return found
 
 
 class _Reading:
@@ -245,9 +257,14 @@ class _Reading:
         self.store = session.store
         self.counter = session.counter
         self.log = BranchLog(session.store, session.id, tools.view.branch)
-        self.path = self.log.head(session.id, tools.view.name).path
+        head = self.log.head(session.id, tools.view.name)
+        self.path = head.path
+        self.at = (head.fold_version, head.path)
         self.keep = tools.view.filter
         self._folds: list[Fold] | None = None
+
+    def view_folds(self, *, include_superseded: bool = False) -> list[Fold]:
+        return self.tools.read_folds.get(self.tools.view, self.at, include_superseded)
 
     def cost(self, value: Any) -> int:
         return self.counter.text(_dumps(value))
@@ -259,7 +276,7 @@ class _Reading:
     def active_folds(self) -> list[Fold]:
         """The view's folds on this branch, facts first, then in-place ones by start."""
         if self._folds is None:
-            found = self.tools.view.folds()
+            found = self.view_folds()
             self._folds = sorted(
                 (f for f in found if self.path.holds(f.end)),
                 key=lambda f: (f.placement != "facts", f.start),
@@ -313,13 +330,13 @@ class _Reading:
         terms = set(query_terms(query))
         listed: list[dict[str, Any]] = []
         used = 0
-        for item in found:
-            fold = fold_at(item.logged.seq)
+        for logged in found:
+            fold = fold_at(logged.seq)
             hit = {
-                "seq": item.logged.seq,
-                "role": item.logged.role,
-                "time": iso_time(item.logged.created_at),
-                "snippet": snippet(text_of(item.logged.message), terms),
+                "seq": logged.seq,
+                "role": logged.role,
+                "time": iso_time(logged.created_at),
+                "snippet": snippet(text_of(logged.message), terms),
                 "fold": None if fold is None else fold.id,
                 "folded": None if fold is None else [fold.start, fold.end],
             }
@@ -336,7 +353,7 @@ class _Reading:
 
     def matching(
         self, seqs: Sequence[int], fits: Callable[[LoggedMessage], bool], limit: int
-    ) -> Iterator[_Found]:
+    ) -> Iterator[LoggedMessage]:
         """The messages at ``seqs`` (best first) that ``fits`` keeps, at most ``limit``,
         read a batch at a time."""
         taken = 0
@@ -344,10 +361,10 @@ class _Reading:
         for first in range(0, len(seqs), batch):
             part = seqs[first : first + batch]
             read = {m.seq: m for m in self.store.messages_at(self.session_id, part)}
-            for rank, seq in enumerate(part, start=first):
+            for seq in part:
                 logged = read.get(seq)
                 if logged is not None and fits(logged):
-                    yield _Found(logged, rank)
+                    yield logged
                     taken += 1
                     if taken == limit:
                         return
@@ -412,7 +429,10 @@ class _Reading:
     def fold_named(self, fold_id: str) -> Fold:
         """The fold of this view and branch with ``fold_id``, superseded ones included (a
         model may still hold their ids)."""
-        for fold in self.tools.view.folds(include_superseded=True):
+        for fold in self.active_folds():
+            if fold.id == fold_id:
+                return fold
+        for fold in self.view_folds(include_superseded=True):
             if fold.id == fold_id and self.path.holds(fold.end):
                 return fold
         raise ToolError(f"no fold {fold_id!r} in this conversation; see {FOLDS}", "id")
@@ -434,19 +454,23 @@ class _Reading:
         and a message too big alone clipped. Returns the page, the seq the next page
         starts at, and the seqs clipped."""
         read = self.read_from(at, end)
-        units = [(read[i].seq, read[j].seq) for i, j in unit_spans(_entries(read))]
-        by_seq = {m.seq: m for m in read}
         page: list[dict[str, Any]] = []
         clipped: list[int] = []
         used = 0
-        for first, last in units:
-            unit = [by_seq[s] for s in sorted(by_seq) if first <= s <= last]
+        for i, j in unit_spans(_entries(read)):
+            unit = read[i : j + 1]
+            first, last = unit[0].seq, unit[-1].seq
             shown = [self.shown(m) for m in unit]
-            cost = sum(self.cost(m) for m in shown)
+            # A unit whose stored count alone passes the room is not counted again.
+            least = sum(m.tokens for m in unit) - _OVERHEAD * len(unit)
+            cost = self.room + 1 if used + least > self.room else sum(map(self.cost, shown))
             if used + cost <= self.room:
                 page += shown
                 used += cost
                 continue
+            if page:
+                return page, first, clipped
+            # A unit bigger than a page of its own: by message, a message too big clipped.
             for logged, message in zip(unit, shown, strict=True):
                 cost = self.cost(message)
                 if used + cost > self.room:
@@ -462,27 +486,31 @@ class _Reading:
         return page, (read[-1].seq + 1 if read else end + 1), clipped
 
     def read_from(self, at: int, end: int) -> list[LoggedMessage]:
-        """The branch's messages from ``at`` (filtered as the view shows them), enough to
-        fill a page by their stored counts, and the rest of a tool unit after them."""
+        """The branch's messages from ``at`` (as the view's filter shows them): enough to
+        fill a page by their stored counts, read on while the last may open or continue a
+        tool unit (a call, or a result that more may follow)."""
         out: list[LoggedMessage] = []
         tokens = 0
-        extra = False
         while at <= end:
-            part = self.log.messages(self.session_id, at, min(end, at + _READ - 1))
-            runs = self.path.within(at, min(end, at + _READ - 1))
+            top = min(end, at + _READ - 1)
+            runs = self.path.within(at, top)
             if not runs:
-                nxt = [first for first, _ in self.path.runs if first > at]
-                if not nxt or nxt[0] > end:
+                later = [first for first, _ in self.path.runs if first > top]
+                if not later or later[0] > end:
                     break
-                at = nxt[0]
+                at = later[0]
                 continue
+            part = self.log.messages(self.session_id, at, top)
             at = runs[-1][1] + 1
-            out += [m for m in part if self.keep is None or self.keep(m.message)]
+            out += part
             tokens += sum(m.tokens for m in part)
-            if extra:
+            last = out[-1].message if out else None
+            opens = last is not None and (last["role"] == "tool" or bool(last.get("tool_calls")))
+            if tokens > self.room and not opens:
                 break
-            extra = tokens > self.room
-        return out
+        if self.keep is None:
+            return out
+        return list(whole_units(reversed(out), lambda m: m.message, self.keep))[::-1]
 
     def shown(self, logged: LoggedMessage) -> dict[str, Any]:
         """A message as a page shows it: its seq and time, then the message as a model
@@ -494,7 +522,7 @@ class _Reading:
         text = text_of(message)
         short = {k: v for k, v in message.items() if k not in ("content", "tool_calls")}
         short["clipped_from_chars"] = len(text)
-        keep = len(text)
+        keep = min(len(text), room * 4)
         while keep > 0:
             keep = min(keep - 1, int(keep * 0.8))
             short["content"] = text[:keep] + " …"
@@ -559,8 +587,12 @@ def snippet(text: str, terms: set[str], width: int = SNIPPET_CHARS) -> str:
 
 
 def one_line(text: str, width: int = SUMMARY_CHARS) -> str:
-    """``text`` on one line, cut to ``width`` characters."""
-    flat = " ".join(text.split())
+    """A fold's text on one line, cut to ``width`` characters: its lines past the
+    bracketed headers a summary opens with (``[SUMMARIZED] ...``), or all when every
+    line is one (a masked tool result)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    said = [line for line in lines if not line.lstrip().startswith("[")] or lines
+    flat = " ".join(" ".join(said).split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
