@@ -1,0 +1,243 @@
+"""LlamaIndex ``ChatMessage`` to and from the log's chat messages, without loss.
+
+The chat message is what a model sees, so it is what the log matches, counts
+and folds: the role (``function`` is logged as ``tool``, ``chatbot`` and
+``model`` as ``assistant``), text, a user's images, audio and documents as
+OpenAI content parts, ``ToolCallBlock`` (or OpenAI-style
+``additional_kwargs["tool_calls"]``) as ``tool_calls``, and
+``additional_kwargs["tool_call_id"]`` and ``["name"]``. What a chat message
+cannot hold (thinking blocks and their signatures, media in an assistant or
+tool message, cache points, citations, any other ``additional_kwargs``) is
+kept whole: when the plain mapping would not give the message back exactly,
+the message's own JSON dump rides along in ``meta["llama_index"]``, which is
+stored but never sent to a model, and ``to_llama_index`` rebuilds the message
+from it. A media block the model cannot be shown in its role leaves a short
+text marker (``[image]``) so a summary knows it was there.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from contextfold.core.errors import InvalidInput
+from contextfold.core.extras import needs_extra
+from contextfold.core.messages import Message, validate_message
+
+with needs_extra("the LlamaIndex adapter", "llama-index"):
+    from llama_index.core.base.llms.types import (
+        AudioBlock,
+        ChatMessage,
+        ContentBlock,
+        DocumentBlock,
+        ImageBlock,
+        MessageRole,
+        TextBlock,
+        ThinkingBlock,
+        ToolCallBlock,
+    )
+
+META_KEY = "llama_index"
+"""The key of ``meta`` that holds a message's own dump when the chat shape loses something."""
+
+_ROLES = {
+    MessageRole.SYSTEM: "system",
+    MessageRole.DEVELOPER: "developer",
+    MessageRole.USER: "user",
+    MessageRole.ASSISTANT: "assistant",
+    MessageRole.TOOL: "tool",
+    MessageRole.FUNCTION: "tool",
+    MessageRole.CHATBOT: "assistant",
+    MessageRole.MODEL: "assistant",
+}
+
+
+def from_llama_index(message: ChatMessage, *, index: int = 0) -> Message:
+    """The chat message a model sees of ``message``, its native dump in ``meta`` when needed.
+
+    ``InvalidInput`` (naming ``index`` and the field) for what no model could
+    take: a tool message without ``additional_kwargs["tool_call_id"]``.
+    """
+    if not isinstance(message, ChatMessage):
+        raise InvalidInput(
+            f"expected a llama_index ChatMessage, got {type(message).__name__}", index=index
+        )
+    plain = _plain(message, index)
+    if _native_of(to_llama_index(plain)) != _native_of(message):
+        plain["meta"] = {META_KEY: _native_of(message)}
+    return validate_message(plain, index=index)
+
+
+def to_llama_index(message: Mapping[str, Any]) -> ChatMessage:
+    """The ``ChatMessage`` of a logged or rendered chat message: the one it was made
+    from when ``meta`` keeps it, else built from what a model sees."""
+    meta = message.get("meta")
+    if isinstance(meta, Mapping) and isinstance(meta.get(META_KEY), Mapping):
+        return ChatMessage.model_validate(meta[META_KEY])
+    extra: dict[str, Any] = {}
+    if message.get("tool_call_id") is not None:
+        extra["tool_call_id"] = message["tool_call_id"]
+    if message.get("name") is not None:
+        extra["name"] = message["name"]
+    if message.get("refusal") is not None:
+        extra["refusal"] = message["refusal"]
+    blocks: list[ContentBlock] = list(_blocks_of(message.get("content")))
+    for call in message.get("tool_calls") or []:
+        function = call["function"]
+        blocks.append(
+            ToolCallBlock(
+                tool_call_id=call["id"],
+                tool_name=function["name"],
+                tool_kwargs=_arguments_of(function["arguments"]),
+            )
+        )
+    return ChatMessage(role=MessageRole(message["role"]), blocks=blocks, additional_kwargs=extra)
+
+
+def _native_of(message: ChatMessage) -> dict[str, Any]:
+    dumped: dict[str, Any] = message.model_dump(mode="json")
+    return dumped
+
+
+def _plain(message: ChatMessage, index: int) -> Message:
+    role = _ROLES.get(message.role)
+    if role is None:
+        raise InvalidInput(f"unknown role {message.role!r}", index=index, field="role")
+    user = role == "user"
+    parts: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    for block in message.blocks:
+        if isinstance(block, TextBlock):
+            parts.append({"type": "text", "text": block.text})
+        elif isinstance(block, ToolCallBlock):
+            calls.append(_call(block.tool_call_id, block.tool_name, block.tool_kwargs, index))
+        elif isinstance(block, ThinkingBlock):
+            continue  # the model's own reasoning: kept in meta, never re-sent as text
+        elif user and isinstance(block, ImageBlock):
+            image_url: dict[str, Any] = {"url": _image_url(block)}
+            if block.detail is not None:
+                image_url["detail"] = block.detail
+            parts.append({"type": "image_url", "image_url": image_url})
+        elif user and isinstance(block, AudioBlock):
+            data = block.resolve_audio(as_base64=True).read().decode("ascii")
+            parts.append(
+                {
+                    "type": "input_audio",
+                    "input_audio": {"data": data, "format": block.format or "wav"},
+                }
+            )
+        elif user and isinstance(block, DocumentBlock):
+            parts.append(
+                {"type": "file", "file": {"file_data": block.inline_url(), "filename": block.title}}
+            )
+        elif block.block_type in ("image", "audio", "video", "document"):
+            parts.append({"type": "text", "text": f"[{block.block_type}]"})
+    if not calls:
+        calls = [
+            _openai_call(raw, index) for raw in message.additional_kwargs.get("tool_calls") or []
+        ]
+    plain: Message = {"role": role}
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        plain["content"] = parts[0]["text"]
+    elif parts:
+        plain["content"] = parts
+    else:
+        plain["content"] = None if role == "assistant" and calls else ""
+    if calls:
+        plain["tool_calls"] = calls
+    kwargs = message.additional_kwargs
+    if role == "tool":
+        call_id = kwargs.get("tool_call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise InvalidInput(
+                "a tool message needs additional_kwargs['tool_call_id']",
+                index=index,
+                field="additional_kwargs.tool_call_id",
+            )
+        plain["tool_call_id"] = call_id
+    if isinstance(kwargs.get("name"), str) and kwargs["name"]:
+        plain["name"] = kwargs["name"]
+    if role == "assistant" and isinstance(kwargs.get("refusal"), str):
+        plain["refusal"] = kwargs["refusal"]
+    return plain
+
+
+def _call(call_id: str | None, name: str, arguments: Any, index: int) -> dict[str, Any]:
+    if not call_id:
+        raise InvalidInput(
+            f"tool call {name!r} has no id", index=index, field="blocks.tool_call_id"
+        )
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
+
+
+def _openai_call(raw: Any, index: int) -> dict[str, Any]:
+    """An OpenAI-style tool call from ``additional_kwargs`` (a dict or the SDK's object)."""
+    call = raw.model_dump() if hasattr(raw, "model_dump") else raw
+    if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
+        raise InvalidInput(
+            "additional_kwargs['tool_calls'] holds OpenAI tool calls",
+            index=index,
+            field="additional_kwargs.tool_calls",
+        )
+    function = call["function"]
+    return _call(call.get("id"), function.get("name"), function.get("arguments", ""), index)
+
+
+def _arguments_of(text: str) -> dict[str, Any] | str:
+    """A call's arguments as LlamaIndex keeps them: the object when they parse as one."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text
+    return parsed if isinstance(parsed, dict) else text
+
+
+def _image_url(block: ImageBlock) -> str:
+    if block.url is not None and block.image is None:
+        return str(block.url)
+    return block.inline_url()
+
+
+def _blocks_of(content: Any) -> list[ContentBlock]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [TextBlock(text=content)]
+    blocks: list[ContentBlock] = []
+    for part in content:
+        kind = part["type"]
+        if kind == "text":
+            blocks.append(TextBlock(text=part["text"]))
+        elif kind == "refusal":
+            blocks.append(TextBlock(text=part["refusal"]))
+        elif kind == "image_url":
+            url = part["image_url"]["url"]
+            detail = part["image_url"].get("detail")
+            mime, data = _data_url(url)
+            if data is None:
+                blocks.append(ImageBlock(url=url, detail=detail))
+            else:
+                blocks.append(ImageBlock(image=data, image_mimetype=mime, detail=detail))
+        elif kind == "input_audio":
+            audio = part["input_audio"]
+            blocks.append(
+                AudioBlock(audio=base64.b64decode(audio["data"]), format=audio.get("format"))
+            )
+        elif kind == "file":
+            file = part["file"]
+            mime, data = _data_url(file.get("file_data") or "")
+            blocks.append(
+                DocumentBlock(data=data, title=file.get("filename"), document_mimetype=mime)
+            )
+    return blocks
+
+
+def _data_url(url: str) -> tuple[str | None, bytes | None]:
+    """The media type and base64 bytes of a ``data:`` URL; (None, None) for any other URL."""
+    if not url.startswith("data:") or ";base64," not in url:
+        return None, None
+    head, data = url[len("data:") :].split(";base64,", 1)
+    return head or None, data.encode("ascii")
