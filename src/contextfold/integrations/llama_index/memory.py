@@ -42,7 +42,7 @@ with needs_extra("the LlamaIndex adapter", "llama-index"):
     from llama_index.core.memory.types import BaseMemory
 
 _SYSTEM_ROLES = ("system", "developer")
-_PINNED = 8  # render pins a root's system messages only within the log's first messages
+_LEADING = 8  # the system prompt is read from the log's first messages
 
 
 class ContextfoldMemory(BaseMemory):
@@ -68,6 +68,7 @@ class ContextfoldMemory(BaseMemory):
 
     _session: Session = PrivateAttr()
     _head: int | None = PrivateAttr(default=None)
+    _system: int | None = PrivateAttr(default=None)
 
     def __init__(
         self, session: Session, *, view: str = "default", budget: int | None = None
@@ -151,11 +152,23 @@ class ContextfoldMemory(BaseMemory):
         self.put_messages([message])
 
     def put_messages(self, messages: list[ChatMessage]) -> None:
-        """Log messages at the end of this memory's branch, all or none."""
+        """Log messages at the end of this memory's branch, all or none.
+
+        Matched first against what the log holds at that place
+        (``Session.record``), so messages a retry or a second process already
+        logged there are not logged again. At the conversation's start (nothing
+        but the system prompt on the branch yet) the messages are matched as a
+        whole conversation: a leading system message equal to the session's is
+        the session's, not a second one.
+        """
         batch = [from_llama_index(m, index=i) for i, m in enumerate(messages)]
-        if batch:
-            logged = self._session.extend(batch, parent=self._head)
-            self._head = logged[-1].seq
+        if not batch:
+            return
+        end = self._session.last_seq() if self._head is None else self._head
+        if end <= self._system_end():
+            self._head = self._session.record(batch).at
+        else:
+            self._head = self._session.record(batch, after=end).at
 
     def set(self, messages: list[ChatMessage]) -> None:
         """Make ``messages`` this memory's whole conversation: what the log holds of it
@@ -170,7 +183,18 @@ class ContextfoldMemory(BaseMemory):
     def reset(self) -> None:
         """Start an empty branch after the session's system prompt: the next message put
         begins a new conversation; the old one stays logged as its own branch."""
-        self._head = _system_end(self._session.messages(limit=_PINNED))
+        self._head = self._system_end()
+
+    def _system_end(self) -> int:
+        """The seq of the log's last leading system message, 0 when it has none; kept
+        once the log holds more, as a log's leading system messages never change."""
+        if self._system is None:
+            first = self._session.messages(limit=_LEADING)
+            end = _system_end(first)
+            if len(first) > end:
+                self._system = end
+            return end
+        return self._system
 
     def _logged(self, shown: Sequence[int]) -> dict[bytes, Message]:
         """The logged messages the prompt shows, with their ``meta``, by the digest of what
