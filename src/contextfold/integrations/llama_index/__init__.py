@@ -19,8 +19,9 @@ the log's chat messages without loss (``messages``).
 from contextfold.integrations.llama_index.memory import ContextfoldMemory
 from contextfold.integrations.llama_index.messages import (
     META_KEY,
+    CallsIn,
     from_llama_index,
     to_llama_index,
 )
 
-__all__ = ["META_KEY", "ContextfoldMemory", "from_llama_index", "to_llama_index"]
+__all__ = ["META_KEY", "CallsIn", "ContextfoldMemory", "from_llama_index", "to_llama_index"]

@@ -32,7 +32,13 @@ from contextfold.core.errors import InvalidInput
 from contextfold.core.extras import needs_extra
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message
-from contextfold.integrations.llama_index.messages import from_llama_index, to_llama_index
+from contextfold.integrations.llama_index.messages import (
+    META_KEY,
+    CallsIn,
+    calls_in_of,
+    from_llama_index,
+    to_llama_index,
+)
 from contextfold.memory.matching import digest
 from contextfold.memory.session import Memory, Session
 
@@ -65,13 +71,22 @@ class ContextfoldMemory(BaseMemory):
     view_name: str = "default"
     budget: int | None = None
     """Tokens ``get`` may hand back; None: the view's own budget."""
+    tool_calls_in: CallsIn | None = None
+    """Where messages built by the view (a fold keeping tool calls) carry their calls;
+    None: as the messages this memory has seen do (the LLM class's own way)."""
 
     _session: Session = PrivateAttr()
     _head: int | None = PrivateAttr(default=None)
     _system: int | None = PrivateAttr(default=None)
+    _seen_calls_in: CallsIn = PrivateAttr(default="blocks")
 
     def __init__(
-        self, session: Session, *, view: str = "default", budget: int | None = None
+        self,
+        session: Session,
+        *,
+        view: str = "default",
+        budget: int | None = None,
+        tool_calls_in: CallsIn | None = None,
     ) -> None:
         if not isinstance(session, Session):
             raise InvalidInput(
@@ -80,8 +95,17 @@ class ContextfoldMemory(BaseMemory):
             )
         if budget is not None and (type(budget) is not int or budget <= 0):
             raise InvalidInput(f"budget must be a positive int, not {budget!r}", field="budget")
+        if tool_calls_in not in (None, "blocks", "additional_kwargs"):
+            raise InvalidInput(
+                "tool_calls_in is 'blocks', 'additional_kwargs' or None", field="tool_calls_in"
+            )
         session.view(view)  # checks the name before anything else uses it
-        fields: dict[str, Any] = {"session_id": session.id, "view_name": view, "budget": budget}
+        fields: dict[str, Any] = {
+            "session_id": session.id,
+            "view_name": view,
+            "budget": budget,
+            "tool_calls_in": tool_calls_in,
+        }
         super().__init__(**fields)  # pydantic's fields, which mypy does not see on BaseMemory
         self._session = session
 
@@ -133,10 +157,14 @@ class ContextfoldMemory(BaseMemory):
         view = self._session.view(self.view_name)
         rendered = view.render_report(self.budget, query=input or None, branch=self._head)
         logged = self._logged(rendered.shown)
+        calls_in = self.tool_calls_in or self._seen_calls_in
         out: list[ChatMessage] = []
         for message in rendered.messages:
             native = logged.get(digest(message))
-            out.append(to_llama_index(native if native is not None else message))
+            built = to_llama_index(message if native is None else native, calls_in=calls_in)
+            if native is not None and META_KEY in native.get("meta", {}):
+                self._saw(built)  # the agent's own message: the way its LLM class carries calls
+            out.append(built)
         return out
 
     def get_all(self) -> list[ChatMessage]:
@@ -164,6 +192,8 @@ class ContextfoldMemory(BaseMemory):
         batch = [from_llama_index(m, index=i) for i, m in enumerate(messages)]
         if not batch:
             return
+        for message in messages:
+            self._saw(message)
         end = self._session.last_seq() if self._head is None else self._head
         if end <= self._system_end():
             self._head = self._session.record(batch).at
@@ -184,6 +214,10 @@ class ContextfoldMemory(BaseMemory):
         """Start an empty branch after the session's system prompt: the next message put
         begins a new conversation; the old one stays logged as its own branch."""
         self._head = self._system_end()
+
+    def _saw(self, message: ChatMessage) -> None:
+        """Follow the way the agent's messages carry tool calls."""
+        self._seen_calls_in = calls_in_of(message) or self._seen_calls_in
 
     def _system_end(self) -> int:
         """The seq of the log's last leading system message, 0 when it has none; kept

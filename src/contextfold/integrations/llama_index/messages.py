@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.extras import needs_extra
@@ -38,6 +38,11 @@ with needs_extra("the LlamaIndex adapter", "llama-index"):
         ThinkingBlock,
         ToolCallBlock,
     )
+
+CallsIn = Literal["blocks", "additional_kwargs"]
+"""Where a ``ChatMessage`` built from a chat message carries its tool calls: as
+``ToolCallBlock`` (LlamaIndex's own way, read by most LLM classes) or as
+OpenAI-style ``additional_kwargs["tool_calls"]`` (the only way some read, LiteLLM's)."""
 
 META_KEY = "llama_index"
 """The key of ``meta`` that holds a message's own dump when the chat shape loses something."""
@@ -70,9 +75,10 @@ def from_llama_index(message: ChatMessage, *, index: int = 0) -> Message:
     return validate_message(plain, index=index)
 
 
-def to_llama_index(message: Mapping[str, Any]) -> ChatMessage:
+def to_llama_index(message: Mapping[str, Any], *, calls_in: CallsIn = "blocks") -> ChatMessage:
     """The ``ChatMessage`` of a logged or rendered chat message: the one it was made
-    from when ``meta`` keeps it, else built from what a model sees."""
+    from when ``meta`` keeps it, else built from what a model sees, its tool calls
+    where ``calls_in`` says."""
     meta = message.get("meta")
     if isinstance(meta, Mapping) and isinstance(meta.get(META_KEY), Mapping):
         return ChatMessage.model_validate(meta[META_KEY])
@@ -84,16 +90,29 @@ def to_llama_index(message: Mapping[str, Any]) -> ChatMessage:
     if message.get("refusal") is not None:
         extra["refusal"] = message["refusal"]
     blocks: list[ContentBlock] = list(_blocks_of(message.get("content")))
-    for call in message.get("tool_calls") or []:
-        function = call["function"]
-        blocks.append(
-            ToolCallBlock(
-                tool_call_id=call["id"],
-                tool_name=function["name"],
-                tool_kwargs=_arguments_of(function["arguments"]),
+    calls = message.get("tool_calls") or []
+    if calls and calls_in == "additional_kwargs":
+        extra["tool_calls"] = [dict(call) for call in calls]
+    else:
+        for call in calls:
+            function = call["function"]
+            blocks.append(
+                ToolCallBlock(
+                    tool_call_id=call["id"],
+                    tool_name=function["name"],
+                    tool_kwargs=_arguments_of(function["arguments"]),
+                )
             )
-        )
     return ChatMessage(role=MessageRole(message["role"]), blocks=blocks, additional_kwargs=extra)
+
+
+def calls_in_of(message: ChatMessage) -> CallsIn | None:
+    """Where ``message`` carries its tool calls; None when it has none."""
+    if any(isinstance(block, ToolCallBlock) for block in message.blocks):
+        return "blocks"
+    if message.additional_kwargs.get("tool_calls"):
+        return "additional_kwargs"
+    return None
 
 
 def _native_of(message: ChatMessage) -> dict[str, Any]:
