@@ -206,7 +206,6 @@ def test_every_message_type_round_trips(name: str, tmp_path: Path) -> None:
     message = ROUND_TRIP[name]
     chat = from_llama_index(message)
     assert to_llama_index(chat) == message
-    assert prompt_faults([_shown(chat)], "openai") == [] or message.role != MessageRole.USER
     with Memory(tmp_path / "trip.db") as memory:
         session = memory.session("trip")
         if chat["role"] == "tool":
