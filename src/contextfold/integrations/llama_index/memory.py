@@ -126,7 +126,7 @@ class ContextfoldMemory(BaseMemory):
     ) -> ContextfoldMemory:
         """Open (or create) the session and the view; ``view_settings`` (``preset``,
         ``budget``, ``model``, ...) are stored with the view as ``Session.view`` does.
-        ``budget`` is both the view's stored budget and what ``get`` asks for."""
+        ``budget`` is stored as the view's budget, the one ``get`` fits."""
         if not isinstance(memory, Memory):
             raise InvalidInput(
                 f"memory must be a contextfold Memory, not {type(memory).__name__}",
