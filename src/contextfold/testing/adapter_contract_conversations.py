@@ -61,6 +61,11 @@ _WORDS = tuple(
         "field",
     ]
 )
+_IMAGE = (
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    "+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+"""A one-pixel PNG: what a screenshot is to the log, a part to keep as it came."""
 _PATHS = ("src/app/loader.py", "src/app/cache.py", "tests/test_loader.py", "docs/setup.md")
 
 
@@ -104,19 +109,28 @@ def tool_output(rng: random.Random, tool: str, long: bool) -> str:
     return "\n".join(hits)
 
 
-def agent_steps(turns: int, *, seed: int = 7, long_share: float = 0.35) -> list[list[Message]]:
+def agent_steps(
+    turns: int, *, seed: int = 7, long_share: float = 0.35, media: bool = False
+) -> list[list[Message]]:
     """``turns`` user turns of an agent at work, as steps (see the module docstring).
 
     The first step starts with the system prompt. Each turn makes one to three
     rounds of parallel tool calls whose ids are ``call_0``, ``call_1``, ...
-    again in every round; ``long_share`` of the results are long.
+    again in every round; ``long_share`` of the results are long. With
+    ``media``, every other question comes as content parts with a screenshot.
     """
     rng = random.Random(seed)
     steps: list[list[Message]] = []
     pending: list[Message] = [{"role": "system", "content": SYSTEM_PROMPT}]
     for turn in range(turns):
         question = f"Task {turn}: {sentence(rng, rng.randint(8, 16))} Look at {rng.choice(_PATHS)}."
-        steps.append([*pending, {"role": "user", "content": question}])
+        content: object = question
+        if media and turn % 2:
+            content = [
+                {"type": "text", "text": question},
+                {"type": "image_url", "image_url": {"url": _IMAGE}},
+            ]
+        steps.append([*pending, {"role": "user", "content": content}])
         for _ in range(rng.randint(1, 3)):
             tools = [rng.choice(TOOLS) for _ in range(rng.randint(1, 3))]
             ids = [f"call_{i}" for i in range(len(tools))]
