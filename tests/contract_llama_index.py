@@ -1,14 +1,17 @@
 """The LlamaIndex memory as the adapter contract drives it (``AdapterTurns``).
 
-Each step's chat messages become LlamaIndex ``ChatMessage`` objects and are put
-the way LlamaIndex's agents put them: the user's message with ``put``, a run's
-tool calls, results and answer with one ``put_messages``. The prompt is what
-``get`` hands the agent, turned back into chat messages (``meta`` dropped: it is
-never sent to a model).
+Each step's chat messages become LlamaIndex ``ChatMessage`` objects
+(``to_llama_index``, which refuses what cannot be one, naming the field) and
+are put the way LlamaIndex's agents put them: the user's message alone with
+``aput``, a run's tool calls, results and answer with one ``aput_messages``,
+through the async methods the agents call. The prompt is what ``aget`` hands
+the agent, turned back into chat messages (``meta`` dropped: it is never sent
+to a model).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from contextfold import Memory
@@ -21,7 +24,7 @@ from contextfold.integrations.llama_index import (
 
 
 class LlamaIndexTurns:
-    """``AdapterTurns`` over ``ContextfoldMemory``, through its async methods as agents call them."""
+    """``AdapterTurns`` over ``ContextfoldMemory``."""
 
     def __init__(self, memory: Memory, session_id: str, view: str) -> None:
         self.memory = ContextfoldMemory(memory.session(session_id), view=view)
@@ -29,13 +32,13 @@ class LlamaIndexTurns:
     def add(self, messages: Sequence[Message]) -> None:
         native = [to_llama_index(m) for m in messages]
         if len(native) == 1 and native[0].role.value == "user":
-            self.memory.put(native[0])
+            asyncio.run(self.memory.aput(native[0]))
         else:
-            self.memory.put_messages(native)
+            asyncio.run(self.memory.aput_messages(native))
 
     def prompt(self) -> list[Message]:
         out = []
-        for message in self.memory.get():
+        for message in asyncio.run(self.memory.aget()):
             plain = from_llama_index(message)
             plain.pop("meta", None)
             out.append(plain)

@@ -345,7 +345,7 @@ def test_bad_input_names_the_field_and_stores_nothing(tmp_path: Path) -> None:
         orphan = ChatMessage(role="tool", content="42")
         with pytest.raises(InvalidInput) as caught:
             kept.put_messages([ChatMessage(role="user", content="fine"), orphan])
-        assert caught.value.field == "additional_kwargs.tool_call_id"
+        assert caught.value.field == "tool_call_id"
         assert caught.value.index == 1
         with pytest.raises(InvalidInput) as caught:
             kept.put(

@@ -79,6 +79,17 @@ def to_llama_index(message: Mapping[str, Any], *, calls_in: CallsIn = "blocks") 
     """The ``ChatMessage`` of a logged or rendered chat message: the one it was made
     from when ``meta`` keeps it, else built from what a model sees, its tool calls
     where ``calls_in`` says."""
+    try:
+        return _built(message, calls_in)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        # Checked only when it cannot be built, so reading the log costs no validation.
+        checked = validate_message(message)
+        meta = checked.get("meta", {}).get(META_KEY)
+        field = "content" if meta is None else f"meta.{META_KEY}"
+        raise InvalidInput(f"cannot be a llama_index ChatMessage: {exc}", field=field) from None
+
+
+def _built(message: Mapping[str, Any], calls_in: CallsIn) -> ChatMessage:
     meta = message.get("meta")
     if isinstance(meta, Mapping) and isinstance(meta.get(META_KEY), Mapping):
         return ChatMessage.model_validate(meta[META_KEY])
@@ -157,6 +168,12 @@ def _plain(message: ChatMessage, index: int) -> Message:
         calls = [
             _openai_call(raw, index) for raw in message.additional_kwargs.get("tool_calls") or []
         ]
+    if not parts and not calls and role != "assistant":
+        raise InvalidInput(
+            f"a {role} message needs content: it has no text, media or file block",
+            index=index,
+            field="content",
+        )
     plain: Message = {"role": role}
     if len(parts) == 1 and parts[0]["type"] == "text":
         plain["content"] = parts[0]["text"]
@@ -173,7 +190,7 @@ def _plain(message: ChatMessage, index: int) -> Message:
             raise InvalidInput(
                 "a tool message needs additional_kwargs['tool_call_id']",
                 index=index,
-                field="additional_kwargs.tool_call_id",
+                field="tool_call_id",
             )
         plain["tool_call_id"] = call_id
     if isinstance(kwargs.get("name"), str) and kwargs["name"]:
