@@ -45,6 +45,7 @@ from contextfold.integrations.llama_index import (
     from_llama_index,
     to_llama_index,
 )
+from contextfold.integrations.llama_index.messages import calls_in_of
 from contextfold.runtime import InlineRunner
 from contextfold.testing.adapter_contract_checks import log_faults, prompt_tokens, split_pairs
 
@@ -277,6 +278,48 @@ def test_get_restores_native_messages_and_folds_stay_plain(tmp_path: Path) -> No
         assert len(kept.get_all()) == 1 + 4 + 12
 
 
+def test_messages_the_view_builds_carry_tool_calls_as_the_agent_s_do(tmp_path: Path) -> None:
+    """LiteLLM's class reads tool calls from ``additional_kwargs`` only: a fold that keeps a
+    call (its long result masked) must come back that way to a memory that saw them so."""
+    call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    with Memory(tmp_path / "m.db") as memory:
+        kept = ContextfoldMemory.from_defaults(
+            memory, "s", system=SYSTEM, preset="offline", budget=1500
+        )
+        for n in range(4):
+            call = {**call, "id": f"c{n}"}
+            kept.put(ChatMessage(role="user", content=f"read file {n}"))
+            kept.put_messages(
+                [
+                    ChatMessage(
+                        role="assistant", content="", additional_kwargs={"tool_calls": [call]}
+                    ),
+                    ChatMessage(
+                        role="tool",
+                        content=" ".join(f"line {i} of file {n}." for i in range(60)),
+                        additional_kwargs={"tool_call_id": f"c{n}"},
+                    ),
+                    ChatMessage(role="assistant", content=f"file {n} read"),
+                ]
+            )
+            kept.session.view("default").compact()
+        assert kept.session.view("default").folds()
+
+        def built_with_blocks(got: list[ChatMessage]) -> list[ChatMessage]:
+            return [m for m in got if any(isinstance(b, ToolCallBlock) for b in m.blocks)]
+
+        as_blocks = ContextfoldMemory(memory.session("s"), tool_calls_in="blocks").get()
+        assert built_with_blocks(as_blocks), "the view built no message with a tool call"
+        for followed in (kept.get(), ContextfoldMemory(memory.session("s")).get()):
+            assert built_with_blocks(followed) == []
+            calls = [m for m in followed if m.additional_kwargs.get("tool_calls")]
+            assert len(calls) == sum(1 for m in as_blocks if calls_in_of(m))
+        assert to_llama_index(
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            calls_in="additional_kwargs",
+        ).additional_kwargs == {"tool_calls": [call]}
+
+
 def test_reset_starts_an_empty_branch_and_loses_nothing(tmp_path: Path) -> None:
     with Memory(tmp_path / "m.db") as memory:
         kept = ContextfoldMemory.from_defaults(memory, "s", system=SYSTEM)
@@ -353,8 +396,17 @@ def test_bad_input_names_the_field_and_stores_nothing(tmp_path: Path) -> None:
             )
         assert caught.value.field == "tool_call_id"
         with pytest.raises(InvalidInput) as caught:
+            kept.put(ChatMessage(role="user", blocks=[]))
+        assert caught.value.field == "content"
+        with pytest.raises(InvalidInput) as caught:
             kept.put("hello")  # type: ignore[arg-type]
         assert kept.session.last_seq() == 1
+        with pytest.raises(InvalidInput) as caught:
+            to_llama_index({"role": "wizard", "content": "abracadabra"})
+        assert caught.value.field == "role"
+        with pytest.raises(InvalidInput) as caught:
+            to_llama_index({"role": "assistant", "content": None, "tool_calls": [{"id": "c"}]})
+        assert caught.value.field is not None and caught.value.field.startswith("tool_calls")
         with pytest.raises(InvalidInput) as caught:
             ContextfoldMemory(memory.session("s"), budget=0)
         assert caught.value.field == "budget"

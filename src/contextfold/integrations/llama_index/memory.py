@@ -33,10 +33,10 @@ from contextfold.core.extras import needs_extra
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message
 from contextfold.integrations.llama_index.messages import (
-    META_KEY,
     CallsIn,
     calls_in_of,
     from_llama_index,
+    stored_calls_in,
     to_llama_index,
 )
 from contextfold.memory.matching import digest
@@ -122,9 +122,11 @@ class ContextfoldMemory(BaseMemory):
         system: str | None = None,
         view: str = "default",
         budget: int | None = None,
+        tool_calls_in: CallsIn | None = None,
         **view_settings: Any,
     ) -> ContextfoldMemory:
-        """Open (or create) the session and the view; ``view_settings`` (``preset``,
+        """Open (or create) the session and the view (``tool_calls_in``: see the field);
+        ``view_settings`` (``preset``,
         ``budget``, ``model``, ...) are stored with the view as ``Session.view`` does.
         ``budget`` is stored as the view's budget, the one ``get`` fits."""
         if not isinstance(memory, Memory):
@@ -135,7 +137,7 @@ class ContextfoldMemory(BaseMemory):
         session = memory.session(session_id, system=system)
         if view_settings or budget is not None:
             session.view(view, budget=budget, **view_settings)
-        return cls(session, view=view)
+        return cls(session, view=view, tool_calls_in=tool_calls_in)
 
     @property
     def session(self) -> Session:
@@ -157,14 +159,13 @@ class ContextfoldMemory(BaseMemory):
         view = self._session.view(self.view_name)
         rendered = view.render_report(self.budget, query=input or None, branch=self._head)
         logged = self._logged(rendered.shown)
+        for kept in logged.values():  # the agent's own messages, newest last
+            self._seen_calls_in = stored_calls_in(kept) or self._seen_calls_in
         calls_in = self.tool_calls_in or self._seen_calls_in
         out: list[ChatMessage] = []
         for message in rendered.messages:
             native = logged.get(digest(message))
-            built = to_llama_index(message if native is None else native, calls_in=calls_in)
-            if native is not None and META_KEY in native.get("meta", {}):
-                self._saw(built)  # the agent's own message: the way its LLM class carries calls
-            out.append(built)
+            out.append(to_llama_index(message if native is None else native, calls_in=calls_in))
         return out
 
     def get_all(self) -> list[ChatMessage]:

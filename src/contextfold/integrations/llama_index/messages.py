@@ -126,6 +126,20 @@ def calls_in_of(message: ChatMessage) -> CallsIn | None:
     return None
 
 
+def stored_calls_in(message: Mapping[str, Any]) -> CallsIn | None:
+    """Where the ``ChatMessage`` kept in a logged message's ``meta`` carried its tool
+    calls, read from the dump without building it; None without one or without calls."""
+    meta = message.get("meta")
+    native = meta.get(META_KEY) if isinstance(meta, Mapping) else None
+    if not isinstance(native, Mapping):
+        return None
+    if any(block.get("block_type") == "tool_call" for block in native.get("blocks") or []):
+        return "blocks"
+    if (native.get("additional_kwargs") or {}).get("tool_calls"):
+        return "additional_kwargs"
+    return None
+
+
 def _native_of(message: ChatMessage) -> dict[str, Any]:
     dumped: dict[str, Any] = message.model_dump(mode="json")
     return dumped
