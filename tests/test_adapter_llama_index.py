@@ -27,12 +27,14 @@ from llama_index.core.base.llms.types import (
     CacheControl,
     CachePoint,
     ChatMessage,
+    CitationBlock,
     DocumentBlock,
     ImageBlock,
     MessageRole,
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
+    VideoBlock,
 )
 from llama_index_agents import SYSTEM, Task, agent
 from llama_index_replies import streamed
@@ -189,6 +191,21 @@ ROUND_TRIP = {
     "chatbot role": ChatMessage(role=MessageRole.CHATBOT, content="hi"),
     "named": ChatMessage(role="user", content="hi", additional_kwargs={"name": "alice"}),
     "refusal": ChatMessage(role="assistant", content="", additional_kwargs={"refusal": "no"}),
+    "video": ChatMessage(
+        role="user", blocks=[TextBlock(text="watch"), VideoBlock(url="https://x.test/v.mp4")]
+    ),
+    "citation": ChatMessage(
+        role="assistant",
+        blocks=[
+            TextBlock(text="as the report says"),
+            CitationBlock(
+                cited_content=TextBlock(text="folds never split a tool unit"),
+                source="docs/architecture.md",
+                title="Architecture",
+                additional_location_info={"line": 40},
+            ),
+        ],
+    ),
     "cache point": ChatMessage(
         role="user",
         blocks=[

@@ -63,15 +63,17 @@ def from_llama_index(message: ChatMessage, *, index: int = 0) -> Message:
     """The chat message a model sees of ``message``, its native dump in ``meta`` when needed.
 
     ``InvalidInput`` (naming ``index`` and the field) for what no model could
-    take: a tool message without ``additional_kwargs["tool_call_id"]``.
+    take: a tool message without ``additional_kwargs["tool_call_id"]``, a tool
+    call without an id, a user, system or tool message without any block.
     """
     if not isinstance(message, ChatMessage):
         raise InvalidInput(
             f"expected a llama_index ChatMessage, got {type(message).__name__}", index=index
         )
     plain = _plain(message, index)
-    if _native_of(to_llama_index(plain)) != _native_of(message):
-        plain["meta"] = {META_KEY: _native_of(message)}
+    native = _native_of(message)
+    if _native_of(to_llama_index(plain)) != native:
+        plain["meta"] = {META_KEY: native}
     return validate_message(plain, index=index)
 
 
