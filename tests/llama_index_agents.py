@@ -12,6 +12,7 @@ results computed by the tools themselves, to compare with the log.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -79,8 +80,6 @@ class Task:
 
     def expected(self, turn: int) -> list[dict[str, Any]]:
         """The chat messages one turn adds: question, call, results, answer."""
-        import json
-
         calls = self.calls(turn)
         out: list[dict[str, Any]] = [
             {"role": "user", "content": self.question(turn)},

@@ -2,8 +2,7 @@
 
 ``streamed(text, calls)`` is one model turn: text deltas, then each tool call's
 id and name, then its arguments in two pieces, the finish reason, a usage chunk
-and ``[DONE]``; LlamaIndex's ``FunctionAgent`` streams by default. ``chat_of``
-reads a recorded request back as the chat messages it sent.
+and ``[DONE]``; LlamaIndex's ``FunctionAgent`` streams by default.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from fake_providers import Reply, Request
+from fake_providers import Reply
 
 Call = tuple[str, str, dict[str, Any]]
 """A tool call: its id, the tool's name, its arguments."""
@@ -44,9 +43,3 @@ def streamed(text: str = "", calls: Sequence[Call] = (), *, key: str = "1") -> R
     chunks.append({**base, "choices": [], "usage": usage})
     body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
     return Reply(body=body.encode(), headers={"content-type": "text/event-stream"})
-
-
-def chat_of(request: Request) -> list[dict[str, Any]]:
-    """The chat messages a Chat Completions request sent."""
-    messages: list[dict[str, Any]] = request.body["messages"]
-    return messages

@@ -432,6 +432,26 @@ def test_bad_input_names_the_field_and_stores_nothing(tmp_path: Path) -> None:
         assert caught.value.field == "memory"
 
 
+def test_to_dict_and_back_over_the_store(tmp_path: Path) -> None:
+    """A workflow context serializes its memory with ``to_dict``: ids and settings."""
+    with Memory(tmp_path / "m.db") as memory:
+        kept = ContextfoldMemory.from_defaults(memory, "s", system=SYSTEM, budget=900)
+        kept = ContextfoldMemory(kept.session, budget=800, tool_calls_in="additional_kwargs")
+        kept.put(ChatMessage(role="user", content="hi"))
+        data = json.loads(kept.to_json())
+        with pytest.raises(InvalidInput) as caught:
+            ContextfoldMemory.from_dict(data)
+        assert caught.value.field == "memory"
+        back = ContextfoldMemory.from_dict(data, memory=memory)
+        assert (back.session_id, back.view_name, back.budget, back.tool_calls_in) == (
+            "s",
+            "default",
+            800,
+            "additional_kwargs",
+        )
+        assert back.get() == kept.get()
+
+
 def test_a_second_process_gets_the_same_prompt(tmp_path: Path) -> None:
     with Memory(tmp_path / "m.db") as memory:
         kept = ContextfoldMemory.from_defaults(

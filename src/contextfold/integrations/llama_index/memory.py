@@ -139,6 +139,26 @@ class ContextfoldMemory(BaseMemory):
             session.view(view, budget=budget, **view_settings)
         return cls(session, view=view, tool_calls_in=tool_calls_in)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], **kwargs: Any) -> ContextfoldMemory:
+        """Rebuild a memory from ``to_dict()`` (what a serialized workflow context keeps:
+        the session id and the settings, not the store), given the store as ``memory=``."""
+        memory = kwargs.get("memory")
+        if not isinstance(memory, Memory):
+            raise InvalidInput(
+                "a ContextfoldMemory is rebuilt over its store: "
+                "ContextfoldMemory.from_dict(data, memory=Memory(...))",
+                field="memory",
+            )
+        if not isinstance(data, dict) or not isinstance(data.get("session_id"), str):
+            raise InvalidInput("data is a ContextfoldMemory's to_dict()", field="session_id")
+        return cls(
+            memory.session(data["session_id"]),
+            view=data.get("view_name", "default"),
+            budget=data.get("budget"),
+            tool_calls_in=data.get("tool_calls_in"),
+        )
+
     @property
     def session(self) -> Session:
         """The contextfold session this memory logs to."""
