@@ -145,7 +145,7 @@ CASES: dict[str, tuple[type[LibraryTurns], Case, str]] = {
     "second process": (
         KeepsItsPrompt,
         lambda c, a, m, u: c.test_second_process_sees_the_same_view(a, m, u, False),
-        "assert",
+        "another process renders another prompt",
     ),
     "failing summarizer": (
         SummarizesItself,
