@@ -1,0 +1,176 @@
+"""An agent middleware for LangChain v1's ``create_agent``: the graph keeps every message, the
+model gets the view's compacted prompt.
+
+::
+
+    agent = create_agent(model, tools, system_prompt="...",
+                         middleware=[ContextfoldMiddleware(memory=Memory("agents.db"), budget=8000)])
+    agent.invoke({"messages": [...]}, {"configurable": {"thread_id": "t1"}})
+
+On each model call (``wrap_model_call``, and ``awrap_model_call`` for
+``ainvoke``/``astream``) the request's whole conversation, its system
+message first, is recorded in the thread's session (``Session.record``:
+matched against the log by what a model sees, so a message is logged once
+however often LangGraph hands it over again, and an edited or regenerated
+history starts a branch), the view is compacted and rendered for that
+branch, and the model is called with ``request.override(messages=...)``.
+The state's messages are never changed: the graph, its checkpointer and
+what ``invoke`` returns hold the raw conversation. ``after_agent`` records
+the run's last answer, which no later model call of the run hands over.
+
+The system message stays the request's own object; the rest of the prompt
+is the state's own message objects where the view shows them verbatim, and
+new ones for folds and masked results (``prompts.to_langchain``).
+
+Sessions: ``session=`` gives one fixed session; ``memory=`` opens one per
+LangGraph thread, named by ``thread_session`` (a format string over
+``thread_id``, or a function of it) from the run's ``configurable.thread_id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, cast
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
+from langgraph.config import get_config
+from langgraph.runtime import Runtime
+
+from contextfold.core.errors import InvalidInput
+from contextfold.core.messages import Message
+from contextfold.integrations.langchain.messages import langchain_to_chat
+from contextfold.integrations.langchain.prompts import ViewPrompts, seen_key, to_langchain
+from contextfold.memory.session import Memory, Session
+from contextfold.runtime.core import Runner
+
+ThreadSession = str | Callable[[str], str]
+"""How a LangGraph ``thread_id`` names its session: ``"lc/{thread_id}"`` or a function."""
+
+_Result = ModelResponse[Any] | AIMessage | Any
+
+
+class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """Hands the model the view's compacted prompt and keeps the graph's state raw.
+
+    ``view`` names the view and ``settings`` its stored settings (preset,
+    budget, model, ...; stored on first use in this process, only those that
+    differ change). ``budget`` is the render budget (None: the view's).
+    Without ``runner`` the view is compacted inline before each model call; a
+    contextfold runner (``ThreadRunner``, ``AsyncioRunner``, ...) compacts it
+    in the background instead, and the call renders the folds committed so far.
+    """
+
+    def __init__(
+        self,
+        *,
+        memory: Memory | None = None,
+        session: Session | None = None,
+        thread_session: ThreadSession = "{thread_id}",
+        view: str = "default",
+        budget: int | None = None,
+        settings: Mapping[str, Any] | None = None,
+        runner: Runner | None = None,
+    ) -> None:
+        super().__init__()
+        if (memory is None) == (session is None):
+            raise InvalidInput("give either memory= or session=, not both", field="session")
+        if memory is not None and not isinstance(memory, Memory):
+            raise InvalidInput("memory must be a contextfold Memory", field="memory")
+        if session is not None and not isinstance(session, Session):
+            raise InvalidInput("session must be a contextfold Session", field="session")
+        if not (callable(thread_session) or isinstance(thread_session, str)):
+            raise InvalidInput(
+                "thread_session is a format string over {thread_id} or a function",
+                field="thread_session",
+            )
+        self.memory = memory
+        self.session = session
+        self.thread_session = thread_session
+        self.prompts = ViewPrompts(view, budget, settings or {}, runner)
+        self.tools = []
+
+    # -- hooks ------------------------------------------------------------
+
+    def wrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], _Result]
+    ) -> _Result:
+        """Record the request's conversation, then call the model with the view's prompt."""
+        session = self.session_for(request.runtime)
+        return handler(self._compacted(session, request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[_Result]],
+    ) -> _Result:
+        """``wrap_model_call``'s twin: the store and a summarizer run off the event loop."""
+        session = self.session_for(request.runtime)
+        compacted = await asyncio.to_thread(self._compacted, session, request)
+        return await handler(compacted)
+
+    def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Record the run's end: its last answer is handed to no later model call of the run."""
+        self._record(self.session_for(runtime), state["messages"])
+        return None
+
+    async def aafter_agent(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        session = self.session_for(runtime)
+        await asyncio.to_thread(self._record, session, state["messages"])
+        return None
+
+    # -- the work -----------------------------------------------------------
+
+    def session_for(self, runtime: Runtime[Any] | None) -> Session:
+        """The fixed session, or the one the run's LangGraph thread names (opened, or created)."""
+        if self.session is not None:
+            return self.session
+        assert self.memory is not None
+        thread = _thread_id(runtime)
+        name = (
+            self.thread_session.format(thread_id=thread)
+            if isinstance(self.thread_session, str)
+            else self.thread_session(thread)
+        )
+        if not isinstance(name, str):
+            raise InvalidInput("thread_session gave no session id string", field="thread_session")
+        return self.memory.session(name)
+
+    def _compacted(self, session: Session, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        system = request.system_message
+        listed: list[BaseMessage] = [*([system] if system is not None else []), *request.messages]
+        chats, at = self._record(session, listed)
+        rendered = self.prompts.render(session, at).messages
+        if system is not None and rendered and seen_key(rendered[0]) == seen_key(chats[0]):
+            rendered, chats, listed = rendered[1:], chats[1:], listed[1:]
+        prompt = to_langchain(rendered, list(zip(chats, listed, strict=True)))
+        # Every message made here is one of LangChain's own classes, the members of AnyMessage.
+        return request.override(messages=cast(list[AnyMessage], prompt))
+
+    def _record(
+        self, session: Session, messages: Sequence[BaseMessage]
+    ) -> tuple[list[Message], int]:
+        """The messages as chat messages, and the seq their branch ends at once recorded."""
+        chats = [langchain_to_chat(m, index=i) for i, m in enumerate(messages)]
+        return chats, session.record(chats).at
+
+
+def _thread_id(runtime: Runtime[Any] | None) -> str:
+    """The run's ``configurable.thread_id`` (or the runtime's, with a checkpointer)."""
+    info = getattr(runtime, "execution_info", None)
+    thread = getattr(info, "thread_id", None)
+    if thread is None:
+        try:
+            thread = get_config().get("configurable", {}).get("thread_id")
+        except RuntimeError:
+            thread = None
+    if thread is None or thread == "":
+        raise InvalidInput(
+            "this run has no thread_id: invoke the agent with "
+            "config={'configurable': {'thread_id': ...}}, or give the middleware session=",
+            field="thread_id",
+        )
+    return str(thread)
