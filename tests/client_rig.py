@@ -280,15 +280,23 @@ def through_proxy(
     )
 
 
-def settled_view(api: httpx.Client, sid: str, timeout: float = 30.0) -> dict[str, Any]:
-    """The default view once its compaction job is done (or has failed): what it ends with."""
+def settled_view(api: httpx.Client, sid: str, timeout: float = 60.0) -> dict[str, Any]:
+    """The default view once its compaction job is done (or has failed), and no job is
+    still to come (its rendering leaves nothing out): what it ends with. On a loaded
+    machine the runner may not have planned the last job when the client finishes."""
     deadline = time.monotonic() + timeout
+    path = f"/api/v1/sessions/{sid}/views/default"
     while True:
-        view: dict[str, Any] = (
-            api.get(f"/api/v1/sessions/{sid}/views/default").raise_for_status().json()
-        )
+        view: dict[str, Any] = api.get(path).raise_for_status().json()
         job = view["job"]
-        if job is None or job["state"] in ("parked", "failing") or time.monotonic() > deadline:
+        if time.monotonic() > deadline or (
+            job is not None and job["state"] in ("parked", "failing")
+        ):
+            return view
+        if (
+            job is None
+            and api.get(f"{path}/render").raise_for_status().json()["report"]["omitted"] == 0
+        ):
             return view
         time.sleep(0.1)
 

@@ -11,8 +11,7 @@ import pytest
 
 from contextfold import InvalidInput, Memory
 from contextfold.core.messages import Message
-from contextfold.server.proxy_chat import StreamAnswer, answer_message, client_messages
-from contextfold.server.proxy_match import (
+from contextfold.memory.matching import (
     LogDigest,
     LogDigests,
     Match,
@@ -20,6 +19,7 @@ from contextfold.server.proxy_match import (
     digest,
     match,
 )
+from contextfold.server.proxy_chat import StreamAnswer, answer_message, client_messages
 from contextfold.server.proxy_upstream import (
     Upstream,
     failure_of,

@@ -30,6 +30,7 @@ from contextfold.memory.api_keys import ApiKeys
 from contextfold.memory.branches import SessionBranches
 from contextfold.memory.config import folding_changes, given_changes
 from contextfold.memory.filters import MessageFilter
+from contextfold.memory.matching import LogDigests, Recorded, record
 from contextfold.memory.view import Binding, View
 from contextfold.store.base import Store, service_port
 from contextfold.store.registry import open_store
@@ -59,6 +60,8 @@ class Memory:
         self.wake: LocalWake = wake_for(self.store)
         self._lock = threading.Lock()
         self._bindings: dict[tuple[str, str], Binding] = {}
+        self.digests = LogDigests()
+        """Each session's log as digests, for ``Session.record`` in this process."""
 
     def session(
         self,
@@ -269,6 +272,33 @@ class Session(SessionBranches):
         logged = self.store.append(self.id, new, parent=after)
         self.wake.notify(self.id)
         return logged
+
+    def record(
+        self,
+        messages: Iterable[Mapping[str, Any]],
+        *,
+        after: int | None = None,
+        most: int | None = None,
+    ) -> Recorded:
+        """Log a client's whole conversation once, however often it is sent again.
+
+        Frameworks and API clients resend their whole history on every call; this
+        matches it against every branch of the log (longest common prefix of what a
+        model sees, the newest branch on a tie, ``contextfold.memory.matching``) and
+        appends only what follows the deepest match. A conversation that diverges
+        (an edit, a regenerate, a dropped turn) starts a branch; nothing logged
+        changes. A conversation not starting with a system message is matched after
+        the log's own leading system messages. ``after``: match from that logged seq
+        (the rest of its branch); ``most``: the most new messages accepted. Render the
+        result with ``view.render(branch=recorded.at)``.
+        """
+        batch = batch_of(messages, "messages")
+        after = check_seq(after, "after")
+        if after is not None and after > self.last_seq():
+            raise InvalidInput(
+                f"after names seq {after}, not logged in this session", field="after"
+            )
+        return record(self, self.memory.digests, batch, after=after, most=most)
 
     def messages(
         self, *, after: int = 0, limit: int | None = None, branch: int | None = None

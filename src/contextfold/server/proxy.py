@@ -12,7 +12,7 @@ Responses API), streamed or not, tools included, and ``POST
    created on first use. Another tenant's session of the same name is never
    touched: the tenant comes from the key alone.
 2. The client's conversation is matched against the log's branches
-   (``contextfold.server.proxy_match``), and only the rest is appended, where
+   (``Session.record``), and only the rest is appended, where
    the conversation parts from them (a regenerate or an edit starts a branch).
 3. The view (``X-Contextfold-View``, default ``default``; created on first
    use with the server's preset and model, and watched by the background

@@ -29,10 +29,10 @@ import httpx
 from contextfold.core.errors import FoldConflict, InvalidInput
 from contextfold.core.messages import Message
 from contextfold.core.provider_items import ProviderName, carried_folds
+from contextfold.memory.matching import LogDigest
 from contextfold.memory.session import Session
 from contextfold.memory.view import View
 from contextfold.server.proxy_kept import with_kept
-from contextfold.server.proxy_match import LogDigest
 from contextfold.server.proxy_shared import ProxyState
 from contextfold.server.proxy_upstream import Upstream, refusal_body
 from contextfold.server.proxy_wire import Wire

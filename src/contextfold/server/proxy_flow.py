@@ -3,7 +3,7 @@
 A call (``serve``) reads the body and headers, takes the session's lock,
 matches the client's conversation (``Wire.conversation``) against the log's
 branches and appends what is new where it parts from them
-(``contextfold.server.proxy_match``; a regenerate or an edit starts a branch),
+(``Session.record``; a regenerate or an edit starts a branch),
 renders the view's prompt of that branch for the budget of the request's
 model (``contextfold.server.proxy_budget``), for the wire's provider (a fold
 of that provider's own compaction shows its items), forwards the wire's
@@ -27,7 +27,7 @@ second finds the first's answer logged and regenerates it (a branch).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,17 +38,12 @@ from fastapi.responses import Response
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.messages import Message, validate_messages
 from contextfold.core.provider_items import ProviderName
+from contextfold.memory.matching import LogDigest, LogDigests, Match, append_keys, match
 from contextfold.memory.session import Session
 from contextfold.server.errors import ServiceError
+from contextfold.server.models import MAX_MESSAGES
 from contextfold.server.proxy_budget import Fit, create_view, fit
 from contextfold.server.proxy_carried import CallRender, forward
-from contextfold.server.proxy_match import (
-    LogDigest,
-    LogDigests,
-    Match,
-    append_keys,
-    match,
-)
 from contextfold.server.proxy_request import (
     check_json_type,
     check_new,
@@ -114,24 +109,20 @@ class _Turn:
 
     def _append(self, answer: Message) -> None:
         keys = [_answer_key(answer, self.at)]
-        logged = self.session.extend([answer], keys=keys, parent=self.at)
-        _advance(self.digests, self.log, self.session.id, logged)
-
-
-def _advance(digests: LogDigests, log: LogDigest, sid: str, logged: Sequence[Any]) -> None:
-    """Add what was just appended; an append that met older records drops the cache instead."""
-    if [m.seq for m in logged] == list(range(log.last_seq + 1, log.last_seq + 1 + len(logged))):
-        digests.add(sid, log, logged)
-    else:
-        digests.forget(sid)
+        with self.log.lock:
+            logged = self.session.extend([answer], keys=keys, parent=self.at)
+            self.digests.advance(self.session.id, self.log, logged)
 
 
 def _match(session: Session, log: LogDigest, conversation: Conversation) -> Match:
-    """Where the client's conversation meets the log (``proxy_match.match``); a continued
-    response goes on from the logged answer, on that answer's branch."""
-    messages = conversation.messages
+    """Where the client's conversation meets the log (``matching.match``), for a peek."""
+    return match(log, conversation.messages, after=_continued(session, conversation))
+
+
+def _continued(session: Session, conversation: Conversation) -> int | None:
+    """The seq a continued response goes on from (the logged answer), or None."""
     if conversation.continues is None:
-        return match(log, messages)
+        return None
     key = response_key(conversation.continues)
     found = session.keyed([key]).get(key)
     if found is None:
@@ -142,7 +133,7 @@ def _match(session: Session, log: LogDigest, conversation: Conversation) -> Matc
             "session",
             field="previous_response_id",
         )
-    return match(log, messages, after=found.seq)
+    return found.seq
 
 
 def _prepare(
@@ -178,18 +169,10 @@ def _prepare(
         check_new(len(messages))
         validate_messages(messages)
         session = service.memory.session(store_id)
-    log = state.digests.current(session)
-    found = _match(session, log, conversation)
-    new, at = messages[found.matched :], found.at
-    check_new(len(new))
-    if new:
-        try:
-            logged = session.extend(new, keys=append_keys(at, new), parent=at)
-        except InvalidInput as exc:
-            index = None if exc.index is None else exc.index - found.skipped
-            raise InvalidInput(exc.reason, index=index, field=exc.field) from None
-        _advance(state.digests, log, store_id, logged)
-        at = logged[-1].seq
+    recorded = session.record(messages, after=_continued(session, conversation), most=MAX_MESSAGES)
+    at = recorded.at
+    digests = service.memory.digests
+    log = digests.current(session)
     ready = (view_name, id(service.runner))
     if ready not in log.views:
         if session.view(view_name).version == 0:
@@ -206,7 +189,7 @@ def _prepare(
         "X-Contextfold-Budget-Source": source,
         "X-Contextfold-Budget-Tools": str(fitted.subtracted(source)),
     }
-    return _Turn(service, session, log, state.digests, prompt, headers, at, render)
+    return _Turn(service, session, log, digests, prompt, headers, at, render)
 
 
 def peek(
@@ -225,7 +208,7 @@ def peek(
         session = service.memory.existing_session(store_id)
     except NotFound:
         return conversation.messages
-    log = state.digests.current(session)
+    log = service.memory.digests.current(session)
     found = _match(session, log, conversation)
     new = conversation.messages[found.matched :]
     view = session.view(view_name)

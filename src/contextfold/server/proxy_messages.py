@@ -23,7 +23,7 @@ from contextfold.core.messages import Message, check_json
 from contextfold.core.provider_items import ProviderName, carried_folds
 from contextfold.formats.anthropic_turns import answer_of, read_request, request_of
 from contextfold.formats.provider_compaction import ANTHROPIC_COMPACTION_BETA, anthropic_turns
-from contextfold.server.proxy_match import digest
+from contextfold.memory.matching import digest
 from contextfold.server.proxy_sse import SseReader
 from contextfold.server.proxy_upstream import refusal_body
 from contextfold.server.proxy_wire import Conversation

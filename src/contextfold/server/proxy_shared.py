@@ -1,4 +1,4 @@
-"""What the proxy keeps per app: the upstream clients by kind, log digests, session locks,
+"""What the proxy keeps per app: the upstream clients by kind, session locks,
 the logged messages that keep a wire's meta, and the Claude calibration."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from contextfold.llm.claude_calibration import Calibration
 from contextfold.server.errors import ServiceError
 from contextfold.server.proxy_budget import upstream_count
 from contextfold.server.proxy_kept import KeptMeta
-from contextfold.server.proxy_match import LogDigests
 from contextfold.server.proxy_upstream import KINDS, Upstream
 from contextfold.server.proxy_wire import Wire
 
@@ -23,10 +22,9 @@ _PREFIXES = {kind: prefix for prefix, kind in KINDS.items()}
 
 @dataclass
 class ProxyState:
-    """What the proxy keeps per app: the upstream clients by kind, log digests, session locks."""
+    """What the proxy keeps per app: the upstream clients by kind, session locks."""
 
     upstreams: dict[str, Upstream]
-    digests: LogDigests = field(default_factory=LogDigests)
     locks: dict[str, tuple[asyncio.Lock, int]] = field(default_factory=dict)
     kept: KeptMeta = field(default_factory=KeptMeta)
     calibration: Calibration | None = None

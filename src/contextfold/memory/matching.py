@@ -1,6 +1,7 @@
-"""Matching a client's whole conversation against a session's log.
+"""Matching a client's whole conversation against a session's log (``Session.record``).
 
-A client resends its whole conversation on every call. The log is a tree
+A client (an API client through the proxy, a framework through its adapter)
+resends its whole conversation on every call. The log is a tree
 (``contextfold.core.branches``), so the client's list is matched against its
 branches: the longest run of the client's messages that some branch starts
 with, from the root, is the common prefix; the call continues at the deepest
@@ -36,11 +37,14 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from contextfold.core.errors import InvalidInput
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message
-from contextfold.memory.session import Session
+
+if TYPE_CHECKING:
+    from contextfold.memory.session import Session
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 
@@ -103,6 +107,8 @@ class LogDigest:
     forks: dict[int, list[int]] = field(default_factory=dict)
     """The children of a message other than the seq right after it, oldest first."""
     system: int = 0  # leading system/developer messages
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    """Held while the entry is read up to date, matched and appended to: one writer at a time."""
     # Views this process made ready (created if new, watched by the runner) for this
     # incarnation of the session, by (name, runner): a recreated session starts empty.
     views: set[tuple[str, int]] = field(default_factory=set)
@@ -180,9 +186,10 @@ class LogDigests:
                 entry = LogDigest(created_at)
                 self._table[session_id] = entry
             self._table.move_to_end(session_id)
-        if entry.last_seq < last:
-            tail = session.messages(after=entry.last_seq, limit=last - entry.last_seq)
-            self.add(session_id, entry, tail)
+        with entry.lock:
+            if entry.last_seq < last:
+                tail = session.messages(after=entry.last_seq, limit=last - entry.last_seq)
+                self.add(session_id, entry, tail)
         return entry
 
     def add(self, session_id: str, entry: LogDigest, logged: Sequence[LoggedMessage]) -> None:
@@ -199,6 +206,15 @@ class LogDigests:
                     continue
                 del self._table[oldest]
                 self._messages -= len(dropped)
+
+    def advance(self, session_id: str, entry: LogDigest, logged: Sequence[LoggedMessage]) -> None:
+        """Add what was just appended; an append that met older records (a retry, another
+        writer) drops the entry instead, to be read afresh."""
+        first = entry.last_seq + 1
+        if [m.seq for m in logged] == list(range(first, first + len(logged))):
+            self.add(session_id, entry, logged)
+        else:
+            self.forget(session_id)
 
     def forget(self, session_id: str) -> None:
         with self._lock:
@@ -256,3 +272,59 @@ def append_keys(at: int, messages: Sequence[Message]) -> list[str]:
         chain.update(digest(message))
         keys.append(f"proxy@{at}:{chain.hexdigest()}")
     return keys
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What ``Session.record`` did with a client's conversation."""
+
+    at: int
+    """The seq of the conversation's last message in the log: the head of its branch, to
+    render (``View.render(branch=at)``) and to append after; 0 for an empty conversation."""
+    logged: list[LoggedMessage]
+    """The messages this call appended (those the log did not hold yet)."""
+    matched: int
+    """How many leading messages of the conversation the log already held."""
+    skipped: int
+    """The log's leading system messages before the match that the conversation left out."""
+
+
+def record(
+    session: Session,
+    digests: LogDigests,
+    messages: Sequence[Message],
+    *,
+    after: int | None = None,
+    most: int | None = None,
+) -> Recorded:
+    """Match ``messages`` against the session's branches and append what is new.
+
+    ``after``: match from that logged seq on (a continued response); ``most``: refuse
+    a conversation with more new messages than that, naming ``messages``. Errors name
+    the index in ``messages``. Holds the session's entry lock throughout, so two
+    threads recording the same conversation log it once; two processes do too, as
+    the appended messages go under keys naming their place (``append_keys``).
+    """
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise InvalidInput(f"expected a message object, got {type(message).__name__}", index=i)
+    entry = digests.current(session)
+    with entry.lock:
+        entry = digests.current(session)  # with what another thread appended meanwhile
+        found = match(entry, messages, after=after)
+        new = list(messages[found.matched :])
+        if most is not None and len(new) > most:
+            raise InvalidInput(
+                f"messages holds {len(new)} messages new to the session, over the limit of "
+                f"{most} one call may append",
+                field="messages",
+            )
+        if not new:
+            return Recorded(found.at, [], found.matched, found.skipped)
+        try:
+            logged = session.extend(new, keys=append_keys(found.at, new), parent=found.at)
+        except InvalidInput as exc:
+            index = None if exc.index is None else exc.index - found.skipped
+            raise InvalidInput(exc.reason, index=index, field=exc.field) from None
+        digests.advance(session.id, entry, logged)
+    return Recorded(logged[-1].seq, logged, found.matched, found.skipped)
