@@ -41,7 +41,8 @@ from langgraph.runtime import Runtime
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message
 from contextfold.integrations.langchain.messages import langchain_to_chat
-from contextfold.integrations.langchain.prompts import ViewPrompts, seen_key, to_langchain
+from contextfold.integrations.langchain.prompts import ViewPrompts, to_langchain
+from contextfold.memory.matching import digest
 from contextfold.memory.session import Memory, Session
 from contextfold.runtime.core import Runner
 
@@ -144,7 +145,7 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         listed: list[BaseMessage] = [*([system] if system is not None else []), *request.messages]
         chats, at = self._record(session, listed)
         rendered = self.prompts.render(session, at).messages
-        if system is not None and rendered and seen_key(rendered[0]) == seen_key(chats[0]):
+        if system is not None and rendered and digest(rendered[0]) == digest(chats[0]):
             rendered, chats, listed = rendered[1:], chats[1:], listed[1:]
         prompt = to_langchain(rendered, list(zip(chats, listed, strict=True)))
         # Every message made here is one of LangChain's own classes, the members of AnyMessage.

@@ -11,7 +11,6 @@ become plain LangChain messages of their role.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,17 +19,13 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from contextfold.core.errors import InvalidInput
-from contextfold.core.messages import Message, for_model
+from contextfold.core.messages import Message
 from contextfold.core.render import Rendered
 from contextfold.integrations.langchain.messages import chat_to_langchain
+from contextfold.memory.matching import digest
 from contextfold.memory.session import Session
 from contextfold.memory.view import View
 from contextfold.runtime.core import Runner
-
-
-def seen_key(message: Mapping[str, Any]) -> str:
-    """What a model sees of a chat message, as one comparable string."""
-    return json.dumps(for_model(message), sort_keys=True, ensure_ascii=False)
 
 
 @dataclass
@@ -82,11 +77,11 @@ def to_langchain(
     Of originals seen the same ("ok" said twice), the newest unused one is taken,
     walking the prompt from its end: a prompt ends with the newest raw messages.
     """
-    waiting: dict[str, list[BaseMessage]] = defaultdict(list)
+    waiting: dict[bytes, list[BaseMessage]] = defaultdict(list)
     for chat, original in originals:
-        waiting[seen_key(chat)].append(original)
+        waiting[digest(chat)].append(original)
     out: list[BaseMessage] = []
     for message in reversed(rendered):
-        same = waiting.get(seen_key(message))
+        same = waiting.get(digest(message))
         out.append(same.pop() if same else chat_to_langchain(message))
     return out[::-1]
