@@ -59,9 +59,7 @@ def main() -> None:
         )
         config = {"configurable": {"thread_id": "demo"}}
         for task in (1, 2, 3):
-            state = agent.invoke(
-                {"messages": [HumanMessage(f"task {task}: read 3 notes")]}, config
-            )
+            state = agent.invoke({"messages": [HumanMessage(f"task {task}: read 3 notes")]}, config)
             print(f"task {task}: {state['messages'][-1].content}")
 
         session = memory.session("notes/demo")

@@ -26,16 +26,15 @@ from fake_providers import FakeProvider
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.types import Command
 from langchain_scripted import (
-    SUMMARY,
     agent_tools,
     chat_model,
     email_text,
     scripted_reply,
     task_text,
 )
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
 from prompt_checks import pairing_faults, prompt_tokens
 
 from contextfold import InvalidInput, Memory

@@ -92,13 +92,15 @@ def langchain_to_chat(message: BaseMessage, *, index: int = 0) -> Message:
     return chat
 
 
-def chat_to_langchain(message: Mapping[str, Any]) -> BaseMessage:
+def chat_to_langchain(message: Mapping[str, Any], *, index: int = 0) -> BaseMessage:
     """The LangChain message a chat message (logged, folded or rendered) stands for.
 
     With this module's ``meta`` it is the message that was logged, field for
     field; without (a fold's summary, a masked result, a message another client
-    logged) it is the natural LangChain message of its role.
+    logged) it is the natural LangChain message of its role. A message the log
+    would refuse is ``InvalidInput`` naming the field (``index``: its place).
     """
+    message = validate_message(message, index=index)
     data = _plain_data(message)
     meta = message.get("meta")
     if isinstance(meta, Mapping) and isinstance(meta.get(META_KEY), Mapping):
