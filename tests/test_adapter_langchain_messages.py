@@ -7,6 +7,8 @@ messages), and reading it back must give the same message, field for field.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -301,3 +303,19 @@ def test_what_has_no_chat_form_is_invalid_input_naming_the_field(
     with pytest.raises(InvalidInput) as caught:
         langchain_to_chat(message, index=3)
     assert (caught.value.index, caught.value.field) == (3, field)
+
+
+def test_without_the_extra_the_import_names_it() -> None:
+    """The core install has no LangChain: the adapter's import says which extra to install."""
+    code = (
+        "import sys\n"
+        "sys.modules['langchain'] = sys.modules['langchain_core'] = None\n"
+        "import contextfold\n"
+        "try:\n"
+        "    import contextfold.integrations.langchain\n"
+        "except contextfold.MissingExtra as exc:\n"
+        "    print(exc.extra, exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.startswith("langchain ")
+    assert "pip install 'contextfold[langchain]'" in done.stdout
