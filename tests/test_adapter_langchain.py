@@ -370,3 +370,43 @@ def test_the_example_runs(model_server: FakeProvider) -> None:
     for prompt in _prompts(model_server):
         assert prompt_tokens(prompt) <= 1500
         assert pairing_faults(prompt) == []
+
+
+def test_a_system_prompt_that_changes_each_call_neither_forks_the_log_nor_breaks_the_budget(
+    model_server: FakeProvider,
+) -> None:
+    from langchain.agents.middleware import ModelRequest, dynamic_prompt
+
+    calls: list[int] = []
+
+    @dynamic_prompt
+    def numbered(request: ModelRequest) -> str:
+        calls.append(len(calls))
+        return f"{SYSTEM} This is call {len(calls)}." + " Be careful." * (5 * len(calls))
+
+    memory = Memory()
+    agent = create_agent(
+        chat_model(model_server.url),
+        tools=agent_tools(),
+        # Outer first: the prompt it sets is what the contextfold middleware sees and fits.
+        middleware=[numbered, ContextfoldMiddleware(memory=memory, settings=SETTINGS)],
+    )
+    config: Any = {"configurable": {"thread_id": "dyn"}}
+    state: dict[str, Any] = {"messages": []}
+    for turn in range(1, 6):
+        state["messages"].append(HumanMessage(task_text(turn, 2)))
+        state = agent.invoke(state, config)
+        assert state["messages"][-1].content == f"done with task {turn}"
+    prompts = _prompts(model_server)
+    for n, prompt in enumerate(prompts, 1):
+        assert prompt[0]["content"].startswith(f"{SYSTEM} This is call {n}.")
+        assert sum(str(m["content"]).startswith(SYSTEM) for m in prompt) == 1  # no other prompt
+        assert prompt_tokens(prompt) <= BUDGET
+        assert pairing_faults(prompt) == []
+    session = memory.session("dyn")
+    assert len(session.branches()) == 1
+    logged = [m.message for m in session.messages()]
+    assert logged[0]["content"].startswith(f"{SYSTEM} This is call 1.")
+    assert [digest(m) for m in logged[1:]] == [
+        digest(langchain_to_chat(m)) for m in state["messages"]
+    ]

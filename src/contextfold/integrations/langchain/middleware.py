@@ -8,19 +8,22 @@ model gets the view's compacted prompt.
     agent.invoke({"messages": [...]}, {"configurable": {"thread_id": "t1"}})
 
 On each model call (``wrap_model_call``, and ``awrap_model_call`` for
-``ainvoke``/``astream``) the request's whole conversation, its system
-message first, is recorded in the thread's session (``Session.record``:
-matched against the log by what a model sees, so a message is logged once
-however often LangGraph hands it over again, and an edited or regenerated
-history starts a branch), the view is compacted and rendered for that
-branch, and the model is called with ``request.override(messages=...)``.
-The state's messages are never changed: the graph, its checkpointer and
-what ``invoke`` returns hold the raw conversation. ``after_agent`` records
-the run's last answer, which no later model call of the run hands over.
+``ainvoke``/``astream``) the state's whole conversation is recorded in the
+thread's session (``Session.record``: matched against the log by what a
+model sees, so a message is logged once however often LangGraph hands it
+over again, and an edited or regenerated history starts a branch), the view
+is compacted and rendered for that branch, and the model is called with
+``request.override(messages=...)``. The state's messages are never changed:
+the graph, its checkpointer and what ``invoke`` returns hold the raw
+conversation. ``after_agent`` records the run's last answer, which no later
+model call of the run hands over.
 
-The system message stays the request's own object; the rest of the prompt
-is the state's own message objects where the view shows them verbatim, and
-new ones for folds and masked results (``prompts.to_langchain``).
+The system prompt is the request's own (``request.system_message``), in the
+log's place: it is logged as a new session's first message, and a prompt
+that changes from call to call (``@dynamic_prompt``) is sent as it is, the
+view fit to the budget with it, without forking the log. The rest of the
+prompt is the state's own message objects where the view shows them
+verbatim, and new ones for folds and masked results (``prompts.to_langchain``).
 
 Sessions: ``session=`` gives one fixed session; ``memory=`` opens one per
 LangGraph thread, named by ``thread_session`` (a format string over
@@ -42,7 +45,6 @@ from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message
 from contextfold.integrations.langchain.messages import langchain_to_chat
 from contextfold.integrations.langchain.prompts import ViewPrompts, to_langchain
-from contextfold.memory.matching import digest
 from contextfold.memory.session import Memory, Session
 from contextfold.runtime.core import Runner
 
@@ -142,21 +144,31 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     def _compacted(self, session: Session, request: ModelRequest[Any]) -> ModelRequest[Any]:
         system = request.system_message
-        listed: list[BaseMessage] = [*([system] if system is not None else []), *request.messages]
-        chats, at = self._record(session, listed)
-        rendered = self.prompts.render(session, at).messages
-        if system is not None and rendered and digest(rendered[0]) == digest(chats[0]):
-            rendered, chats, listed = rendered[1:], chats[1:], listed[1:]
-        prompt = to_langchain(rendered, list(zip(chats, listed, strict=True)))
+        system_chat = None if system is None else langchain_to_chat(system)
+        chats, at, logged_system = self._record(session, request.messages, system_chat)
+        tokens = 0 if system_chat is None else session.counter.message(system_chat)
+        rendered = self.prompts.render(session, at, system=tokens).messages
+        if system is not None and logged_system:
+            rendered = rendered[1:]  # the request's own system message goes in its place
+        prompt = to_langchain(rendered, list(zip(chats, request.messages, strict=True)))
         # Every message made here is one of LangChain's own classes, the members of AnyMessage.
         return request.override(messages=cast(list[AnyMessage], prompt))
 
     def _record(
-        self, session: Session, messages: Sequence[BaseMessage]
-    ) -> tuple[list[Message], int]:
-        """The messages as chat messages, and the seq their branch ends at once recorded."""
+        self, session: Session, messages: Sequence[BaseMessage], system: Message | None = None
+    ) -> tuple[list[Message], int, bool]:
+        """The messages as chat messages, the seq their branch ends at once recorded, and
+        whether the log starts with a system prompt (render puts it first).
+
+        The system prompt is logged only as a new session's first message: one that
+        changes from call to call (a dynamic prompt) would otherwise start a branch,
+        and log the conversation again, at each change.
+        """
         chats = [langchain_to_chat(m, index=i) for i, m in enumerate(messages)]
-        return chats, session.record(chats).at
+        if system is not None and session.last_seq() == 0:
+            return chats, session.record([system, *chats]).at, True
+        recorded = session.record(chats)
+        return chats, recorded.at, recorded.skipped > 0
 
 
 def _thread_id(runtime: Runtime[Any] | None) -> str:

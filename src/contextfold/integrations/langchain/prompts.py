@@ -27,6 +27,8 @@ from contextfold.memory.session import Session
 from contextfold.memory.view import View
 from contextfold.runtime.core import Runner
 
+SYSTEM_ROLES = frozenset({"system", "developer"})
+
 
 @dataclass
 class ViewPrompts:
@@ -56,16 +58,28 @@ class ViewPrompts:
             self._ready.add(key)
         return session.view(self.view).on(branch)
 
-    def render(self, session: Session, branch: int | None) -> Rendered:
+    def render(self, session: Session, branch: int | None, *, system: int = 0) -> Rendered:
         """The branch's prompt; compacted first unless a runner does it in the background.
 
+        ``system``: the tokens of a system prompt the caller sends in place of the
+        log's; the prompt is fit so that it still holds with that one.
         Compaction never raises for a failing model (the view keeps its folds),
         so a summarizer that fails leaves the turn to go on with the last folds.
         """
         view = self.open(session, branch or None)
         if self.runner is None:
             view.compact(self.budget)
-        return view.render_report(self.budget)
+        rendered = view.render_report(self.budget)
+        logged = rendered.messages[0] if rendered.messages else None
+        if logged is not None and logged["role"] in SYSTEM_ROLES:
+            system -= session.counter.message(logged)
+        if (
+            system > 0
+            and rendered.budget is not None
+            and rendered.tokens + system > rendered.budget
+        ):
+            rendered = view.render_report(rendered.budget - system)
+        return rendered
 
 
 def to_langchain(
