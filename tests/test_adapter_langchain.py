@@ -410,3 +410,28 @@ def test_a_system_prompt_that_changes_each_call_neither_forks_the_log_nor_breaks
     assert [digest(m) for m in logged[1:]] == [
         digest(langchain_to_chat(m)) for m in state["messages"]
     ]
+
+
+def test_a_runner_compacts_in_the_background(model_server: FakeProvider, tmp_path: Path) -> None:
+    """With a runner watching the view, it folds in the background and every prompt still fits."""
+    from contextfold import ThreadRunner
+
+    memory = Memory(tmp_path / "bg.db")
+    with ThreadRunner(workers=1) as runner:
+        middleware = ContextfoldMiddleware(memory=memory, settings=SETTINGS, runner=runner)
+        agent = create_agent(
+            chat_model(model_server.url),
+            tools=agent_tools(),
+            system_prompt=SYSTEM,
+            middleware=[middleware],
+        )
+        config: Any = {"configurable": {"thread_id": "bg"}}
+        state: dict[str, Any] = {"messages": []}
+        for turn in range(1, 7):
+            state["messages"].append(HumanMessage(task_text(turn, 2)))
+            state = agent.invoke(state, config)
+            assert runner.wait_idle(30)
+        assert [v.session.id for v in runner.watched()] == ["bg"]
+    _check_prompts(_prompts(model_server))
+    assert memory.session("bg").view("default").folds()
+    _check_log(memory, "bg", state["messages"])
