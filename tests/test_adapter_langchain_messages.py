@@ -319,3 +319,32 @@ def test_without_the_extra_the_import_names_it() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.startswith("langchain ")
     assert "pip install 'contextfold[langchain]'" in done.stdout
+
+
+def test_a_remembered_conversion_is_redone_when_the_message_changes() -> None:
+    """The middleware converts the same state objects call after call; an object changed in
+    place (as HumanInTheLoopMiddleware changes a call) is read again, never served stale."""
+    from contextfold.integrations.langchain.messages import ChatMessages
+    from contextfold.memory.matching import digest
+
+    chats = ChatMessages()
+    call = AIMessage("", tool_calls=[{"name": "send", "args": {"to": "ann"}, "id": "c1"}])
+    first, seen = chats.chat(call)
+    assert chats.chat(call) == (first, seen) and chats.chat(call)[0] is first
+    call.tool_calls[0]["args"]["to"] = "bob"  # in place
+    edited, edited_seen = chats.chat(call)
+    assert '"bob"' in edited["tool_calls"][0]["function"]["arguments"]
+    assert edited_seen == digest(edited) != seen
+    call.tool_calls = []
+    assert "tool_calls" not in chats.chat(call)[0]
+    text = HumanMessage("hi")
+    assert chats.chat(text)[0]["content"] == "hi"
+    text.content = "hello"
+    assert chats.chat(text)[0]["content"] == "hello"
+    parts = HumanMessage([{"type": "text", "text": "a"}])
+    assert chats.chat(parts)[0]["content"] == [{"type": "text", "text": "a"}]
+    parts.content[0]["text"] = "b"  # content parts are never remembered
+    assert chats.chat(parts)[0]["content"] == [{"type": "text", "text": "b"}]
+    key = id(text)
+    del text
+    assert key not in chats._seen  # forgotten with the message

@@ -31,6 +31,7 @@ from langchain_core.messages import BaseMessage
 from contextfold.core.errors import InvalidInput
 from contextfold.integrations.langchain.messages import chat_to_langchain, langchain_to_chat
 from contextfold.integrations.langchain.prompts import ViewPrompts, to_langchain
+from contextfold.memory.matching import digest
 from contextfold.memory.session import Memory, Session
 from contextfold.runtime.core import Runner
 
@@ -68,7 +69,7 @@ class ContextfoldChatMessageHistory(BaseChatMessageHistory):
         logged = []
         if rendered.shown:
             logged = self.session.messages(after=min(rendered.shown) - 1)
-        originals = [(m.message, chat_to_langchain(m.message)) for m in logged]
+        originals = [(digest(m.message), chat_to_langchain(m.message)) for m in logged]
         return to_langchain(rendered.messages, originals)
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:

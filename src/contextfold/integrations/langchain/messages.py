@@ -23,6 +23,7 @@ message read back from the log lacks it. The graph's state still holds it.
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +37,7 @@ from langchain_core.messages import (
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message, check_json, validate_message
+from contextfold.memory.matching import digest
 
 META_KEY = "langchain"
 UNSTORED_KEY = "langchain_unstored"
@@ -278,3 +280,57 @@ def _differences(message: BaseMessage, chat: Message) -> tuple[dict[str, Any], l
         except InvalidInput:
             unstored.append(field)
     return kept, unstored
+
+
+class ChatMessages:
+    """``langchain_to_chat`` and the log's digest of the result, remembered per message object
+    while it lives and reads the same.
+
+    LangGraph hands the middleware its whole state at every model call, mostly the
+    same objects as the call before; converting each again costs more than the
+    rest of the call. A message whose text content, name, tool calls (arguments
+    compared as JSON), tool call id and refusal still read as when it was
+    converted gives back that chat message; anything else, and every message with
+    content parts, is converted afresh. The chat messages given back are shared:
+    read them, never change them.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[weakref.ref[BaseMessage], tuple[Any, ...], Message, bytes]] = {}
+
+    def chat(self, message: BaseMessage, *, index: int = 0) -> tuple[Message, bytes]:
+        """The chat message and its digest (``contextfold.memory.matching.digest``)."""
+        sign = _signature(message)
+        key = id(message)
+        found = self._seen.get(key) if sign is not None else None
+        if found is not None and found[0]() is message and found[1] == sign:
+            return found[2], found[3]
+        chat = langchain_to_chat(message, index=index)
+        seen = digest(chat)
+        if sign is not None:
+            gone = weakref.ref(message, lambda _ref, key=key: self._seen.pop(key, None))  # type: ignore[misc]
+            self._seen[key] = (gone, sign, chat, seen)
+        return chat, seen
+
+
+def _signature(message: BaseMessage) -> tuple[Any, ...] | None:
+    """What a model sees of ``message``, cheap to compare; None for content parts."""
+    if not isinstance(message, BaseMessage) or not isinstance(message.content, str):
+        return None
+    calls: tuple[Any, ...] = ()
+    refusal = None
+    if isinstance(message, AIMessage):
+        calls = tuple(
+            (c.get("id"), c.get("name"), json.dumps(c.get("args"), sort_keys=True, default=repr))
+            for c in message.tool_calls
+        )
+        refusal = message.additional_kwargs.get("refusal")
+    return (
+        type(message),
+        message.content,
+        message.name,
+        getattr(message, "tool_call_id", None),
+        getattr(message, "role", None),
+        calls,
+        refusal,
+    )

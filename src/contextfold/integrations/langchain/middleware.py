@@ -43,7 +43,7 @@ from langgraph.runtime import Runtime
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message
-from contextfold.integrations.langchain.messages import langchain_to_chat
+from contextfold.integrations.langchain.messages import ChatMessages, langchain_to_chat
 from contextfold.integrations.langchain.prompts import ViewPrompts, to_langchain
 from contextfold.memory.session import Memory, Session
 from contextfold.runtime.core import Runner
@@ -92,6 +92,7 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.session = session
         self.thread_session = thread_session
         self.prompts = ViewPrompts(view, budget, settings or {}, runner)
+        self.chats = ChatMessages()
         self.tools = []
 
     # -- hooks ------------------------------------------------------------
@@ -145,30 +146,31 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def _compacted(self, session: Session, request: ModelRequest[Any]) -> ModelRequest[Any]:
         system = request.system_message
         system_chat = None if system is None else langchain_to_chat(system)
-        chats, at, logged_system = self._record(session, request.messages, system_chat)
+        seen, at, logged_system = self._record(session, request.messages, system_chat)
         tokens = 0 if system_chat is None else session.counter.message(system_chat)
         rendered = self.prompts.render(session, at, system=tokens).messages
         if system is not None and logged_system:
             rendered = rendered[1:]  # the request's own system message goes in its place
-        prompt = to_langchain(rendered, list(zip(chats, request.messages, strict=True)))
+        prompt = to_langchain(rendered, list(zip(seen, request.messages, strict=True)))
         # Every message made here is one of LangChain's own classes, the members of AnyMessage.
         return request.override(messages=cast(list[AnyMessage], prompt))
 
     def _record(
         self, session: Session, messages: Sequence[BaseMessage], system: Message | None = None
-    ) -> tuple[list[Message], int, bool]:
-        """The messages as chat messages, the seq their branch ends at once recorded, and
-        whether the log starts with a system prompt (render puts it first).
+    ) -> tuple[list[bytes], int, bool]:
+        """The messages' digests, the seq their branch ends at once recorded, and whether
+        the log starts with a system prompt (render puts it first).
 
         The system prompt is logged only as a new session's first message: one that
         changes from call to call (a dynamic prompt) would otherwise start a branch,
         and log the conversation again, at each change.
         """
-        chats = [langchain_to_chat(m, index=i) for i, m in enumerate(messages)]
+        converted = [self.chats.chat(m, index=i) for i, m in enumerate(messages)]
+        chats, seen = [chat for chat, _ in converted], [d for _, d in converted]
         if system is not None and session.last_seq() == 0:
-            return chats, session.record([system, *chats]).at, True
+            return seen, session.record([system, *chats]).at, True
         recorded = session.record(chats)
-        return chats, recorded.at, recorded.skipped > 0
+        return seen, recorded.at, recorded.skipped > 0
 
 
 def _thread_id(runtime: Runtime[Any] | None) -> str:

@@ -83,17 +83,17 @@ class ViewPrompts:
 
 
 def to_langchain(
-    rendered: Sequence[Message], originals: Sequence[tuple[Message, BaseMessage]]
+    rendered: Sequence[Message], originals: Sequence[tuple[bytes, BaseMessage]]
 ) -> list[BaseMessage]:
     """The rendered prompt as LangChain messages: each raw message the original object it was
-    made from, anything else rebuilt.
+    made from (``originals``: each with the digest of its chat message), anything else rebuilt.
 
     Of originals seen the same ("ok" said twice), the newest unused one is taken,
     walking the prompt from its end: a prompt ends with the newest raw messages.
     """
     waiting: dict[bytes, list[BaseMessage]] = defaultdict(list)
-    for chat, original in originals:
-        waiting[digest(chat)].append(original)
+    for seen, original in originals:
+        waiting[seen].append(original)
     out: list[BaseMessage] = []
     for message in reversed(rendered):
         same = waiting.get(digest(message))
