@@ -205,11 +205,15 @@ def test_an_approval_call_is_never_folded_and_resumes_whole(model_server: FakePr
     pending = paused["messages"][-1]
     assert isinstance(pending, AIMessage) and pending.tool_calls[0]["id"] == "mail_6"
 
-    # While the human decides, the pending call is not folded: no fold reaches it.
+    # While the human decides, the view folds (its budget shrinks) but the pending call is
+    # not in the log yet: it is logged on resume, with its result, so no fold can take it.
     session = memory.session("hitl")
-    head = session.last_seq()
-    for fold in session.view("default").folds():
-        assert fold.end <= head
+    view = session.view("default")
+    assert not any(m.message.get("tool_calls") for m in session.messages()[-2:])
+    folds_before = len(view.folds(include_superseded=True))
+    view.update(budget=BUDGET // 2)
+    view.compact()
+    assert len(view.folds(include_superseded=True)) > folds_before
     edited = {
         "type": "edit",
         "edited_action": {"name": "send_email", "args": {"to": "bob@x.org", "body": "hi"}},
@@ -225,7 +229,13 @@ def test_an_approval_call_is_never_folded_and_resumes_whole(model_server: FakePr
     assert last[at + 1]["role"] == "tool" and last[at + 1]["tool_call_id"] == "mail_6"
     assert "sent to bob@x.org" in last[at + 1]["content"]
     _check_prompts(_prompts(model_server))
-    # The call is logged once, with its result; the edit started no branch.
+    # The call is logged once, right before its result; the edit started no branch.
+    logged = [m.message for m in session.messages()]
+    calls = [
+        i for i, m in enumerate(logged) if (m.get("tool_calls") or [{}])[0].get("id") == "mail_6"
+    ]
+    assert len(calls) == 1 and logged[calls[0] + 1]["tool_call_id"] == "mail_6"
+    assert all(f.end < calls[0] + 1 for f in view.folds())  # seq = index + 1: no fold reaches it
     _check_log(memory, "hitl", done["messages"])
     assert len(session.branches()) == 1
 
