@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
-# The store contract ships in the package; rewritten asserts explain its failures.
-pytest.register_assert_rewrite("contextfold.testing.store_contract")
+# The store and adapter contracts ship in the package; rewritten asserts explain their failures.
+pytest.register_assert_rewrite(
+    "contextfold.testing.store_contract", "contextfold.testing.adapter_contract"
+)
 
 ROOT = Path(__file__).resolve().parent
 DATA = Path(os.environ.get("CONTEXTFOLD_DATA", ROOT.parents[1] / "shared" / "data"))
