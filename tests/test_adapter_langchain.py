@@ -282,6 +282,18 @@ def test_a_fixed_session_and_a_missing_thread_id() -> None:
     with pytest.raises(InvalidInput) as neither:
         ContextfoldMiddleware()
     assert neither.value.field == "session"
+    for bad, field in (
+        ({"budget": -5}, "budget"),
+        ({"view": ""}, "view"),
+        ({"settings": 3}, "settings"),
+    ):
+        with pytest.raises(InvalidInput) as caught:
+            ContextfoldMiddleware(memory=memory, **bad)
+        assert caught.value.field == field
+    history = ContextfoldChatMessageHistory(memory, "h", settings={"budget": "big"})
+    with pytest.raises(InvalidInput) as unknown:
+        list(history.messages)
+    assert unknown.value.field == "budget"
     with FakeProvider("openai") as server:
         server.answer("POST", "/v1/chat/completions", scripted_reply)
         threaded = create_agent(

@@ -78,7 +78,7 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> None:
         super().__init__()
         if (memory is None) == (session is None):
-            raise InvalidInput("give either memory= or session=, not both", field="session")
+            raise InvalidInput("give one of memory= and session=", field="session")
         if memory is not None and not isinstance(memory, Memory):
             raise InvalidInput("memory must be a contextfold Memory", field="memory")
         if session is not None and not isinstance(session, Session):
@@ -101,8 +101,7 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], _Result]
     ) -> _Result:
         """Record the request's conversation, then call the model with the view's prompt."""
-        session = self.session_for(request.runtime)
-        return handler(self._compacted(session, request))
+        return handler(self._compacted(request))
 
     async def awrap_model_call(
         self,
@@ -110,9 +109,7 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[_Result]],
     ) -> _Result:
         """``wrap_model_call``'s twin: the store and a summarizer run off the event loop."""
-        session = self.session_for(request.runtime)
-        compacted = await asyncio.to_thread(self._compacted, session, request)
-        return await handler(compacted)
+        return await handler(await asyncio.to_thread(self._compacted, request))
 
     def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Record the run's end: its last answer is handed to no later model call of the run."""
@@ -122,8 +119,8 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     async def aafter_agent(
         self, state: AgentState[Any], runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        session = self.session_for(runtime)
-        await asyncio.to_thread(self._record, session, state["messages"])
+        """``after_agent``'s twin, off the event loop."""
+        await asyncio.to_thread(self.after_agent, state, runtime)
         return None
 
     # -- the work -----------------------------------------------------------
@@ -143,7 +140,8 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             raise InvalidInput("thread_session gave no session id string", field="thread_session")
         return self.memory.session(name)
 
-    def _compacted(self, session: Session, request: ModelRequest[Any]) -> ModelRequest[Any]:
+    def _compacted(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        session = self.session_for(request.runtime)
         system = request.system_message
         system_chat = None if system is None else langchain_to_chat(system)
         seen, at, logged_system = self._record(session, request.messages, system_chat)

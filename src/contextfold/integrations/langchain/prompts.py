@@ -18,6 +18,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from contextfold.core.checks import check_budget, check_name
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message
 from contextfold.core.render import Rendered
@@ -43,6 +44,8 @@ class ViewPrompts:
     _ready: set[tuple[int, str, float]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
+        check_budget(self.budget)
+        check_name(self.view, "view")
         if not isinstance(self.settings, Mapping):
             raise InvalidInput("view settings must be a mapping", field="settings")
         if self.runner is not None and not isinstance(self.runner, Runner):
