@@ -3,7 +3,7 @@
 ``ContextfoldMiddleware`` and once with LangChain's ``SummarizationMiddleware``, in one run.
 
 Each turn asks the agent to read three notes (three tool calls with long
-results, then an answer: four model calls). The scripted model
+results, then an answer: four model calls a turn). The scripted model
 (``tests/langchain_scripted.py``) answers from the prompt it is sent, so it
 plays the same turns whatever either middleware makes of the history.
 
@@ -142,7 +142,6 @@ def measure(turns: int) -> dict[str, Any]:
     return {
         "adapter": "langchain",
         "turns": turns,
-        "model_calls": len(prompts),
         "pairs_broken": sum(bool(split_pairs(p, open_tail=False)) for p in prompts),
         "over_budget": sum(prompt_tokens(p) > BUDGET for p in prompts),
         "duplicated": sum((logged - wanted).values()),

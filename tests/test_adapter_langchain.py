@@ -457,3 +457,18 @@ def test_a_runner_compacts_in_the_background(model_server: FakeProvider, tmp_pat
     _check_prompts(_prompts(model_server))
     assert memory.session("bg").view("default").folds()
     _check_log(memory, "bg", state["messages"])
+
+
+def test_the_bench_module_measures_both_middlewares() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import _adapter_langchain
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    figures = _adapter_langchain.measure(2)
+    assert figures["adapter"] == "langchain" and figures["turns"] == 2
+    assert figures["peer"] == "SummarizationMiddleware"
+    for fault in ("pairs_broken", "over_budget", "duplicated", "missing"):
+        assert figures[fault] == 0, fault
+    assert 0 < figures["overhead_p50_ms"] <= figures["overhead_p99_ms"]
+    assert 0 < figures["peer_p50_ms"] <= figures["peer_p99_ms"]
