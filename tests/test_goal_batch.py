@@ -147,7 +147,8 @@ def test_a_growing_run_fires_when_six_complete_turns_are_twenty_messages_old() -
     inside = [f for f in view.folds(include_superseded=True) if batch.start <= f.start <= batch.end]
     assert [f.superseded_by for f in inside if f.id != batch.id] == [batch.id] * 6
     prompt = view.render()
-    assert prompt[1] == {"role": "assistant", "content": batch.text}
+    label = f"[folded: seq {batch.start}-{batch.end}]"
+    assert prompt[1] == {"role": "assistant", "content": f"{batch.text}\n{label}"}
     assert prompt[2] == {"role": "user", "content": "fix the bug in src/t6.py"}
     assert tool_unit_faults(prompt) == []
 
@@ -246,7 +247,8 @@ def test_six_sections_in_order_empty_ones_omitted_and_metadata_kept() -> None:
         "Key Artifacts",
     ]
     assert batch.kind == "goal_batch" and batch.strategy == "goal_batch"
-    assert batch.messages == ({"role": "assistant", "content": batch.text},)
+    label = f"[folded: seq {batch.start}-{batch.end}]"
+    assert batch.messages == ({"role": "assistant", "content": f"{batch.text}\n{label}"},)
     assert batch.data["summarized"] is True
     assert batch.data["summary_type"] == "goal_batch"
     assert batch.data["turn_count"] == 6

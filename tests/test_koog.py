@@ -106,7 +106,10 @@ def test_keeps_the_last_messages_and_renders_the_tldr_in_their_place() -> None:
     view.compact()
     rendered = view.render()
     assert rendered[0] == {"role": "system", "content": "You code."}
-    assert rendered[1] == {"role": "user", "content": f"{TLDR_HEADER}\nThey planned a release."}
+    assert rendered[1] == {
+        "role": "user",
+        "content": f"{TLDR_HEADER}\nThey planned a release.\n[folded: seq 2-21]",
+    }
     assert rendered[2:] == session.history()[-10:]
     fold = active(view, "summary")
     assert (fold.start, fold.end, fold.placement) == (2, 21, "in_place")
@@ -200,10 +203,12 @@ def test_retrieve_facts_answers_single_and_multiple_concepts() -> None:
     assert "- files (list of facts): Which files were changed?" in prompt
     rendered = view.render()
     assert rendered[0]["content"] == "You code."
-    assert rendered[1] == {"role": "user", "content": facts.text}
+    label = f"[folded: seq {facts.start}-{facts.end}]"
+    assert rendered[1] == {"role": "user", "content": f"{facts.text}\n{label}"}
     assert rendered[2] == {
         "role": "system",
-        "content": "[20 earlier messages compressed into the retrieved facts above]",
+        "content": "[20 earlier messages compressed into the retrieved facts above]"
+        "\n[folded: seq 2-21]",
     }
     assert rendered[3:] == session.history()[-10:]
     marker = active(view, "facts_marker")

@@ -18,7 +18,8 @@ from contextfold.strategies.masking import ARGS_CHARS
 from contextfold.strategies.triggers import Always, OverBudget
 
 PLACEHOLDER = re.compile(
-    r"^\[masked: output of (\w+)\((.*)\), (\d+) characters, kept in the log\]$"
+    r"^\[masked: output of (\w+)\((.*)\), (\d+) characters, kept in the log\]"
+    r"\n\[folded: seq \d+-\d+\]$"
 )
 LONG_ARGS = json.dumps({"pattern": "def (get|set)_many", "path": "src/" + "deep/" * 30 + "x.py"})
 

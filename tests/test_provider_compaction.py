@@ -251,7 +251,9 @@ def test_anthropic_keeps_its_signed_block_and_its_readable_summary_as_text(
     assert system == SYSTEM and send(server, mine) is None
     for target in (None, "openai"):
         shown = view.render(for_provider=target)
-        assert all("meta" not in m for m in shown) and shown[1]["content"] == fold.text
+        label = f"[folded: seq {fold.start}-{fold.end}]"
+        assert all("meta" not in m for m in shown)
+        assert shown[1]["content"] == f"{fold.text}\n{label}"
 
 
 def test_anthropic_refusal_and_compacting_again_from_the_block(

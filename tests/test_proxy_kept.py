@@ -1,5 +1,5 @@
 """What a wire's messages keep rides back on the prompt's unchanged messages only, and the
-proxy reads each logged message once to know it (``server.proxy_kept``)."""
+proxy reads each logged message once to know it (``memory.kept``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from contextfold import Memory
+from contextfold.memory.kept import KeptMeta, with_kept
 from contextfold.memory.session import Session
-from contextfold.server.proxy_kept import KeptMeta, with_kept
 
 KEPT = {"items": [{"type": "reasoning", "id": "rs_1", "summary": []}]}
 

@@ -66,7 +66,7 @@ def test_defaults_fire_past_ten_rounds_and_keep_the_last_three() -> None:
     rendered = view.render()
     assert rendered[1] == {
         "role": "system",
-        "content": HEADER.format(8) + "\nSteps 1 to 8 of the plan are done.",
+        "content": HEADER.format(8) + "\nSteps 1 to 8 of the plan are done.\n[folded: seq 2-17]",
     }
     assert rendered[2]["content"] == "Question india: what is the india step of the plan?"
     assert [m["content"] for m in rendered[-1:]] == ["Question kilo: and now?"]
@@ -112,7 +112,7 @@ def test_seed_timeline_one_fold_replaced_each_cycle() -> None:
     third = view.compact().folds[0]
     assert "[Previous Summary (Rounds 1-12)]:\nS12: up to twelve." in sent(model, 2)
     assert third.data["end_index"] == 17
-    assert view.render()[1]["content"] == HEADER.format(17) + "\nS17: all."
+    assert view.render()[1]["content"] == HEADER.format(17) + "\nS17: all.\n[folded: seq 2-35]"
     assert view.render()[2]["content"] == "Question romeo: what is the romeo step of the plan?"
 
 
@@ -180,7 +180,7 @@ def test_failed_second_cycle_keeps_the_first_fold() -> None:
     report = view.compact()
     assert report.failed == ("rolling",)
     assert [f.id for f in view.folds()] == [first.id]
-    assert view.render()[1]["content"] == HEADER.format(8) + "\nFirst summary."
+    assert view.render()[1]["content"] == HEADER.format(8) + "\nFirst summary.\n[folded: seq 2-17]"
 
 
 def test_retry_then_accept_and_pins_what_the_summary_dropped() -> None:

@@ -143,7 +143,7 @@ def test_code_view_keeps_variables_not_code() -> None:
     assert "- table_1 (DataFrame): part 1 of the sales data" in fold.text
     assert "load_table(" not in fold.text
     assert "print(len(" not in fold.text
-    assert fold.messages[0]["content"] == fold.text
+    assert fold.messages[0]["content"] == f"{fold.text}\n[folded: seq {fold.start}-{fold.end}]"
 
 
 def test_rejected_answers_are_retried_then_the_view_keeps_its_folds() -> None:

@@ -112,7 +112,8 @@ def test_views_are_isolated() -> None:
     assert other.folds() == []
     texts = {f.text for f in trimmed.folds()}
     assert not texts & {m["content"] for m in other.render()}
-    assert any(m["content"] in texts for m in trimmed.render())
+    shown = {f"{f.text}\n[folded: seq {f.start}-{f.end}]" for f in trimmed.folds()}
+    assert any(m["content"] in shown for m in trimmed.render())
     assert other.render() == session.history()
 
 
@@ -142,7 +143,8 @@ def test_keep_recent_trims_old_rounds_behind_one_marker_within_budget() -> None:
     assert fold.kind == "trimmed" and fold.start == 2
     assert fold.text == f"[{fold.end - fold.start + 1} earlier messages left out]"
     prompt = view.render(budget)
-    assert prompt[:2] == [SYSTEM, {"role": "system", "content": fold.text}]
+    label = f"[folded: seq {fold.start}-{fold.end}]"
+    assert prompt[:2] == [SYSTEM, {"role": "system", "content": f"{fold.text}\n{label}"}]
     assert prompt[2:] == messages[fold.end :]
     assert messages[-2] in prompt
     assert markers(prompt) == []

@@ -86,7 +86,8 @@ def test_folds_oldest_blocks_first_until_under_the_threshold_keeping_recent_ones
     for fold in folds:
         assert fold.kind == "summary" and fold.strategy == "threshold"
         assert fold.data["summarized"] is True and fold.data["summary_type"] == "threshold"
-        assert fold.messages == ({"role": "assistant", "content": fold.text},)
+        label = f"[folded: seq {fold.start}-{fold.end}]"
+        assert fold.messages == ({"role": "assistant", "content": f"{fold.text}\n{label}"},)
         assert fold.text.startswith("[SUMMARIZED]\n" + ANSWER)
     full = session.view("measure").state().tokens
     budget_model = ScriptedModel(default=grouped(ANSWER))

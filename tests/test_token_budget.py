@@ -193,7 +193,8 @@ def test_render_order_is_system_important_data_summary_recent() -> None:
     assert rendered[0] == {"role": "system", "content": "You are a helpful assistant."}
     assert rendered[1]["content"].startswith(DATA_HEADER)
     assert "the sky is blue" in rendered[1]["content"]
-    assert rendered[2]["content"] == f"{SUMMARY_HEADER}\nThey talked at length."
+    label = f"[folded: seq {summary.start}-{summary.end}]"
+    assert rendered[2]["content"] == f"{SUMMARY_HEADER}\nThey talked at length.\n{label}"
     assert rendered[3:] == session.history()[summary.end :]
 
 

@@ -126,7 +126,8 @@ def test_full_batches_fold_and_the_recent_units_stay_verbatim() -> None:
     assert not any(m["role"] == "user" for m in covered)
     assert {"role": "assistant", "content": "next I check part 4 of a"} in covered
     assert fold.kind == "summary"
-    assert fold.messages == ({"role": "assistant", "content": fold.text},)
+    label = f"[folded: seq {fold.start}-{fold.end}]"
+    assert fold.messages == ({"role": "assistant", "content": f"{fold.text}\n{label}"},)
     assert fold.text.startswith("[SUMMARIZED]\n" + ANSWER + "\n\nPinned")
     assert fold.data["summarized"] is True and fold.data["summary_type"] == "tool_calls"
     assert fold.data["tools"] == ["read_file"]

@@ -16,6 +16,7 @@ Superseded folds are kept for audit and never rendered.
 from __future__ import annotations
 
 import bisect
+import re
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -136,6 +137,38 @@ def _field(d: Mapping[str, Any], name: str, kind: type, default: Any = None) -> 
     if kind is int and value < 0:
         raise InvalidInput(f"must not be negative, found {value}", field=name)
     return value
+
+
+def range_label(start: int, end: int) -> str:
+    """How a fold names its range to the model: ``[folded: seq 12-40]``, so a model can
+    ask for what it replaced (``contextfold.memory.recall_tools``)."""
+    return f"[folded: seq {start}-{end}]"
+
+
+def labelled(message: Message, start: int, end: int) -> Message:
+    """``message`` with ``range_label`` on a line of its own after its text: what a
+    fold's message carries into every prompt (a copy; ``message`` is left as it is)."""
+    label = range_label(start, end)
+    content = message.get("content")
+    if isinstance(content, list):
+        return {**message, "content": [*content, {"type": "text", "text": label}]}
+    if isinstance(content, str) and content:
+        return {**message, "content": f"{content}\n{label}"}
+    return {**message, "content": label}
+
+
+_LABEL = re.compile(r"\n?\[folded: seq \d+-\d+\]\Z")
+
+
+def unlabelled(message: Message) -> Message:
+    """``message`` without the label ``labelled`` gave it: what a strategy folding an
+    earlier fold again reads, so that labels of folds it supersedes are not quoted."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return {**message, "content": _LABEL.sub("", content)}
+    if isinstance(content, list) and content and _LABEL.fullmatch(str(content[-1].get("text"))):
+        return {**message, "content": content[:-1]}
+    return message
 
 
 class FoldSpan(Protocol):

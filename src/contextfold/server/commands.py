@@ -97,6 +97,20 @@ def add_commands(sub: Any) -> None:
         "(repeatable; a name ending in * covers every model starting with it)",
     )
     serve.add_argument(
+        "--recall-tools",
+        action="store_true",
+        help="offer the recall tools (search, expand, folds) to the upstream model of a "
+        "session with folds, and answer their calls here (a request's "
+        "X-Contextfold-Recall-Tools: on|off overrides it)",
+    )
+    serve.add_argument(
+        "--recall-rounds",
+        type=int,
+        default=3,
+        metavar="N",
+        help="the most recall rounds answered in one proxied call (default 3)",
+    )
+    serve.add_argument(
         "--cors-origin",
         action="append",
         default=[],
@@ -179,6 +193,8 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
                 **check_windows(tables.get("model_windows", {}), f"{args.config} [model_windows]"),
                 **flag_windows(args.model_window),
             },
+            recall_tools=args.recall_tools,
+            recall_rounds=args.recall_rounds,
             cors_origins=tuple(args.cors_origin),
             demo=args.demo,
             runner=not args.no_runner,

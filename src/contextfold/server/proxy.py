@@ -26,6 +26,11 @@ Responses API), streamed or not, tools included, and ``POST
    unchanged; the answer comes back unchanged (streamed events byte for byte)
    and is logged.
 
+With ``X-Contextfold-Recall-Tools: on`` (or ``serve --recall-tools``), the
+upstream model is also offered the recall tools, and the proxy answers their
+calls itself before the client gets its answer
+(``contextfold.server.proxy_recall``).
+
 ``GET /v1/models`` passes the OpenAI-compatible upstream's list through.
 """
 
@@ -136,10 +141,17 @@ def _call(
     x_contextfold_session: Annotated[str | None, Header()] = None,
     x_contextfold_view: Annotated[str | None, Header()] = None,
     x_contextfold_budget: Annotated[str | None, Header()] = None,
+    x_contextfold_recall_tools: Annotated[str | None, Header()] = None,
 ) -> Call:
     """One proxied call's caller and headers, read the same way for every wire format."""
     return Call(
-        request, tenant, service, x_contextfold_session, x_contextfold_view, x_contextfold_budget
+        request,
+        tenant,
+        service,
+        x_contextfold_session,
+        x_contextfold_view,
+        x_contextfold_budget,
+        x_contextfold_recall_tools,
     )
 
 

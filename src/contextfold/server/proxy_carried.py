@@ -13,7 +13,9 @@ refused too, the items were not the cause and stay. Either way the client gets
 the one answer of the second try, never a 5xx of the proxy's making.
 
 ``CallRender`` is a call's rendering of its view, for the wire's provider
-or plain, and the marking of refused items; ``forward`` sends and falls back.
+or plain, and the marking of refused items; ``forward`` sends and falls back,
+and says what it sent (``Sent``), so a call can be continued (the recall
+tools' rounds, ``contextfold.server.proxy_recall``).
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ import httpx
 from contextfold.core.errors import FoldConflict, InvalidInput
 from contextfold.core.messages import Message
 from contextfold.core.provider_items import ProviderName, carried_folds
+from contextfold.memory.kept import with_kept
 from contextfold.memory.matching import LogDigest
 from contextfold.memory.session import Session
 from contextfold.memory.view import View
-from contextfold.server.proxy_kept import with_kept
 from contextfold.server.proxy_shared import ProxyState
 from contextfold.server.proxy_upstream import Upstream, refusal_body
 from contextfold.server.proxy_wire import Wire
@@ -55,7 +57,7 @@ class CallRender:
     view: View
     budget: int | None
     keeps: str | None
-    """The wire's ``meta`` key put back on the prompt's logged messages (``proxy_kept``)."""
+    """The wire's ``meta`` key put back on the prompt's logged messages (``memory.kept``)."""
     branch: int
     """The seq the call continues: the branch rendered."""
 
@@ -80,6 +82,16 @@ class CallRender:
                 log.warning("fold %s of %s: provider items refused (%s)", fold_id, sid, reason)
 
 
+@dataclass(frozen=True)
+class Sent:
+    """An upstream answer, still to read, and the request it answers: the body and headers
+    a next round appends to."""
+
+    answer: httpx.Response
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
 Plain = Callable[[], Awaitable[list[Message]]]
 Refuse = Callable[[list[str], str], Awaitable[None]]
 Observe = Callable[[dict[str, Any]], object]
@@ -94,19 +106,20 @@ async def forward(
     plain: Plain,
     refuse: Refuse,
     observe: Observe | None = None,
-) -> httpx.Response:
+) -> Sent:
     """Send ``body`` with ``prompt`` upstream; a prompt carrying provider items that is
     refused goes once more as ``plain()`` renders it, and ``refuse(fold_ids, reason)``
-    marks the items when that one is taken. Returns the answer to give the client.
+    marks the items when that one is taken. Returns the answer to give the client, with
+    the request it answers.
 
     ``observe`` sees each body sent whose prompt carries no items (the Claude
     calibration: its local count has no measure of an item the provider made)."""
-    answer = await _send(upstream, wire, body, client_headers, prompt, observe)
+    first = await _send(upstream, wire, body, client_headers, prompt, observe)
     carried = carried_folds(prompt)
-    if not carried or answer.status_code not in REFUSED:
-        return answer
-    status = answer.status_code
-    data = await upstream.read(answer)
+    if not carried or first.answer.status_code not in REFUSED:
+        return first
+    status = first.answer.status_code
+    data = await upstream.read(first.answer)
     log.warning(
         "upstream answered HTTP %d to a prompt carrying the items of folds %s: %s; sending it "
         "plain",
@@ -115,7 +128,7 @@ async def forward(
         upstream.scrub(data),
     )
     again = await _send(upstream, wire, body, client_headers, await plain(), observe)
-    if again.status_code < 400:
+    if again.answer.status_code < 400:
         error = json.loads(refusal_body(status, data, upstream.secrets))["error"]
         said = error["code"] or error["type"]
         reason = f"{upstream.kind} answered HTTP {status}" + (f" ({said})" if said else "")
@@ -130,10 +143,18 @@ async def _send(
     client_headers: Mapping[str, str],
     prompt: list[Message],
     observe: Observe | None,
-) -> httpx.Response:
+) -> Sent:
     sent = wire.upstream_body(body, prompt)
     if observe is not None and not carried_folds(prompt):
         observe(sent)
-    payload = json.dumps(sent, ensure_ascii=False, separators=(",", ":")).encode()
     headers = wire.upstream_headers(client_headers, prompt)
-    return await upstream.send("POST", wire.upstream_path, payload, headers)
+    return await send_body(upstream, wire, sent, headers)
+
+
+async def send_body(
+    upstream: Upstream, wire: Wire, body: dict[str, Any], headers: dict[str, str]
+) -> Sent:
+    """POST ``body`` as compact JSON to the wire's upstream path."""
+    payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    answer = await upstream.send("POST", wire.upstream_path, payload, headers)
+    return Sent(answer, body, headers)

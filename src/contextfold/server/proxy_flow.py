@@ -19,6 +19,11 @@ A conversation that ``continues`` a previous response (the Responses API's
 id, followed by the request's messages: the answer is found by its idempotency
 key (``response_key``), so the lookup is one indexed read.
 
+With the recall tools on (``contextfold.server.proxy_recall``), the request
+goes with them, and the proxy answers the model's calls to them in rounds
+before the client gets the first answer that calls none; only that answer is
+logged.
+
 Calls on one session are served one at a time in a process (a lock held from
 the match until the answer is logged): of two identical concurrent calls, the
 second finds the first's answer logged and regenerates it (a branch).
@@ -44,6 +49,13 @@ from contextfold.server.errors import ServiceError
 from contextfold.server.models import MAX_MESSAGES
 from contextfold.server.proxy_budget import Fit, create_view, fit
 from contextfold.server.proxy_carried import CallRender, forward
+from contextfold.server.proxy_recall import (
+    RECALL_HEADER,
+    ROUNDS_HEADER,
+    open_rounds,
+    recall_wanted,
+    with_recall_tools,
+)
 from contextfold.server.proxy_request import (
     check_json_type,
     check_new,
@@ -228,6 +240,8 @@ class Call:
     session: str | None
     view: str | None
     budget: str | None
+    recall_tools: str | None = None
+    """The ``X-Contextfold-Recall-Tools`` header."""
 
 
 @dataclass(frozen=True)
@@ -240,6 +254,8 @@ class Asked:
     view: str
     budget: int | None
     fitted: Fit
+    recall: bool = False
+    """Whether the call wants the recall tools (its header, else the server's setting)."""
 
 
 async def read_call(call: Call, wire: Wire) -> Asked:
@@ -250,11 +266,14 @@ async def read_call(call: Call, wire: Wire) -> Asked:
     view_name = read_view_name(call.view)
     budget = read_budget(call.budget)
     settings = call.service.settings
+    recall = recall_wanted(settings.recall_tools, call.recall_tools)
     calibration = proxy_state(call.request).calibration
-    fitted = fit(settings.budget, settings.model_windows, body, calibration)
+    # The recall tools, when wanted, are taken off a window-derived budget as the client's are.
+    sized = with_recall_tools(body, wire) if recall else body
+    fitted = fit(settings.budget, settings.model_windows, sized, calibration)
     conversation = wire.conversation(body)
     store_id = call.service.store_id(call.tenant, sid)
-    return Asked(body, conversation, store_id, view_name, budget, fitted)
+    return Asked(body, conversation, store_id, view_name, budget, fitted, recall)
 
 
 async def serve(call: Call, wire: Wire) -> Response:
@@ -283,13 +302,29 @@ async def serve(call: Call, wire: Wire) -> Response:
         async def plain() -> list[Message]:
             return await service.run(turn.render, None)
 
+        rounds = None
+        if asked.recall:
+            rounds, turn.headers[RECALL_HEADER] = await open_rounds(
+                service, turn.session, view_name, turn.at, body, upstream, wire
+            )
         # The compacted Messages body calibrates Claude's factor, off the call's path.
         calibration = state.calibration if wire.upstream == "anthropic" else None
         observe = None if calibration is None else calibration.observe
         try:
-            answer = await forward(
-                upstream, wire, body, request.headers, turn.prompt, plain, turn.refuse, observe
+            sent = await forward(
+                upstream,
+                wire,
+                body if rounds is None else with_recall_tools(body, wire),
+                request.headers,
+                turn.prompt,
+                plain,
+                turn.refuse,
+                observe,
             )
+            answer = sent.answer
+            if rounds is not None:
+                answer, answered = await rounds.run(sent, bool(body.get("stream")))
+                turn.headers[ROUNDS_HEADER] = str(answered)
         except UpstreamError as exc:
             raise ServiceError(502, "upstream_error", exc.reason) from exc
         if body.get("stream") and answer.status_code == 200:

@@ -122,10 +122,15 @@ class MessageStream:
     def complete(self) -> bool:
         return self.stopped and self.failed is None
 
-    def message(self) -> Message | None:
+    def content(self) -> list[dict[str, Any]] | None:
+        """The answer's content blocks as a whole answer has them, or None when incomplete."""
         if not self.complete:
             return None
-        return answer_of([block for _, block in sorted(self._blocks.items())])
+        return [block for _, block in sorted(self._blocks.items())]
+
+    def message(self) -> Message | None:
+        content = self.content()
+        return None if content is None else answer_of(content)
 
     def error_event(self, reason: str) -> bytes:
         """An ``error`` event as Anthropic sends one (the SDK raises it)."""

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from contextfold.llm.claude_calibration import Calibration
+from contextfold.memory.kept import KeptMeta
 from contextfold.server.errors import ServiceError
 from contextfold.server.proxy_budget import upstream_count
-from contextfold.server.proxy_kept import KeptMeta
 from contextfold.server.proxy_upstream import KINDS, Upstream
 from contextfold.server.proxy_wire import Wire
 

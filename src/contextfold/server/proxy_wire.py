@@ -78,7 +78,7 @@ class Wire(Protocol):
     keeps: str | None
     """The ``meta`` key under which this format's messages keep what a chat message cannot
     hold; the prompt's unchanged messages carry it to ``upstream_body``
-    (``contextfold.server.proxy_kept``). None: the prompt has no ``meta``."""
+    (``contextfold.memory.kept``). None: the prompt has no ``meta``."""
 
     def conversation(self, body: dict[str, Any]) -> Conversation:
         """The client's history as log messages; ``InvalidInput(field=...)`` on bad input."""

@@ -190,7 +190,8 @@ async def events(
 ) -> StreamingResponse:
     """Server-sent events of the session: appended, planned, committed, failed, degraded,
     quarantined, budget (the budget a proxy view was made with, and how it was
-    found) and truncated (a proxied stream the upstream cut short). A comment line
+    found), truncated (a proxied stream the upstream cut short) and recall (a round of
+    recall tool calls the proxy answered for the upstream model). A comment line
     comes first once the stream listens, then one every 15 s while nothing happens.
     The stream ends within a second of its key's revocation, and no event is sent
     once the key is revoked."""

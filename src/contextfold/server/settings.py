@@ -55,6 +55,13 @@ class Settings:
     """A fixed budget for the views the proxy creates; None: the request model's window
     less room for the answer (``contextfold.server.proxy_budget``)."""
     model_windows: Mapping[str, Window] = field(default_factory=dict)
+    recall_tools: bool = False
+    """Offer the recall tools to the upstream model and answer their calls in the proxy
+    (``contextfold.server.proxy_recall``); a request's ``X-Contextfold-Recall-Tools`` header
+    overrides it."""
+    recall_rounds: int = 3
+    """The most recall rounds the proxy answers in one call; the request after the last
+    forbids tool calls."""
     """Context windows added to (or overriding) the known ones, by model name."""
     max_body_bytes: int = MAX_BODY_BYTES
     cors_origins: tuple[str, ...] = ()
@@ -121,6 +128,8 @@ class Settings:
             raise InvalidInput(f"port must be in 0..65535, not {self.port}", field="port")
         if self.max_body_bytes < 1:
             raise InvalidInput("max_body_bytes must be positive", field="max_body_bytes")
+        if type(self.recall_rounds) is not int or self.recall_rounds < 1:
+            raise InvalidInput("recall_rounds must be a positive integer", field="recall_rounds")
         if self.runner_processes < 0:
             raise InvalidInput("runner_processes must be 0 or more", field="runner_processes")
         self.upstreams  # noqa: B018 (checks each spec)

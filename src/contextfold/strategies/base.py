@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
 
 from contextfold.core.entries import Entry
-from contextfold.core.folds import Fold, Placement
+from contextfold.core.folds import Fold, Placement, labelled, range_label
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, text_of
 from contextfold.core.tokens import REPLY_PRIMING, TokenCounter
@@ -177,25 +177,33 @@ def one_message_fold(
     data: Mapping[str, Any] | None = None,
     usage: Mapping[str, Any] | None = None,
 ) -> Fold:
-    """A fold over the job's range that renders as ``message``.
+    """A fold over the job's range that renders as ``message``, labelled with its range
+    (``[folded: seq 12-40]``, ``core.folds.labelled``) so a model can ask for it.
 
-    Its text is the message's content and its ``tokens_after`` the message's
-    count, which is what render adds up for it.
+    Its text is the message's content without the label, and its ``tokens_after``
+    the labelled message's count, which is what render adds up for it.
     """
+    shown = labelled(message, job.start, job.end)
     return Fold(
         view=job.view,
         start=job.start,
         end=job.end,
         kind=kind,
         text=str(message["content"]),
-        messages=(message,),
+        messages=(shown,),
         strategy=strategy,
         tokens_before=job.tokens_before if tokens_before is None else tokens_before,
-        tokens_after=counter.message(message),
+        tokens_after=counter.message(shown),
         placement=placement,
         data=data or {},
         usage=usage,
     )
+
+
+def label_tokens(job: Job, counter: TokenCounter) -> int:
+    """What the range label (``core.folds.labelled``) adds to a fold's message over the
+    job's range: the room a strategy sizing its fold to a target leaves for it."""
+    return counter.text("\n" + range_label(job.start, job.end))
 
 
 def job_for(strategy: str, state: ViewState, first: int, last: int, **params: Any) -> Job:

@@ -37,13 +37,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextfold.core.entries import Entry
-from contextfold.core.folds import Fold
+from contextfold.core.folds import Fold, unlabelled
 from contextfold.core.messages import Message, text_of
 from contextfold.core.tokens import TokenCounter
 from contextfold.extract.candidates import Candidate, Source, candidates_of
 from contextfold.extract.salience import Frequencies, compose, select, weigh
 from contextfold.llm.base import LLM
-from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
+from contextfold.strategies.base import Job, ViewState, job_for, label_tokens, one_message_fold
 from contextfold.strategies.triggers import OverBudget, Trigger
 
 SUMMARIZED = "[SUMMARIZED]"
@@ -124,7 +124,7 @@ class ExtractiveSummary:
         return job_for(self.name, state, 0, last, target=target, rounds=rounds, pool=pool)
 
     def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
-        target: int = job.params["target"]
+        target: int = job.params["target"] - label_tokens(job, counter)
         rounds: int = job.params["rounds"]
         header = f"[Conversation History Summary (Rounds 1-{rounds})]\n{SUMMARIZED} {PREAMBLE}"
         probe: Message = {"role": "user", "content": header}
@@ -219,7 +219,7 @@ def _sources(entries: Sequence[Entry], strategy: str) -> tuple[list[Source], Fre
                 for line in _pool(fold.data["lines"], fold.data.get("spare"))
             )
             continue
-        for message in entry.messages:
+        for message in entry.messages if fold is None else map(unlabelled, entry.messages):
             text = text_of(message)
             if text.strip():
                 out.append(

@@ -55,7 +55,7 @@ from typing import Any
 
 from contextfold.core.entries import Entry
 from contextfold.core.errors import InvalidInput
-from contextfold.core.folds import Fold
+from contextfold.core.folds import Fold, labelled
 from contextfold.core.messages import Message
 from contextfold.core.tokens import TokenCounter
 from contextfold.llm.base import LLM, Completion
@@ -185,7 +185,7 @@ class GoalBatchCompaction:
         body = "\n\n".join(f"## {title}\n{text}" for title, text in sections.items())
         text = with_pins(f"{GOAL_BATCH}\n{body}", checked.pinned)
         message: Message = {"role": "assistant", "content": text}
-        tokens_after = counter.message(message)
+        tokens_after = counter.message(labelled(message, job.start, job.end))
         saved = job.tokens_before - tokens_after
         log.info(
             "goal batch %s: %d turns compacted (seq %d..%d), %d -> %d tokens, %d saved",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from contextfold.core.entries import Entry
-from contextfold.core.folds import Fold
+from contextfold.core.folds import Fold, labelled
 from contextfold.core.messages import Message
 from contextfold.core.tokens import TokenCounter
 from contextfold.core.units import call_for
@@ -64,8 +64,13 @@ class ObservationMasking:
         folds = []
         for i, j in job.params["spans"]:
             unit = job.entries[i : j + 1]
-            messages = tuple(self._mask(e.messages[0], unit) for e in unit)
-            placeholders = [m["content"] for m in messages if m["role"] == "tool"]
+            masked = [self._mask(e.messages[0], unit) for e in unit]
+            placeholders = [m["content"] for m in masked if m["role"] == "tool"]
+            # Each placeholder names the unit's range, so a model can ask for the output.
+            messages = tuple(
+                labelled(m, unit[0].start, unit[-1].end) if m["role"] == "tool" else m
+                for m in masked
+            )
             folds.append(
                 Fold(
                     view=job.view,

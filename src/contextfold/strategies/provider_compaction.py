@@ -30,7 +30,7 @@ from typing import Any
 
 from contextfold.core.entries import Entry
 from contextfold.core.errors import InvalidInput, ModelError
-from contextfold.core.folds import Fold
+from contextfold.core.folds import Fold, labelled
 from contextfold.core.messages import Message, for_model
 from contextfold.core.provider_items import (
     COMPACTION_PROVIDERS,
@@ -115,7 +115,8 @@ class ProviderCompaction:
         own = replace(own, strategy=self.name, usage=_with_call(own.usage, compacted))
         if compacted is None or compacted.summary is None:
             return [replace(own, data={**own.data, "provider": payload})]
-        message: Message = {"role": own.messages[0]["role"], "content": compacted.summary}
+        summary: Message = {"role": own.messages[0]["role"], "content": compacted.summary}
+        message = labelled(summary, own.start, own.end)
         kept = {"messages": list(own.messages), "tokens": own.tokens_after}
         return [
             replace(

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from contextfold.core.entries import Entry
-from contextfold.core.folds import Fold
+from contextfold.core.folds import Fold, unlabelled
 from contextfold.core.messages import Message, text_of
 from contextfold.core.tokens import TokenCounter
 from contextfold.llm.base import LLM
@@ -87,7 +87,7 @@ class Rescue:
         for entries, room in _spans(job):
             lines = []
             for entry in entries:
-                for message in entry.messages:
+                for message in map(unlabelled, entry.messages):
                     first = " ".join(text_of(message).split())[:DIGEST_CHARS]
                     lines.append(f"{message.get('name') or message['role']}: {first}")
             text = "\n".join(lines)[: room * 4]

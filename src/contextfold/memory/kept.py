@@ -2,7 +2,9 @@
 
 A wire that reads more than a chat message holds (a Responses reasoning item,
 an image's detail) keeps it in the logged message's ``meta`` under its own
-key (``Wire.keeps``). Render sends no ``meta`` to a model, so the rendered
+key (the proxy's ``Wire.keeps``; the Agents SDK session keeps the Responses
+items too). It lives here, below the interfaces, because the proxy and the
+framework adapters both give it back. Render sends no ``meta`` to a model, so the rendered
 prompt has none; ``with_kept`` puts the wire's key back on each prompt
 message that is a logged message shown whole (``Rendered.shown`` less
 ``clipped``, and the system prompt), found in log order by what a model sees
@@ -43,7 +45,8 @@ class _Seen:
 class KeptMeta:
     """Per session, the logged messages that keep a wire's ``meta``, within ``capacity``
     messages in all; the least recently used sessions are dropped first (and read again
-    when next used). Callers serialise calls on one session (the proxy's session lock)."""
+    when next used). Callers serialise calls on one session (the proxy's session lock,
+    an adapter's own lock)."""
 
     def __init__(self, capacity: int = 50_000) -> None:
         self.capacity = capacity
