@@ -10,7 +10,6 @@ import pytest
 pytest.importorskip("langchain")
 
 from contract_langchain import LangChainTurns
-from test_adapter_contract import RECALL_KEPT_PER_PROCESS
 
 from contextfold.testing.adapter_contract import AdapterContract, OpenAdapter
 
@@ -25,10 +24,3 @@ class TestLangChainMiddleware(AdapterContract):
         if request.param == "ram":
             return "memory://"
         return f"sqlite://{(tmp_path / 'contract.db').resolve()}"
-
-    @pytest.fixture(autouse=True)
-    def known_divergence(self, request: pytest.FixtureRequest) -> None:
-        """The library's own divergence, as the reference driver has it (test_adapter_contract)."""
-        params = getattr(request.node, "callspec", None)
-        if params is not None and params.params.get("recall") is True:
-            request.applymarker(pytest.mark.xfail(strict=True, reason=RECALL_KEPT_PER_PROCESS))
