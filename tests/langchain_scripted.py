@@ -6,7 +6,9 @@ the script still knows where it is: a user message ``task T: read K notes``
 starts a task, each ``read_note`` result names its step (``note T.j of K``),
 and after the K-th result the model answers ``done with task T``. A task whose
 text says ``email`` calls ``send_email`` (a tool a human approves) and then
-answers. A request without tools is a summarizer's (LangChain's
+answers; one that says ``recall WORDS`` searches the log with contextfold's
+``contextfold_search`` and answers with the seqs it found (each note carries a
+mark, ``wTxJ``, to search for). A request without tools is a summarizer's (LangChain's
 ``SummarizationMiddleware`` calls the model bare) and gets a summary.
 
 ``agent_tools`` are real LangChain tools; ``chat_model`` points ``ChatOpenAI``
@@ -27,6 +29,7 @@ SUMMARY = "Summary: earlier tasks read their notes one by one and each finished.
 _TASK = re.compile(r"task (\d+): read (\d+) notes")
 _NOTE = re.compile(r"note (\d+)\.(\d+) of (\d+)")
 _EMAIL = re.compile(r"task (\d+): email (\S+)")
+_RECALL = re.compile(r"task (\d+): recall (.+)")
 
 
 def task_text(task: int, notes: int) -> str:
@@ -35,6 +38,10 @@ def task_text(task: int, notes: int) -> str:
 
 def email_text(task: int, to: str) -> str:
     return f"task {task}: email {to}"
+
+
+def recall_text(task: int, words: str) -> str:
+    return f"task {task}: recall {words}"
 
 
 def call_reply(calls: list[tuple[str, dict[str, Any], str]]) -> Reply:
@@ -72,6 +79,10 @@ def scripted_reply(request: Request) -> Reply:
     last = body["messages"][-1]
     text = _text(last)
     if last["role"] == "user":
+        recall = _RECALL.search(text)
+        if recall:
+            task, words = int(recall.group(1)), recall.group(2)
+            return call_reply([("contextfold_search", {"query": words}, f"recall_{task}")])
         email = _EMAIL.search(text)
         if email:
             task, to = int(email.group(1)), email.group(2)
@@ -82,6 +93,9 @@ def scripted_reply(request: Request) -> Reply:
         task, notes = int(found.group(1)), int(found.group(2))
         return call_reply([("read_note", {"task": task, "step": 1, "of": notes}, f"call_{task}_1")])
     if last["role"] == "tool":
+        if last["tool_call_id"].startswith("recall_"):
+            hits = json.loads(text)["hits"]
+            return openai_reply(f"recalled seqs {sorted(hit['seq'] for hit in hits)}")
         note = _NOTE.search(text)
         if note is None:
             return openai_reply(f"done after {last['tool_call_id']}")
@@ -100,7 +114,7 @@ def agent_tools() -> list[Any]:
     @tool
     def read_note(task: int, step: int, of: int) -> str:
         """Read one note of a task."""
-        return f"note {task}.{step} of {of}: {NOTE_PADDING}"
+        return f"note {task}.{step} of {of} (mark w{task}x{step}): {NOTE_PADDING}"
 
     @tool
     def send_email(to: str, body: str) -> str:

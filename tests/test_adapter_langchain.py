@@ -30,6 +30,7 @@ from langchain_scripted import (
     agent_tools,
     chat_model,
     email_text,
+    recall_text,
     scripted_reply,
     task_text,
 )
@@ -472,3 +473,37 @@ def test_the_bench_module_measures_both_middlewares() -> None:
         assert figures[fault] == 0, fault
     assert 0 < figures["overhead_p50_ms"] <= figures["overhead_p99_ms"]
     assert 0 < figures["peer_p50_ms"] <= figures["peer_p99_ms"]
+
+
+def test_recall_tools_let_the_model_search_what_was_folded(model_server: FakeProvider) -> None:
+    memory = Memory()
+    agent = create_agent(
+        chat_model(model_server.url),
+        tools=agent_tools(),
+        system_prompt=SYSTEM,
+        middleware=[ContextfoldMiddleware(memory=memory, settings=SETTINGS, recall_tools=True)],
+    )
+    config: Any = {"configurable": {"thread_id": "recall"}}
+    state: dict[str, Any] = {"messages": []}
+    for turn in range(1, 7):
+        state["messages"].append(HumanMessage(task_text(turn, 2)))
+        state = agent.invoke(state, config)
+    session = memory.session("recall")
+    assert session.view("default").folds()
+    state["messages"].append(HumanMessage(recall_text(7, "w1x1")))
+    state = agent.invoke(state, config)
+    offered = {t["function"]["name"] for t in model_server.requests[-1].body["tools"]}
+    assert {"contextfold_search", "contextfold_expand", "contextfold_folds"} <= offered
+    # The first note, folded long ago, is found in the log (seq 4), beside the question.
+    question = recall_text(7, "w1x1")
+    asked = next(i for i, m in enumerate(state["messages"]) if m.content == question)
+    assert state["messages"][-1].content == f"recalled seqs [4, {asked + 2}]"
+    assert session.messages()[3].message["content"].startswith("note 1.1 of 2")
+    _check_prompts(_prompts(model_server))
+    _check_log(memory, "recall", state["messages"])
+    # Another thread's session is not searched: its tools read their own log only.
+    other = agent.invoke(
+        {"messages": [HumanMessage(recall_text(1, "w1x1"))]},
+        {"configurable": {"thread_id": "elsewhere"}},
+    )
+    assert other["messages"][-1].content == "recalled seqs [2]"  # its own question only

@@ -38,6 +38,7 @@ from typing import Any, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
+from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
 
@@ -45,6 +46,7 @@ from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message
 from contextfold.integrations.langchain.messages import ChatMessages, langchain_to_chat
 from contextfold.integrations.langchain.prompts import ViewPrompts, to_langchain
+from contextfold.memory.recall_tools import RecallTools, tool_definitions
 from contextfold.memory.session import Memory, Session
 from contextfold.runtime.core import Runner
 
@@ -63,6 +65,9 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     Without ``runner`` the view is compacted inline before each model call; a
     contextfold runner (``ThreadRunner``, ``AsyncioRunner``, ...) compacts it
     in the background instead, and the call renders the folds committed so far.
+    ``recall_tools`` adds the recall tools to the agent (``contextfold_search``,
+    ``contextfold_expand``, ``contextfold_folds``: ``memory.recall_tools``), each
+    reading the run's own session only.
     """
 
     def __init__(
@@ -75,6 +80,7 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         budget: int | None = None,
         settings: Mapping[str, Any] | None = None,
         runner: Runner | None = None,
+        recall_tools: bool = False,
     ) -> None:
         super().__init__()
         if (memory is None) == (session is None):
@@ -93,7 +99,11 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.thread_session = thread_session
         self.prompts = ViewPrompts(view, budget, settings or {}, runner)
         self.chats = ChatMessages()
-        self.tools = []
+        if not isinstance(recall_tools, bool):
+            raise InvalidInput("recall_tools must be True or False", field="recall_tools")
+        self.tools = (
+            [self._recall_tool(d["function"]) for d in tool_definitions()] if recall_tools else []
+        )
 
     # -- hooks ------------------------------------------------------------
 
@@ -139,6 +149,20 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if not isinstance(name, str):
             raise InvalidInput("thread_session gave no session id string", field="thread_session")
         return self.memory.session(name)
+
+    def _recall_tool(self, function: Mapping[str, Any]) -> BaseTool:
+        """One recall tool as a LangChain tool, answered over the run's session."""
+        name = function["name"]
+
+        def answer(**arguments: Any) -> str:
+            return RecallTools(self.session_for(None), self.prompts.view).answer(name, arguments)
+
+        return StructuredTool.from_function(
+            func=answer,
+            name=name,
+            description=function["description"],
+            args_schema=dict(function["parameters"]),
+        )
 
     def _compacted(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         session = self.session_for(request.runtime)
