@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -340,18 +339,16 @@ def test_chat_history_with_runnable_with_message_history(model_server: FakeProvi
     histories: dict[str, ContextfoldChatMessageHistory] = {}
 
     def history(session_id: str) -> ContextfoldChatMessageHistory:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            found = histories.setdefault(
-                session_id,
-                ContextfoldChatMessageHistory(memory, session_id, system=SYSTEM, settings=SETTINGS),
+        if session_id not in histories:
+            histories[session_id] = ContextfoldChatMessageHistory(
+                memory, session_id, system=SYSTEM, settings=SETTINGS
             )
-        return found
+        return histories[session_id]
 
     prompt = ChatPromptTemplate.from_messages(
         [MessagesPlaceholder("history"), ("human", "{question}")]
     )
-    chain = RunnableWithMessageHistory(
+    chain = RunnableWithMessageHistory(  # deprecated by LangChain for LangGraph; still served
         prompt | chat_model(model_server.url).bind_tools(agent_tools()),
         history,
         input_messages_key="question",

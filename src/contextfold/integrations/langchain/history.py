@@ -55,6 +55,7 @@ class ContextfoldChatMessageHistory(BaseChatMessageHistory):
         settings: Mapping[str, Any] | None = None,
         runner: Runner | None = None,
     ) -> None:
+        super().__init__()
         if not isinstance(memory, Memory):
             raise InvalidInput("memory must be a contextfold Memory", field="memory")
         self.memory = memory
