@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from fake_openai import called, responses_reply, said
 from fake_providers import FakeProvider, Reply, Request
-from recall_script import ANSWER, next_call, other_session, recall_faults, secret_line
+from recall_script import ANSWER, folded_hit, next_call, other_session, recall_faults, secret_line
 
 from contextfold import Memory
 from contextfold.memory.recall_tools import EXPAND, FOLDS, SEARCH
@@ -112,7 +112,7 @@ def test_the_agent_recalls_what_was_folded_and_nothing_of_another_session(
     assert len(recall_turn) == len(results) + 1  # each call's result reached the next request
     asked = [json.dumps(i) for i in recall_turn[0].body["input"]]
     assert recall_faults(results, asked) == []
-    assert results[1]["start"] == results[0]["hits"][0]["folded"][0]
+    assert results[1]["start"] == folded_hit(results[0])["folded"][0]  # type: ignore[index]
     assert memory.session("chat").view("default").folds(), "the budget made it fold"
     # the recall calls and their results are the conversation's own, logged once
     log = memory.session("chat").history()
