@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fake_openai import called, responses_reply, said
 from fake_providers import FakeProvider, Reply, Request
-from recall_script import ANSWER, folded_hit, next_call, other_session, recall_faults, secret_line
+from recall_script import (
+    ANSWER,
+    RecallModel,
+    folded_hit,
+    other_session,
+    recall_faults,
+    secret_line,
+)
 
 from contextfold import Memory
 from contextfold.memory.recall_tools import EXPAND, FOLDS, SEARCH
@@ -46,24 +54,27 @@ def reader(session: ContextfoldSession) -> Any:
     )
 
 
-def recall_results(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The recall tools' results in a Responses request's input, oldest first."""
-    names = {i["call_id"]: i["name"] for i in body["input"] if i.get("type") == "function_call"}
-    return [
-        json.loads(i["output"])
-        for i in body["input"]
-        if i.get("type") == "function_call_output" and names.get(i["call_id"]) in (SEARCH, EXPAND)
-    ]
+def newest_result(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The request's newest input item, when it is a recall tool's result."""
+    last = body["input"][-1]
+    if last.get("type") != "function_call_output" or not last["call_id"].startswith("recall_"):
+        return None
+    return json.loads(last["output"])  # type: ignore[no-any-return]
 
 
-def recalling(request: Request) -> Reply:
+def recalling(model: RecallModel) -> Callable[[Request], Reply]:
     """The scripted model of the recall turn: its next call follows from its input."""
-    step = next_call(recall_results(request.body))
-    if step is None:
-        return responses_reply([said(ANSWER, "msg_done")], response_id="r_done")
-    name, arguments = step
-    n = len(recall_results(request.body))
-    return responses_reply([called(name, json.dumps(arguments), f"recall_{n}")])
+
+    def reply(request: Request) -> Reply:
+        step = model.step(newest_result(request.body))
+        if step is None:
+            return responses_reply([said(ANSWER, "msg_done")], response_id="r_done")
+        name, arguments = step
+        return responses_reply(
+            [called(name, json.dumps(arguments), f"recall_{len(model.results)}")]
+        )
+
+    return reply
 
 
 def test_the_agent_recalls_what_was_folded_and_nothing_of_another_session(
@@ -86,13 +97,14 @@ def test_the_agent_recalls_what_was_folded_and_nothing_of_another_session(
                 responses_reply([said(f"f{n}.py holds lorem ipsum.")], response_id=f"r{n}b"),
             )
         agent = reader(session)
+        model = RecallModel()
         config = agents.RunConfig(call_model_input_filter=session.call_model_input_filter)
 
         async def conversation() -> Any:
             for n in range(TURNS):
                 text = f"What is in f{n}.py?"
                 await agents.Runner.run(agent, text, session=session, run_config=config)
-            fake.answer("POST", "/v1/responses", recalling)
+            fake.answer("POST", "/v1/responses", recalling(model))
             return await agents.Runner.run(
                 agent, "What was the codeword?", session=session, run_config=config
             )
@@ -108,7 +120,7 @@ def test_the_agent_recalls_what_was_folded_and_nothing_of_another_session(
         EXPAND,
         FOLDS,
     ]
-    results = recall_results(recall_turn[-1].body)
+    results = model.results
     assert len(recall_turn) == len(results) + 1  # each call's result reached the next request
     asked = [json.dumps(i) for i in recall_turn[0].body["input"]]
     assert recall_faults(results, asked) == []
