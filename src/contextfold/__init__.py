@@ -35,7 +35,9 @@ from contextfold.llm import LLM, Completion, Usage, get_model, register_provider
 from contextfold.llm.budget import JobLimits, JobStopped
 from contextfold.memory.config import ViewConfig
 from contextfold.memory.cycle import CompactionReport
+from contextfold.memory.matching import Recorded
 from contextfold.memory.one_shot import CompactResult, compact_messages
+from contextfold.memory.recall_tools import RecallTools
 from contextfold.memory.session import Memory, Session
 from contextfold.memory.view import View
 from contextfold.runtime import (
@@ -72,6 +74,8 @@ __all__ = [
     "NotFound",
     "ProcessRunner",
     "PromptFault",
+    "RecallTools",
+    "Recorded",
     "Rendered",
     "Session",
     "Stats",
