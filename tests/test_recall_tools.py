@@ -8,6 +8,7 @@ session of another tenant beside it in the same store must stay out of reach.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -18,7 +19,8 @@ import pg
 import pytest
 
 from contextfold import InvalidInput, Memory, Session
-from contextfold.core.messages import Message, for_model
+from contextfold.core.folds import labelled, unlabelled
+from contextfold.core.messages import Message, for_model, text_of
 from contextfold.core.units import tool_unit_faults
 from contextfold.memory.recall_tools import EXPAND, FOLDS, SEARCH, RecallTools, tool_definitions
 from contextfold.strategies.masking import ObservationMasking
@@ -137,6 +139,25 @@ def test_folds_name_their_range_in_the_prompt(memory: Memory) -> None:
         assert f"[folded: seq {fold.start}-{fold.end}]" in prompt
     report = view.render_report()
     assert report.tokens == session.counter.messages(report.messages)
+    # Only the folds rendered are named: a summary over older folds quotes none of their labels.
+    rendered = {f.id: f for f in view.folds()}
+    named = set(re.findall(r"\[folded: seq \d+-\d+\]", prompt))
+    assert named == {f"[folded: seq {rendered[i].start}-{rendered[i].end}]" for i in report.folds}
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "assistant", "content": "a summary"},
+        {"role": "user", "content": [{"type": "text", "text": "a summary"}]},
+        {"role": "assistant", "content": None},
+    ],
+)
+def test_a_label_is_added_and_taken_off_whole(message: Message) -> None:
+    shown = labelled(message, 12, 40)
+    assert text_of(shown).endswith("[folded: seq 12-40]")
+    assert message == unlabelled(shown) or message["content"] is None
+    assert unlabelled(message) == message
 
 
 # -- contextfold_search -------------------------------------------------------
