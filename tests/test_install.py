@@ -196,6 +196,7 @@ MISSING = {
         (["worker", "--database", "x.db", "--broker", "redis://127.0.0.1:1/0"], None, "workers"),
         (["eval", "{demo}", "--report", "{work}/report"], "'contextfold eval --report'", "eval"),
         (["keys", "list", "--database", "postgresql://127.0.0.1/x"], None, "postgres"),
+        (["mcp", "--store", "x.db"], "'contextfold mcp'", "mcp"),
     ],
     "server": [
         (["worker", "--database", "x.db", "--broker", "redis://127.0.0.1:1/0"], None, "workers"),
@@ -205,6 +206,7 @@ MISSING = {
             None,
             "workers",
         ),
+        (["mcp", "--http", "--store", "x.db"], "'contextfold mcp'", "mcp"),
     ],
 }
 

@@ -10,11 +10,12 @@
         [--suggest] [--report DIR] [--model SPEC [--judge SPEC --questions N]]
     contextfold serve [--host 127.0.0.1] [--port 8765] [--database URL] [--no-auth] [--demo]
     contextfold keys create --tenant T [--label L] [--database URL] | keys list | keys revoke ID
+    contextfold mcp [--store URL] [--tenant T] [--http [--host 127.0.0.1] [--port 8766]]
     contextfold worker --database URL --broker redis://...
     contextfold --version
 
 Every command parses on the core install; one whose extra is missing (``serve``,
-``worker``, ``eval --report``) says which to install (``MissingExtra``). Library
+``worker``, ``mcp``, ``eval --report``) says which to install (``MissingExtra``). Library
 errors (``ContextfoldError``) become a one-line message and exit code 2 in
 ``main``, the one place where they are caught. ``compact`` exits 3 when it
 had to degrade (a job's model failed; the prompt printed still fits).
@@ -52,6 +53,7 @@ from contextfold.memory.one_shot import (
 from contextfold.options import positive_int
 from contextfold.redact import redact
 from contextfold.server.commands import add_commands
+from contextfold.server.mcp_command import add_mcp_command
 from contextfold.strategies.presets import DEFAULT_PRESET, describe_presets
 from contextfold.workers.commands import add_worker_command
 
@@ -127,6 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     presets.add_argument("--json", action="store_true", help="print one JSON list")
     presets.set_defaults(command=_presets)
     add_commands(sub)
+    add_mcp_command(sub)
     add_worker_command(sub)
     add_eval_command(sub)
     return parser

@@ -35,6 +35,11 @@ def check_api_name(value: object, field: str = "session_id") -> str:
     return value
 
 
+def store_id(tenant: str, session_id: str) -> str:
+    """The store's id of the tenant's API session ``session_id`` (both checked)."""
+    return f"{check_tenant(tenant)}/{check_api_name(session_id)}"
+
+
 def check_tenant(tenant: str) -> str:
     if not isinstance(tenant, str) or not TENANT.fullmatch(tenant):
         raise InvalidInput(

@@ -24,7 +24,7 @@ from contextfold.runtime.thread import ThreadRunner
 from contextfold.server.errors import ServiceError
 from contextfold.server.events import EventHub
 from contextfold.server.idempotency import IdempotentAppends
-from contextfold.server.ids import check_api_name, check_tenant
+from contextfold.server.ids import store_id
 from contextfold.server.keys import KeyCache
 from contextfold.server.metrics import ServiceMetrics
 from contextfold.server.models import JobOut
@@ -132,7 +132,7 @@ class Service:
     @staticmethod
     def store_id(tenant: str, session_id: str) -> str:
         """The store's id of the tenant's API session ``session_id``."""
-        return f"{check_tenant(tenant)}/{check_api_name(session_id)}"
+        return store_id(tenant, session_id)
 
     def session(self, tenant: str, session_id: str) -> Session:
         """The tenant's session, or ``NotFound`` (another tenant's session is not found either)."""
