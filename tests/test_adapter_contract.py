@@ -15,11 +15,6 @@ from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message
 from contextfold.testing.adapter_contract import AdapterContract, LibraryTurns, OpenAdapter
 
-RECALL_KEPT_PER_PROCESS = (
-    "the recall block is kept in this process while a turn goes on, so after a fold "
-    "another process recalls afresh: same folds, other messages recalled"
-)
-
 
 class TestLibrary(AdapterContract):
     """``LibraryTurns`` keeps every promise, on RAM, a SQLite file and PostgreSQL."""
@@ -38,12 +33,6 @@ class TestLibrary(AdapterContract):
             pg.require_postgres()
             with pg.fresh_schema() as schema:
                 yield pg.url(schema)
-
-    @pytest.fixture(autouse=True)
-    def known_divergence(self, request: pytest.FixtureRequest) -> None:
-        params = getattr(request.node, "callspec", None)
-        if params is not None and params.params.get("recall") is True:
-            request.applymarker(pytest.mark.xfail(strict=True, reason=RECALL_KEPT_PER_PROCESS))
 
 
 class SplitsPairs(LibraryTurns):

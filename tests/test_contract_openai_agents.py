@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pg
 import pytest
-from test_adapter_contract import RECALL_KEPT_PER_PROCESS
 
 from contextfold.testing.adapter_contract import AdapterContract, OpenAdapter
 
@@ -31,10 +30,3 @@ class TestOpenAIAgentsSession(AdapterContract):
             pg.require_postgres()
             with pg.fresh_schema() as schema:
                 yield pg.url(schema)
-
-    @pytest.fixture(autouse=True)
-    def known_divergence(self, request: pytest.FixtureRequest) -> None:
-        """The library's own divergence (the reference driver has it too): not the adapter's."""
-        params = getattr(request.node, "callspec", None)
-        if params is not None and params.params.get("recall") is True:
-            request.applymarker(pytest.mark.xfail(strict=True, reason=RECALL_KEPT_PER_PROCESS))
