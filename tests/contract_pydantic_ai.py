@@ -60,7 +60,7 @@ class PydanticAITurns:
         model_request_sync(self.model, processed)
         ours = [for_model(m) for m in to_chat(processed)]
         sent = self.server.requests[-1].body["messages"]
-        assert [as_sent(m) for m in sent] == [as_sent(m) for m in ours], sent
+        assert read_as_sent(sent) == read_as_sent(ours), sent
         return ours
 
     def close(self) -> None:
@@ -112,6 +112,19 @@ def framework_messages(
             out[-1].parts = [*out[-1].parts, part_in]
         else:
             out.append(pm.ModelRequest(parts=[part_in]))
+    return out
+
+
+def read_as_sent(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """What a model reads of a prompt: consecutive system messages read as one (Pydantic
+    AI joins a request's system parts in one chat message, its OpenAI model sends each)."""
+    out: list[dict[str, Any]] = []
+    for message in map(as_sent, messages):
+        last = out[-1] if out else None
+        if last is not None and last["role"] == message["role"] == "system":
+            last["content"] = f"{last['content']}\n\n{message['content']}"
+        else:
+            out.append(message)
     return out
 
 

@@ -250,7 +250,9 @@ def test_the_fold_reaches_its_provider_verbatim_and_no_other_wire(rig: Rig) -> N
     text = json.dumps(plain.body)
     assert all("meta" not in m for m in plain.body["messages"])
     assert all(json.dumps(item) not in text for item in items)
-    assert fold.text in [m.get("content") for m in plain.body["messages"]]
+    # The fold's own summary, followed by the range it names (``[folded: seq A-B]``).
+    label = f"\n[folded: seq {fold.start}-{fold.end}]"
+    assert fold.text + label in [m.get("content") for m in plain.body["messages"]]
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])

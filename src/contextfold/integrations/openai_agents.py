@@ -44,6 +44,11 @@ process opening the session reads the newest branch.
 
 Compaction is not the adapter's: a runner watching the view (or
 ``View.compact``) folds it; the adapter only logs and renders.
+
+``recall_tools()`` gives the agent the recall tools (``contextfold_search``,
+``contextfold_expand``, ``contextfold_folds``) as the SDK's own function tools:
+``Agent(..., tools=[*session.recall_tools()])``. They read this session only,
+on the adapter's branch as it is when the model calls them.
 """
 
 from __future__ import annotations
@@ -60,12 +65,15 @@ from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, for_model
 from contextfold.formats.responses import KEPT, Item, read_items, write_items
 from contextfold.memory.kept import KeptMeta, with_kept
+from contextfold.memory.recall_tools import BoundRecallTool, RecallTools
 from contextfold.memory.session import Memory, Session
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
     from agents.memory import SessionSettings
     from agents.run_config import CallModelData, ModelInputData
+    from agents.tool import FunctionTool
+    from agents.tool_context import ToolContext
 
 EXTRA = "openai-agents"
 _PLACE = re.compile(r"input\[(\d+)\]\.?(.*)")
@@ -178,6 +186,23 @@ class ContextfoldSession:
         """
         return await asyncio.to_thread(self.model_input, data)
 
+    def recall_tools(self, *, max_tokens: int = 2000) -> list[FunctionTool]:
+        """The recall tools as the SDK's function tools, bound to this session, its view
+        and the adapter's branch; each answer is at most ``max_tokens`` long."""
+        from agents.tool import FunctionTool
+
+        bound = RecallTools(self.session, self.view.name, max_tokens=max_tokens).bound(self._pinned)
+        return [
+            FunctionTool(
+                name=tool.name,
+                description=tool.description,
+                params_json_schema=tool.parameters,
+                on_invoke_tool=_invoker(tool),
+                strict_json_schema=False,  # optional fields: the schemas are not strict
+            )
+            for tool in bound
+        ]
+
     # -- the same, blocking ----------------------------------------------------------------
 
     def items(self, limit: int | None = None) -> list[Item]:
@@ -274,6 +299,11 @@ class ContextfoldSession:
             raise InvalidInput(f"limit must be 0 or more, not {limit!r}", field="limit")
         return limit
 
+    def _pinned(self) -> int | None:
+        """The branch the recall tools read: the pinned head, or None for the newest."""
+        with self._lock:
+            return self._head
+
     def _branch(self) -> int:
         """The head: pinned, or the newest message's."""
         return self.session.last_seq() if self._head is None else self._head
@@ -299,6 +329,15 @@ class ContextfoldSession:
             self._system = count
             break
         return count
+
+
+def _invoker(tool: BoundRecallTool) -> Any:
+    """The SDK's ``on_invoke_tool`` for ``tool``: the store's reads off the event loop."""
+
+    async def invoke(context: ToolContext[Any], arguments: str) -> str:
+        return await asyncio.to_thread(tool.call, arguments)
+
+    return invoke
 
 
 def _with_items(record: LoggedMessage) -> Message:

@@ -32,7 +32,8 @@ error result naming the field, never an exception: the agent's turn goes on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
@@ -78,7 +79,25 @@ class RecallTools:
         message's), as ``View.on``: hits and folds of other branches are not shown."""
         tools = RecallTools(self.session, self.view.name, max_tokens=self.max_tokens)
         tools.view = self.view.on(branch)
+        tools.read_folds = self.read_folds  # kept per branch path: shared, never mixed up
         return tools
+
+    def bound(self, branch: Callable[[], int | None] | None = None) -> list[BoundRecallTool]:
+        """The tools one by one, as a framework's own function tools wrap them.
+
+        ``branch`` gives the branch at each call (an adapter's head moves
+        between turns); None: the branch these tools are on.
+        """
+        return [
+            BoundRecallTool(
+                name=d["function"]["name"],
+                description=d["function"]["description"],
+                parameters=d["function"]["parameters"],
+                tools=self,
+                branch=branch,
+            )
+            for d in self.definitions
+        ]
 
     @property
     def definitions(self) -> list[dict[str, Any]]:
@@ -113,4 +132,25 @@ class RecallTools:
         return result_text(result)
 
 
-__all__ = ["EXPAND", "FOLDS", "SEARCH", "RecallTools", "tool_definitions"]
+@dataclass(frozen=True)
+class BoundRecallTool:
+    """One recall tool bound to a session's view: what a framework's function tool needs
+    (a name, a description, the JSON schema of its arguments) and ``call``.
+
+    ``call`` reads the store: an async framework runs it off its event loop.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    tools: RecallTools
+    branch: Callable[[], int | None] | None = None
+
+    def call(self, arguments: str | Mapping[str, Any]) -> str:
+        """The tool's JSON result for ``arguments`` (JSON text or a mapping), on the branch
+        ``branch()`` gives now."""
+        tools = self.tools if self.branch is None else self.tools.on(self.branch())
+        return tools.answer(self.name, arguments)
+
+
+__all__ = ["EXPAND", "FOLDS", "SEARCH", "BoundRecallTool", "RecallTools", "tool_definitions"]

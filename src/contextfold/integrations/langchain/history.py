@@ -27,11 +27,14 @@ from typing import Any
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
+from langchain_core.tools import BaseTool
 
 from contextfold.core.errors import InvalidInput
 from contextfold.integrations.langchain.messages import chat_to_langchain, langchain_to_chat
 from contextfold.integrations.langchain.prompts import ViewPrompts, to_langchain
+from contextfold.integrations.langchain.recall import bound_tools
 from contextfold.memory.matching import digest
+from contextfold.memory.recall_tools import RecallTools
 from contextfold.memory.session import Memory, Session
 from contextfold.runtime.core import Runner
 
@@ -72,6 +75,12 @@ class ContextfoldChatMessageHistory(BaseChatMessageHistory):
             logged = self.session.messages(after=min(rendered.shown) - 1)
         originals = [(digest(m.message), chat_to_langchain(m.message)) for m in logged]
         return to_langchain(rendered.messages, originals)
+
+    def recall_tools(self, *, max_tokens: int = 2000) -> list[BaseTool]:
+        """The recall tools as LangChain tools over this session's view (its newest branch,
+        as ``messages`` reads); each answer is at most ``max_tokens`` long."""
+        tools = RecallTools(self.session, self.prompts.view, max_tokens=max_tokens)
+        return bound_tools(tools.bound())
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Log the messages in one append, after the newest message."""

@@ -33,12 +33,12 @@ LangGraph thread, named by ``thread_session`` (a format string over
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
-from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
 
@@ -46,7 +46,8 @@ from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message
 from contextfold.integrations.langchain.messages import ChatMessages, langchain_to_chat
 from contextfold.integrations.langchain.prompts import ViewPrompts, to_langchain
-from contextfold.memory.recall_tools import RecallTools, tool_definitions
+from contextfold.integrations.langchain.recall import structured_tool
+from contextfold.memory.recall_tools import MIN_MAX_TOKENS, RecallTools, tool_definitions
 from contextfold.memory.session import Memory, Session
 from contextfold.runtime.core import Runner
 
@@ -54,6 +55,7 @@ ThreadSession = str | Callable[[str], str]
 """How a LangGraph ``thread_id`` names its session: ``"lc/{thread_id}"`` or a function."""
 
 _Result = ModelResponse[Any] | AIMessage | Any
+_KEPT = 10_000  # sessions whose recall tools and branch are kept per middleware
 
 
 class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
@@ -67,7 +69,8 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     in the background instead, and the call renders the folds committed so far.
     ``recall_tools`` adds the recall tools to the agent (``contextfold_search``,
     ``contextfold_expand``, ``contextfold_folds``: ``memory.recall_tools``), each
-    reading the run's own session only.
+    reading the run's own session only, on the branch its last model call recorded;
+    each answer is at most ``recall_max_tokens`` long.
     """
 
     def __init__(
@@ -81,6 +84,7 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         settings: Mapping[str, Any] | None = None,
         runner: Runner | None = None,
         recall_tools: bool = False,
+        recall_max_tokens: int = 2000,
     ) -> None:
         super().__init__()
         if (memory is None) == (session is None):
@@ -101,8 +105,22 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.chats = ChatMessages()
         if not isinstance(recall_tools, bool):
             raise InvalidInput("recall_tools must be True or False", field="recall_tools")
+        if type(recall_max_tokens) is not int or recall_max_tokens < MIN_MAX_TOKENS:
+            raise InvalidInput(
+                f"recall_max_tokens must be an integer of at least {MIN_MAX_TOKENS}",
+                field="recall_max_tokens",
+            )
+        self.recall_max_tokens = recall_max_tokens
+        self._recall: dict[str, RecallTools] = {}  # by session id: each keeps its folds read
+        self._at: dict[str, int] = {}  # by session id: the branch its last model call recorded
+        self._lock = threading.Lock()
         self.tools = (
-            [self._recall_tool(d["function"]) for d in tool_definitions()] if recall_tools else []
+            [
+                structured_tool(d["function"], self._recall_answerer(d["function"]["name"]))
+                for d in tool_definitions()
+            ]
+            if recall_tools
+            else []
         )
 
     # -- hooks ------------------------------------------------------------
@@ -150,25 +168,34 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             raise InvalidInput("thread_session gave no session id string", field="thread_session")
         return self.memory.session(name)
 
-    def _recall_tool(self, function: Mapping[str, Any]) -> BaseTool:
-        """One recall tool as a LangChain tool, answered over the run's session."""
-        name = function["name"]
+    def _recall_answerer(self, name: str) -> Callable[[dict[str, Any]], str]:
+        """Answers recall tool ``name`` over the run's session, on that session's branch."""
 
-        def answer(**arguments: Any) -> str:
-            return RecallTools(self.session_for(None), self.prompts.view).answer(name, arguments)
+        def answer(arguments: dict[str, Any]) -> str:
+            session = self.session_for(None)
+            with self._lock:
+                tools = self._recall.get(session.id)
+                if tools is None:
+                    if len(self._recall) > _KEPT:
+                        self._recall.clear()
+                    tools = RecallTools(
+                        session, self.prompts.view, max_tokens=self.recall_max_tokens
+                    )
+                    self._recall[session.id] = tools
+                branch = self._at.get(session.id)
+            return tools.on(branch).answer(name, arguments)
 
-        return StructuredTool.from_function(
-            func=answer,
-            name=name,
-            description=function["description"],
-            args_schema=dict(function["parameters"]),
-        )
+        return answer
 
     def _compacted(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         session = self.session_for(request.runtime)
         system = request.system_message
         system_chat = None if system is None else langchain_to_chat(system)
         seen, at, logged_system = self._record(session, request.messages, system_chat)
+        with self._lock:
+            if len(self._at) > _KEPT:
+                self._at.clear()
+            self._at[session.id] = at
         tokens = 0 if system_chat is None else session.counter.message(system_chat)
         rendered = self.prompts.render(session, at, system=tokens).messages
         if system is not None and logged_system:

@@ -21,10 +21,16 @@ The model's prompt is the memory's messages plus what the agent adds: its
 ``system_prompt`` (keep it in the session instead, ``system=``, so it is
 logged, counted and pinned) and the current run's tool steps, which LlamaIndex
 keeps outside the memory until the run ends.
+
+``recall_tools()`` gives the agent the recall tools (``contextfold_search``,
+``contextfold_expand``, ``contextfold_folds``) as LlamaIndex ``FunctionTool``s:
+``FunctionAgent(tools=[*tools, *memory.recall_tools()], ...)``. They read this
+memory's session only, on the memory's branch as it is when the model calls them.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,12 +46,14 @@ from contextfold.integrations.llama_index.messages import (
     to_llama_index,
 )
 from contextfold.memory.matching import digest
+from contextfold.memory.recall_tools import BoundRecallTool, RecallTools
 from contextfold.memory.session import Memory, Session
 
 with needs_extra("the LlamaIndex adapter", "llama-index"):
     from llama_index.core.base.llms.types import ChatMessage
-    from llama_index.core.bridge.pydantic import PrivateAttr
+    from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, PrivateAttr
     from llama_index.core.memory.types import BaseMemory
+    from llama_index.core.tools import FunctionTool, ToolMetadata
 
 _SYSTEM_ROLES = ("system", "developer")
 _LEADING = 8  # the system prompt is read from the log's first messages
@@ -169,6 +177,12 @@ class ContextfoldMemory(BaseMemory):
         """The seq this memory's branch ends at; None: the newest message's branch."""
         return self._head
 
+    def recall_tools(self, *, max_tokens: int = 2000) -> list[FunctionTool]:
+        """The recall tools as LlamaIndex tools, bound to this memory's session, its view
+        and its branch; each answer is at most ``max_tokens`` long."""
+        tools = RecallTools(self._session, self.view_name, max_tokens=max_tokens)
+        return [_function_tool(tool) for tool in tools.bound(lambda: self._head)]
+
     # -- reads --------------------------------------------------------------
 
     def get(self, input: str | None = None, **kwargs: Any) -> list[ChatMessage]:
@@ -270,3 +284,28 @@ def _system_end(first: list[LoggedMessage]) -> int:
             break
         end = logged.seq
     return end
+
+
+def _function_tool(tool: BoundRecallTool) -> FunctionTool:
+    """``tool`` as a LlamaIndex ``FunctionTool``: its JSON schema as the tool's ``fn_schema``,
+    its store reads on a thread when the agent awaits it."""
+    parameters = tool.parameters
+
+    class Arguments(BaseModel):
+        """The tool's arguments, passed through as the model gave them (``answer`` checks them
+        and words a mistake for the model)."""
+
+        model_config = ConfigDict(extra="allow")
+
+        @classmethod
+        def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            return dict(parameters)
+
+    def call(**arguments: Any) -> str:
+        return tool.call(arguments)
+
+    async def acall(**arguments: Any) -> str:
+        return await asyncio.to_thread(tool.call, arguments)
+
+    metadata = ToolMetadata(name=tool.name, description=tool.description, fn_schema=Arguments)
+    return FunctionTool.from_defaults(fn=call, async_fn=acall, tool_metadata=metadata)

@@ -21,6 +21,10 @@ its context (``memory=`` with ``session_of=``, e.g. ``lambda ctx:
 ctx.deps.conversation_id``). Compaction is not done here: a runner watching
 the view (``InlineRunner``, ``ThreadRunner``, ...) folds it as the log grows;
 render keeps every prompt within the budget meanwhile.
+
+With ``recall_tools=True`` the capability gives the agent the recall tools
+(``contextfold_search``, ``contextfold_expand``, ``contextfold_folds``) as its
+own toolset: each call reads the run's session only, on the run's branch.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from typing import Any
 from pydantic_ai import messages as pm
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.models import ModelRequestContext
-from pydantic_ai.tools import RunContext
+from pydantic_ai.tools import RunContext, Tool
+from pydantic_ai.toolsets import FunctionToolset
 
 from contextfold.core.checks import check_budget
 from contextfold.core.errors import InvalidInput
@@ -43,6 +48,7 @@ from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, for_model, validate_message
 from contextfold.core.render import Rendered
 from contextfold.integrations.pydantic_ai.mapping import MADE_KEY, ChatMemo, from_chat, to_chat
+from contextfold.memory.recall_tools import MIN_MAX_TOKENS, RecallTools, tool_definitions
 from contextfold.memory.session import Memory, Session
 
 SessionOf = Callable[[RunContext[Any]], str]
@@ -72,6 +78,8 @@ class ContextfoldHistory(AbstractCapability[Any]):
         memory: Memory | None = None,
         session_of: SessionOf | None = None,
         budget: int | None = None,
+        recall_tools: bool = False,
+        recall_max_tokens: int = 2000,
     ) -> None:
         if (session is None) == (memory is None):
             raise InvalidInput("give a session, or a memory with session_of", field="session")
@@ -85,12 +93,23 @@ class ContextfoldHistory(AbstractCapability[Any]):
             raise InvalidInput("a memory needs session_of(ctx) -> session id", field="session_of")
         if not isinstance(view, str) or not view:
             raise InvalidInput("view names a view", field="view")
+        if type(recall_tools) is not bool:
+            raise InvalidInput("recall_tools is True or False", field="recall_tools")
+        if type(recall_max_tokens) is not int or recall_max_tokens < MIN_MAX_TOKENS:
+            raise InvalidInput(
+                f"recall_max_tokens is an integer of at least {MIN_MAX_TOKENS}",
+                field="recall_max_tokens",
+            )
         self.session = session
         self.view = view
         self.memory = memory
         self.session_of = session_of
         self.budget = check_budget(budget)
+        self.recall_tools = recall_tools
+        self.recall_max_tokens = recall_max_tokens
         self._lock = threading.Lock()
+        self._recall: dict[str, RecallTools] = {}  # by session id
+        self._at: dict[tuple[str, str | None], int] = {}  # a run's branch, by session and run
         self._handed: dict[str, _Handed] = {}
         self._heads: dict[tuple[str, str | None], int] = {}  # by session and run
         self._logged: dict[tuple[str, float], dict[int, LoggedMessage]] = {}
@@ -102,6 +121,35 @@ class ContextfoldHistory(AbstractCapability[Any]):
     def get_serialization_name(cls) -> str | None:
         """Not a spec capability: it holds a session."""
         return None
+
+    def get_toolset(self) -> FunctionToolset[Any] | None:
+        """The recall tools, when asked for (``recall_tools=True``)."""
+        if not self.recall_tools:
+            return None
+        return FunctionToolset([self._recall_tool(d["function"]) for d in tool_definitions()])
+
+    def _recall_tool(self, definition: dict[str, Any]) -> Tool[Any]:
+        name = definition["name"]
+
+        async def recall(ctx: RunContext[Any], **arguments: Any) -> str:
+            return await asyncio.to_thread(self.recall_answer, ctx, name, arguments)
+
+        return Tool.from_schema(
+            recall, name, definition["description"], definition["parameters"], takes_ctx=True
+        )
+
+    def recall_answer(self, ctx: RunContext[Any], name: str, arguments: dict[str, Any]) -> str:
+        """A recall tool's JSON result, read from the run's session on the run's branch."""
+        session = self.session_for(ctx)
+        with self._lock:
+            tools = self._recall.get(session.id)
+            if tools is None:
+                if len(self._recall) > _CACHED:
+                    self._recall.clear()
+                tools = RecallTools(session, self.view, max_tokens=self.recall_max_tokens)
+                self._recall[session.id] = tools
+            branch = self._at.get((session.id, ctx.run_id))
+        return tools.on(branch).answer(name, arguments)
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
@@ -136,6 +184,8 @@ class ContextfoldHistory(AbstractCapability[Any]):
         if head is not None:
             recorded = session.record(to_chat([response]), after=head)
             self._cache(session).update((e.seq, e) for e in recorded.logged)
+            with self._lock:
+                self._at[(session.id, ctx.run_id)] = recorded.at
 
     def __call__(
         self, ctx: RunContext[Any], messages: list[pm.ModelMessage]
@@ -181,7 +231,10 @@ class ContextfoldHistory(AbstractCapability[Any]):
             self._handed[session.id] = _Handed(rendered.messages, recorded.at)
             if len(self._heads) > _CACHED:  # runs under ProcessHistory log no answer here
                 self._heads.clear()
+            if len(self._at) > _CACHED:
+                self._at.clear()
             self._heads[(session.id, ctx.run_id)] = recorded.at
+            self._at[(session.id, ctx.run_id)] = recorded.at
         return prompt
 
     def session_for(self, ctx: RunContext[Any]) -> Session:
