@@ -479,8 +479,10 @@ def test_model_strategies_run_on_the_given_model_and_every_call_is_counted(
     rolling, keep = json.loads(out)["results"]
     calls = len(answers.requests)
     assert calls > 0
-    assert (rolling["model_calls"], rolling["model_tokens"]) == (calls, 130 * calls)
-    assert (keep["model_calls"], keep["model_tokens"]) == (0, 0)
+    # keep-recent folds without a model, but at 300 tokens its last-resort rescue may ask it.
+    assert rolling["model_calls"] > 0
+    assert rolling["model_calls"] + keep["model_calls"] == calls
+    assert rolling["model_tokens"] + keep["model_tokens"] == 130 * calls
     assert rolling["stand_in_calls"] == 0
 
 
