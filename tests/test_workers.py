@@ -305,7 +305,8 @@ def test_a_workers_job_settles_as_failed_resting_parked_or_busy(
 
         assert job() == "failed"
         assert (queue.state("s", "v").state, queue.depth()) == ("pending", 1)  # type: ignore[union-attr]
-        assert 19.0 < queue.resting("s", "v") <= 20.0
+        # The 20 s pause less what has passed since: seconds on a machine busy with the suite.
+        assert 10.0 < queue.resting("s", "v") <= 20.0
         # The resent job (or an append's) comes early: it waits, and sends itself again.
         assert job() == "resting" and queue.depth() == 2
         assert queue.stats()["failed"] >= 1 and queue.stats()["retried"] == 1

@@ -51,6 +51,8 @@ export class Prompt {
     const report = data.report;
     const byText = new Map();
     for (const fold of folds) if (report.folds.includes(fold.id)) byText.set(fold.text, fold);
+    // A fold's message ends with the range it names to the model ([folded: seq A-B]).
+    const unlabelled = (text) => text.replace(/\n?\[folded: seq \d+-\d+\]$/, "");
     Object.assign(this.report.dataset, {
       tokens: report.tokens,
       budget: report.budget,
@@ -61,7 +63,7 @@ export class Prompt {
     this.report.replaceChildren(el("b", {}, used), " · " + reportParts(data.messages.length, report).join(" · "));
     this.list.replaceChildren(
       ...data.messages.map((message, index) => {
-        const fold = byText.get(textOf(message.content));
+        const fold = byText.get(unlabelled(textOf(message.content)));
         const label = fold ? `fold #${fold.start}–#${fold.end} · ${fold.kind}` : null;
         const onLabel = fold ? () => this.onFold(fold) : undefined;
         return el("li", { dataset: { index } }, messageCard(message, { label, onLabel, attrs: fold ? { "data-fold": fold.id } : {} }));
