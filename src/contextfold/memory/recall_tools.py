@@ -55,6 +55,13 @@ from contextfold.memory.view import View
 MIN_MAX_TOKENS = 200
 
 
+def check_max_tokens(value: object, field: str = "max_tokens") -> int:
+    """A bound on each recall answer, as every surface takes it (``field`` names it)."""
+    if type(value) is not int or value < MIN_MAX_TOKENS:
+        raise InvalidInput(f"{field} must be an integer of at least {MIN_MAX_TOKENS}", field=field)
+    return value
+
+
 class RecallTools:
     """The recall tools over one session's view, answering a model's calls.
 
@@ -65,10 +72,7 @@ class RecallTools:
     def __init__(self, session: Session, view: str = "default", *, max_tokens: int = 2000) -> None:
         if not isinstance(session, Session):
             raise InvalidInput("session must be a Session", field="session")
-        if type(max_tokens) is not int or max_tokens < MIN_MAX_TOKENS:
-            raise InvalidInput(
-                f"max_tokens must be an integer of at least {MIN_MAX_TOKENS}", field="max_tokens"
-            )
+        check_max_tokens(max_tokens)
         self.session = session
         self.view: View = session.view(view)
         self.max_tokens = max_tokens

@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contextfold.core.errors import InvalidInput, NotFound, StoreError
-from contextfold.memory.recall_tools import MIN_MAX_TOKENS, RecallTools, tool_definitions
+from contextfold.memory.recall_tools import RecallTools, check_max_tokens, tool_definitions
 from contextfold.memory.session import Memory
 from contextfold.redact import redact
 from contextfold.server.auth import bearer
@@ -90,10 +90,7 @@ class RecallServer:
     ``tenant_of`` gives for it."""
 
     def __init__(self, memory: Memory, tenant_of: TenantOf, *, max_tokens: int = 2000) -> None:
-        if type(max_tokens) is not int or max_tokens < MIN_MAX_TOKENS:
-            raise InvalidInput(
-                f"max_tokens must be an integer of at least {MIN_MAX_TOKENS}", field="max_tokens"
-            )
+        check_max_tokens(max_tokens, "max_tokens")
         self.memory = memory
         self.tenant_of = tenant_of
         self.max_tokens = max_tokens

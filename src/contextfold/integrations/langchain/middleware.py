@@ -47,7 +47,7 @@ from contextfold.core.messages import Message
 from contextfold.integrations.langchain.messages import ChatMessages, langchain_to_chat
 from contextfold.integrations.langchain.prompts import ViewPrompts, to_langchain
 from contextfold.integrations.langchain.recall import structured_tool
-from contextfold.memory.recall_tools import MIN_MAX_TOKENS, RecallTools, tool_definitions
+from contextfold.memory.recall_tools import RecallTools, check_max_tokens, tool_definitions
 from contextfold.memory.session import Memory, Session
 from contextfold.runtime.core import Runner
 
@@ -105,11 +105,7 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.chats = ChatMessages()
         if not isinstance(recall_tools, bool):
             raise InvalidInput("recall_tools must be True or False", field="recall_tools")
-        if type(recall_max_tokens) is not int or recall_max_tokens < MIN_MAX_TOKENS:
-            raise InvalidInput(
-                f"recall_max_tokens must be an integer of at least {MIN_MAX_TOKENS}",
-                field="recall_max_tokens",
-            )
+        check_max_tokens(recall_max_tokens, "recall_max_tokens")
         self.recall_max_tokens = recall_max_tokens
         self._recall: dict[str, RecallTools] = {}  # by session id: each keeps its folds read
         self._at: dict[str, int] = {}  # by session id: the branch its last model call recorded

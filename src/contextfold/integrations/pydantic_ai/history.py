@@ -48,7 +48,7 @@ from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, for_model, validate_message
 from contextfold.core.render import Rendered
 from contextfold.integrations.pydantic_ai.mapping import MADE_KEY, ChatMemo, from_chat, to_chat
-from contextfold.memory.recall_tools import MIN_MAX_TOKENS, RecallTools, tool_definitions
+from contextfold.memory.recall_tools import RecallTools, check_max_tokens, tool_definitions
 from contextfold.memory.session import Memory, Session
 
 SessionOf = Callable[[RunContext[Any]], str]
@@ -95,11 +95,7 @@ class ContextfoldHistory(AbstractCapability[Any]):
             raise InvalidInput("view names a view", field="view")
         if type(recall_tools) is not bool:
             raise InvalidInput("recall_tools is True or False", field="recall_tools")
-        if type(recall_max_tokens) is not int or recall_max_tokens < MIN_MAX_TOKENS:
-            raise InvalidInput(
-                f"recall_max_tokens is an integer of at least {MIN_MAX_TOKENS}",
-                field="recall_max_tokens",
-            )
+        check_max_tokens(recall_max_tokens, "recall_max_tokens")
         self.session = session
         self.view = view
         self.memory = memory
