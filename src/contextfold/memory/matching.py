@@ -37,14 +37,26 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message
 
-if TYPE_CHECKING:
-    from contextfold.memory.session import Session
+
+class Logged(Protocol):
+    """What matching needs of a session (``contextfold.memory.session.Session``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def created_at(self) -> float: ...
+    def last_seq(self) -> int: ...
+    def messages(self, *, after: int = 0, limit: int | None = None) -> list[LoggedMessage]: ...
+    def extend(
+        self, messages: Sequence[Message], *, keys: Sequence[str | None], parent: int | None
+    ) -> list[LoggedMessage]: ...
+
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 
@@ -170,7 +182,7 @@ class LogDigests:
         self._table: OrderedDict[str, LogDigest] = OrderedDict()
         self._messages = 0
 
-    def current(self, session: Session) -> LogDigest:
+    def current(self, session: Logged) -> LogDigest:
         """The session's digests brought up to the log's last seq (reading only the new tail).
 
         A session deleted and created again under its id (another ``created_at``)
@@ -290,7 +302,7 @@ class Recorded:
 
 
 def record(
-    session: Session,
+    session: Logged,
     digests: LogDigests,
     messages: Sequence[Message],
     *,
