@@ -37,8 +37,8 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy src/
 
 test: lint typecheck docs chromium redis-server agent-clis
-	# Four processes on two cores: most tests wait on servers and subprocesses, not on a core.
-	CONTEXTFOLD_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q -n 4
+	# Three processes: most tests wait on servers and subprocesses, not on a core (four were no faster).
+	CONTEXTFOLD_CHROMIUM=$(CHROMIUM) $(VENV)/bin/pytest -q -n 3
 
 # The page tests drive Debian's Chromium through Playwright (never a browser Playwright downloads).
 chromium:
