@@ -65,6 +65,20 @@ def memory_part(chat: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return chat[: last_user + 1]
 
 
+def results_by_id(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with each run of consecutive tool results sorted by call id."""
+    out: list[dict[str, Any]] = []
+    run: list[dict[str, Any]] = []
+    for message in [*messages, {"role": "end"}]:
+        if message.get("role") == "tool":
+            run.append(message)
+            continue
+        out += sorted(run, key=lambda m: str(m.get("tool_call_id")))
+        run = []
+        out.append(message)
+    return out[:-1]
+
+
 def test_function_agent_folds_within_budget_and_logs_each_message_once(tmp_path: Path) -> None:
     task = Task(tmp_path / "notes", turns=8)
     with Memory(tmp_path / "agent.db") as memory, FakeProvider("openai") as fake:
@@ -98,7 +112,9 @@ def test_function_agent_folds_within_budget_and_logs_each_message_once(tmp_path:
         expected = [{"role": "system", "content": SYSTEM}]
         for turn in range(1, task.turns + 1):
             expected += task.expected(turn)
-        assert log_faults(history, expected) == []
+        # The agent runs a turn's two tools at once and puts each result as it finishes:
+        # the results of one call are in either order, as any provider accepts them.
+        assert log_faults(results_by_id(history), results_by_id(expected)) == []
         assert kept.session.view("default").folds(), "the run was meant to fold"
         last = memory_part(chats[-1])
         assert len(last) < len(history) - 3, "the last prompt shows the history folded"
