@@ -77,7 +77,6 @@ if TYPE_CHECKING:
 
 EXTRA = "openai-agents"
 _PLACE = re.compile(r"input\[(\d+)\]\.?(.*)")
-_SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
 class ContextfoldSession:
@@ -114,7 +113,6 @@ class ContextfoldSession:
         self._head = branch
         self._rest: list[Item] = []
         """Items of a message a pop split, after the head, not logged again yet."""
-        self._system: int | None = None
         self._kept = KeptMeta()
         self._lock = threading.Lock()
         # What the SDK holds of this session during a run: the items it last read, and
@@ -313,22 +311,8 @@ class ContextfoldSession:
         self._head = None if last == self.session.last_seq() else last
 
     def _system_count(self) -> int:
-        """How many leading system (or developer) messages the log has: its system prompt.
-
-        Counted until a message of another role follows them; until then (a log
-        of system messages alone, or empty) counted again on each call.
-        """
-        if self._system is not None:
-            return self._system
-        count = 0
-        for record in self.session.messages(after=0, limit=64):
-            first = record.parent in (None, record.seq - 1) and record.seq == count + 1
-            if first and record.role in _SYSTEM_ROLES:
-                count += 1
-                continue
-            self._system = count
-            break
-        return count
+        """How many leading system (or developer) messages the log has: its system prompt."""
+        return self.session.system_end()
 
 
 def _invoker(tool: BoundRecallTool) -> Any:

@@ -321,8 +321,9 @@ def record(
         if not isinstance(message, Mapping):
             raise InvalidInput(f"expected a message object, got {type(message).__name__}", index=i)
     entry = digests.current(session)
+    # A thread waiting here matches against what the one before it appended (it advanced
+    # this entry); what another writer appended unseen is found by its keys.
     with entry.lock:
-        entry = digests.current(session)  # with what another thread appended meanwhile
         found = match(entry, messages, after=after)
         new = list(messages[found.matched :])
         if most is not None and len(new) > most:

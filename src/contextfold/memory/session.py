@@ -300,6 +300,11 @@ class Session(SessionBranches):
             )
         return record(self, self.memory.digests, batch, after=after, most=most)
 
+    def system_end(self) -> int:
+        """The seq of the log's last leading system (or developer) message, 0 when it has
+        none: the system prompt every branch shares (read from ``Memory.digests``)."""
+        return self.memory.digests.current(self).system
+
     def messages(
         self, *, after: int = 0, limit: int | None = None, branch: int | None = None
     ) -> list[LoggedMessage]:

@@ -36,7 +36,6 @@ from typing import Any
 
 from contextfold.core.errors import InvalidInput
 from contextfold.core.extras import needs_extra
-from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message
 from contextfold.integrations.llama_index.messages import (
     CallsIn,
@@ -54,9 +53,6 @@ with needs_extra("the LlamaIndex adapter", "llama-index"):
     from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, PrivateAttr
     from llama_index.core.memory.types import BaseMemory
     from llama_index.core.tools import FunctionTool, ToolMetadata
-
-_SYSTEM_ROLES = ("system", "developer")
-_LEADING = 8  # the system prompt is read from the log's first messages
 
 
 class ContextfoldMemory(BaseMemory):
@@ -85,7 +81,6 @@ class ContextfoldMemory(BaseMemory):
 
     _session: Session = PrivateAttr()
     _head: int | None = PrivateAttr(default=None)
-    _system: int | None = PrivateAttr(default=None)
     _seen_calls_in: CallsIn = PrivateAttr(default="blocks")
 
     def __init__(
@@ -255,15 +250,8 @@ class ContextfoldMemory(BaseMemory):
         self._seen_calls_in = calls_in_of(message) or self._seen_calls_in
 
     def _system_end(self) -> int:
-        """The seq of the log's last leading system message, 0 when it has none; kept
-        once the log holds more, as a log's leading system messages never change."""
-        if self._system is None:
-            first = self._session.messages(limit=_LEADING)
-            end = _system_end(first)
-            if len(first) > end:
-                self._system = end
-            return end
-        return self._system
+        """The seq of the log's last leading system message, 0 when it has none."""
+        return self._session.system_end()
 
     def _logged(self, shown: Sequence[int]) -> dict[bytes, Message]:
         """The logged messages the prompt shows, with their ``meta``, by the digest of what
@@ -274,16 +262,6 @@ class ContextfoldMemory(BaseMemory):
         wanted = set(shown)
         page = self._session.messages(after=min(wanted) - 1, branch=self._head)
         return {digest(m.message): m.message for m in page if m.seq in wanted}
-
-
-def _system_end(first: list[LoggedMessage]) -> int:
-    """The seq of the log's last leading system message, 0 when it has none."""
-    end = 0
-    for logged in first:
-        if logged.message["role"] not in _SYSTEM_ROLES or logged.parent != end:
-            break
-        end = logged.seq
-    return end
 
 
 def _function_tool(tool: BoundRecallTool) -> FunctionTool:
