@@ -95,3 +95,11 @@ def recall_faults(results: list[dict[str, Any]], prompt_texts: list[str]) -> lis
     if "hits" not in other or found:
         faults.append(f"another session's word was found: {other}")
     return faults
+
+
+def newest_result(body: dict[str, Any]) -> dict[str, Any] | None:
+    """A Chat Completions request's newest message, when it is a recall tool's result."""
+    last = body["messages"][-1]
+    if last["role"] != "tool" or not last["tool_call_id"].startswith("recall_"):
+        return None
+    return json.loads(last["content"])  # type: ignore[no-any-return]

@@ -28,6 +28,7 @@ from recall_script import (
     ANSWER,
     RecallModel,
     folded_hit,
+    newest_result,
     other_session,
     recall_faults,
     secret_line,
@@ -48,14 +49,6 @@ FILE_TEXT = "The loader reads each shard, checks its header and keeps the index.
 def read_file(path: str) -> str:
     """Read a file of the project."""
     return f"contents of {path}: " + (secret_line if path == "f1.py" else "") + FILE_TEXT
-
-
-def newest_result(body: dict[str, Any]) -> dict[str, Any] | None:
-    """The request's newest message, when it is a recall tool's result."""
-    last = body["messages"][-1]
-    if last["role"] != "tool" or not last["tool_call_id"].startswith("recall_"):
-        return None
-    return json.loads(last["content"])  # type: ignore[no-any-return]
 
 
 class Script:

@@ -14,7 +14,6 @@ import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fake_providers import FakeProvider, Reply, Request
@@ -23,6 +22,7 @@ from recall_script import (
     SECRET,
     RecallModel,
     folded_hit,
+    newest_result,
     other_session,
     recall_faults,
     secret_line,
@@ -43,14 +43,6 @@ from contextfold.testing.adapter_contract_checks import split_pairs
 BUDGET = 1500
 TURNS = 8
 RECALL_TOKENS = 300  # well within the budget: a result the prompt must clip is no use
-
-
-def newest_result(body: dict[str, Any]) -> dict[str, Any] | None:
-    """The request's newest message, when it is a recall tool's result."""
-    last = body["messages"][-1]
-    if last["role"] != "tool" or not last["tool_call_id"].startswith("recall_"):
-        return None
-    return json.loads(last["content"])  # type: ignore[no-any-return]
 
 
 def recalling(model: RecallModel) -> Callable[[Request], Reply]:

@@ -27,6 +27,7 @@ from recall_script import (
     ANSWER,
     RecallModel,
     folded_hit,
+    newest_result,
     other_session,
     recall_faults,
     secret_line,
@@ -54,14 +55,6 @@ def reviewer(base_url: str, history: ContextfoldHistory) -> Agent[Any, str]:
         return (secret_line if path.endswith("_1.py") else "") + file_text(path)
 
     return built
-
-
-def newest_result(body: dict[str, Any]) -> dict[str, Any] | None:
-    """The request's newest message, when it is a recall tool's result."""
-    last = body["messages"][-1]
-    if last["role"] != "tool" or not last["tool_call_id"].startswith("recall_"):
-        return None
-    return json.loads(last["content"])  # type: ignore[no-any-return]
 
 
 def recalling(model: RecallModel) -> Callable[[Request], Reply]:
