@@ -38,8 +38,9 @@ from contextfold.store.search import CANDIDATES, query_terms, words
 
 SNIPPET_CHARS = 240
 SUMMARY_CHARS = 160
-# What a result's JSON around its items costs at most: kept free of ``max_tokens``.
-_ENVELOPE = 48
+# Tokens an answer's envelope may still grow by once its items are in (a cursor's or a
+# clipped seq's digits): kept free of ``max_tokens`` beside the envelope's own count.
+_SLACK = 8
 # What a message's stored count holds beside its text at most (role, framing).
 _OVERHEAD = 8
 # Messages read at once when a page of a range is filled.
@@ -81,6 +82,8 @@ class Answering:
         self.at = (head.fold_version, head.path)
         self.keep = view.filter
         self._folds: list[Fold] | None = None
+        self.room = max_tokens
+        """What an answer's items may cost: set by each answer from its envelope (``fit``)."""
 
     def view_folds(self, *, include_superseded: bool = False) -> list[Fold]:
         return self.read_folds.get(self.view, self.at, include_superseded)
@@ -88,9 +91,11 @@ class Answering:
     def cost(self, value: Any) -> int:
         return self.counter.text(result_text(value))
 
-    @property
-    def room(self) -> int:
-        return self.max_tokens - _ENVELOPE
+    def fit(self, envelope: Mapping[str, Any]) -> None:
+        """Room for the items of an answer that is ``envelope`` (its items' lists empty):
+        ``max_tokens`` less what the envelope itself costs, counted, not assumed (a
+        query, a fold id and a cursor vary in length)."""
+        self.room = self.max_tokens - self.cost(envelope) - _SLACK
 
     def active_folds(self) -> list[Fold]:
         """The view's folds on this branch, facts first, then in-place ones by start."""
@@ -145,6 +150,7 @@ class Answering:
             )
 
         found = list(self.matching(wanted, fits, limit))
+        self.fit(_searched(query, [], len(found)))
         fold_at = self.covering()
         terms = set(query_terms(query))
         listed: list[dict[str, Any]] = []
@@ -163,12 +169,7 @@ class Answering:
             if used > self.room:
                 break
             listed.append(hit)
-        return {
-            "query": query,
-            "hits": listed,
-            "left_out": len(found) - len(listed),
-            "hint": f"{EXPAND} with start and end around a hit's seq reads it whole",
-        }
+        return _searched(query, listed, len(found) - len(listed))
 
     def matching(
         self, seqs: Sequence[int], fits: Callable[[LoggedMessage], bool], limit: int
@@ -229,21 +230,17 @@ class Answering:
         if cursor is not None and not start <= cursor[1] <= end + 1:
             raise ToolError(f"cursor {args['cursor']!r} is not within {start}-{end}", "cursor")
         page, at = cursor or (1, start)
+        # The same room for every page of the range: the page number and cursor counted
+        # at their widest (no page is numbered past ``end``).
+        self.fit(_expanded(fold, start, end, end, [], [], f"{end}:{end}"))
         if page_given is not None:
             page, at = page_given, self.page_start(start, end, page_given)
         messages, next_at, clipped = self.fill(at, end)
         if not messages and not self.path.within(start, end):
             raise ToolError(f"no message of this conversation is in {start}-{end}", "start")
         done = next_at > end or not self.path.within(next_at, end)
-        return {
-            "fold": None if fold is None else fold.id,
-            "start": start,
-            "end": end,
-            "page": page,
-            "messages": messages,
-            "clipped": clipped,
-            "next_cursor": None if done else f"{page + 1}:{next_at}",
-        }
+        cursor_out = None if done else f"{page + 1}:{next_at}"
+        return _expanded(fold, start, end, page, messages, clipped, cursor_out)
 
     def fold_named(self, fold_id: str) -> Fold:
         """The fold of this view and branch with ``fold_id``, superseded ones included (a
@@ -359,6 +356,7 @@ class Answering:
         used = 0
         next_cursor = None
         folds = self.active_folds()
+        self.fit(_listed([], page, f"{page + 1}:{len(folds)}"))
         for index, fold in enumerate(folds):
             if index < after:
                 continue
@@ -377,12 +375,45 @@ class Answering:
                 next_cursor = f"{page + 1}:{index}"
                 break
             listed.append(item)
-        return {
-            "folds": listed,
-            "page": page,
-            "next_cursor": next_cursor,
-            "hint": f"{EXPAND} with a fold's id reads the messages it replaced",
-        }
+        return _listed(listed, page, next_cursor)
+
+
+def _searched(query: str, hits: list[dict[str, Any]], left_out: int) -> dict[str, Any]:
+    return {
+        "query": query,
+        "hits": hits,
+        "left_out": left_out,
+        "hint": f"{EXPAND} with start and end around a hit's seq reads it whole",
+    }
+
+
+def _expanded(
+    fold: Fold | None,
+    start: int,
+    end: int,
+    page: int,
+    messages: list[dict[str, Any]],
+    clipped: list[int],
+    next_cursor: str | None,
+) -> dict[str, Any]:
+    return {
+        "fold": None if fold is None else fold.id,
+        "start": start,
+        "end": end,
+        "page": page,
+        "messages": messages,
+        "clipped": clipped,
+        "next_cursor": next_cursor,
+    }
+
+
+def _listed(folds: list[dict[str, Any]], page: int, next_cursor: str | None) -> dict[str, Any]:
+    return {
+        "folds": folds,
+        "page": page,
+        "next_cursor": next_cursor,
+        "hint": f"{EXPAND} with a fold's id reads the messages it replaced",
+    }
 
 
 def _entries(messages: Sequence[LoggedMessage]) -> list[Entry]:
