@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -385,10 +386,19 @@ class CountingSearches(RAMStore):
         return super().folds(session_id, view, include_superseded=include_superseded)
 
     def search(
-        self, session_id: str, query: str, *, limit: int = 20, before: int | None = None
+        self,
+        session_id: str,
+        query: str,
+        *,
+        limit: int = 20,
+        before: int | None = None,
+        after: int | None = None,
+        roles: Collection[str] | None = None,
     ) -> list[SearchHit]:
         self.searches += 1
-        return super().search(session_id, query, limit=limit, before=before)
+        return super().search(
+            session_id, query, limit=limit, before=before, after=after, roles=roles
+        )
 
 
 def test_a_turn_searches_once_for_its_user_message_and_keeps_the_block() -> None:

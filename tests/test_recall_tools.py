@@ -23,6 +23,7 @@ from contextfold.core.folds import labelled, unlabelled
 from contextfold.core.messages import Message, for_model, text_of
 from contextfold.core.units import tool_unit_faults
 from contextfold.memory.recall_tools import EXPAND, FOLDS, SEARCH, RecallTools, tool_definitions
+from contextfold.store.search import CANDIDATES
 from contextfold.strategies.masking import ObservationMasking
 from contextfold.strategies.pipeline import Pipeline
 
@@ -196,6 +197,18 @@ def test_search_filters_by_role_and_limit(memory: Memory) -> None:
     several = call(tools, SEARCH, query="walrus", role=["tool", "assistant"])["hits"]
     assert several and {h["role"] for h in several} <= {"tool", "assistant"}
     assert len(call(tools, SEARCH, query="module", limit=2)["hits"]) == 2
+
+
+def test_search_by_role_finds_it_past_the_candidates_of_other_roles(memory: Memory) -> None:
+    session = memory.session("t/a")
+    session.extend(
+        [{"role": "assistant", "content": f"the kestrel nests, note {i}"} for i in range(3)]
+    )
+    session.extend([{"role": "user", "content": "kestrel sighting"}] * (CANDIDATES + 20))
+    tools = RecallTools(session)
+    hits = call(tools, SEARCH, query="kestrel", role="assistant", limit=5)["hits"]
+    assert sorted(h["seq"] for h in hits) == [1, 2, 3]
+    assert {h["role"] for h in call(tools, SEARCH, query="kestrel", limit=5)["hits"]} == {"user"}
 
 
 def test_search_filters_by_time(memory: Memory) -> None:

@@ -17,7 +17,7 @@ branches is one run, and each read is the store's own read.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from contextfold.core.branches import BranchPath
@@ -105,10 +105,19 @@ class BranchLog:
         return None
 
     def search(
-        self, session_id: str, query: str, *, limit: int = 20, before: int | None = None
+        self,
+        session_id: str,
+        query: str,
+        *,
+        limit: int = 20,
+        before: int | None = None,
+        after: int | None = None,
+        roles: Collection[str] | None = None,
     ) -> list[SearchHit]:
         path = self.path()
-        hits = self.store.search(session_id, query, limit=limit, before=before)
+        hits = self.store.search(
+            session_id, query, limit=limit, before=before, after=after, roles=roles
+        )
         return [hit for hit in hits if path.holds(hit.seq)]
 
     # -- the branch's folds -------------------------------------------------

@@ -137,8 +137,13 @@ class Answering:
             raise ToolError("before must be later than after", "before")
         low = 0 if after is None else self.first_seq_at(after) - 1
         high = None if before is None else self.first_seq_at(before)
-        hits = self.store.search(self.session_id, query, limit=CANDIDATES, before=high)
-        wanted = [hit.seq for hit in hits if hit.seq > low and self.path.holds(hit.seq)]
+        # The roles and seq bounds go to the store, so that messages of other roles or
+        # times never take the places of those asked for; the branch and the view's
+        # filter are checked on what comes back.
+        hits = self.store.search(
+            self.session_id, query, limit=CANDIDATES, before=high, after=low, roles=roles
+        )
+        wanted = [hit.seq for hit in hits if self.path.holds(hit.seq)]
 
         def fits(logged: LoggedMessage) -> bool:
             at = logged.created_at

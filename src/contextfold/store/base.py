@@ -67,7 +67,7 @@ Invariants, checked by ``contextfold.testing.store_contract`` against every back
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
@@ -203,9 +203,17 @@ class Store(Protocol):
     def last_of_role(self, session_id: str, role: str) -> LoggedMessage | None: ...
 
     def search(
-        self, session_id: str, query: str, *, limit: int = 20, before: int | None = None
+        self,
+        session_id: str,
+        query: str,
+        *,
+        limit: int = 20,
+        before: int | None = None,
+        after: int | None = None,
+        roles: Collection[str] | None = None,
     ) -> list[SearchHit]:
-        """The logged messages (``seq < before`` when given) best matching ``query``, best first.
+        """The logged messages best matching ``query``, best first: those with ``after < seq
+        < before`` (each bound when given) whose role is one of ``roles`` (any when None).
 
         ``query`` is plain text, never engine syntax: its words (letters and
         digits, stopwords dropped) are matched, any of them, against each
@@ -217,9 +225,11 @@ class Store(Protocol):
         hold them (ties by the word), for as long as those messages add up to at
         most ``search.CANDIDATES``, and always the rarest one; when even that
         one is in more than ``CANDIDATES`` messages, only the newest
-        ``CANDIDATES`` of them (``seq < before``) are ranked. The counts are of
-        the whole log of the session, never of another. Ties in score rank the
-        newer message first.
+        ``CANDIDATES`` of them are ranked. The bounds and roles are applied
+        before that cut (the newest ``CANDIDATES`` are those in bounds and of the
+        roles asked for): messages a filter leaves out never crowd out those
+        it keeps. The counts are of the whole log of the session, never of another.
+        Ties in score rank the newer message first.
         """
         ...
 

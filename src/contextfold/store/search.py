@@ -27,12 +27,12 @@ import json
 import re
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from contextfold.core.checks import check_limit
 from contextfold.core.errors import InvalidInput, StoreError
-from contextfold.core.messages import text_of
+from contextfold.core.messages import ROLES, text_of
 from contextfold.store.base import SearchHit
 
 # Letters and digits of any script; underscores and marks of punctuation separate words.
@@ -163,11 +163,13 @@ def index_rowid(number: int, seq: int) -> int:
     return (number << SEQ_BITS) + seq
 
 
-def rowid_range(number: int, before: int | None) -> tuple[int, int]:
-    """The rowids (both bounds excluded) of the session's messages with ``seq < before``."""
-    low = number << SEQ_BITS
+def rowid_range(number: int, before: int | None, after: int | None = None) -> tuple[int, int]:
+    """The rowids (both bounds excluded) of the session's messages with ``after < seq <
+    before``."""
+    base = number << SEQ_BITS
     top = 1 << SEQ_BITS
-    return low, low + (top if before is None else max(0, min(before, top)))
+    low = base if after is None else base + max(0, min(after, top))
+    return low, base + (top if before is None else max(0, min(before, top)))
 
 
 def tsquery(terms: Iterable[str]) -> str:
@@ -175,15 +177,47 @@ def tsquery(terms: Iterable[str]) -> str:
     return " | ".join(f"'{t}'" for t in terms)
 
 
-def search_terms(query: str, limit: int, before: int | None) -> list[str]:
-    """The query's terms (``query_terms``), once its arguments are checked: every store
-    refuses what no backend could honour the same way."""
+class Scope(NamedTuple):
+    """What a search looks for: the query's terms (``query_terms``) in the messages with
+    ``after < seq < before`` (None: no bound) whose role is one of ``roles`` (None: any)."""
+
+    terms: list[str]
+    before: int | None = None
+    after: int | None = None
+    roles: list[str] | None = None
+
+
+def search_scope(
+    query: str,
+    limit: int,
+    before: int | None,
+    after: int | None = None,
+    roles: Collection[str] | None = None,
+) -> Scope:
+    """What a search looks for, once its arguments are checked: every store refuses what
+    no backend could honour the same way."""
     if not isinstance(query, str):
         raise InvalidInput(f"query must be a string, not {type(query).__name__}", field="query")
     check_limit(limit)
-    if before is not None and type(before) is not int:
-        raise InvalidInput(f"before must be an integer seq, not {before!r}", field="before")
-    return query_terms(query)
+    for name, bound in (("before", before), ("after", after)):
+        if bound is not None and type(bound) is not int:
+            raise InvalidInput(f"{name} must be an integer seq, not {bound!r}", field=name)
+    return Scope(query_terms(query), before, after, None if roles is None else role_list(roles))
+
+
+def role_list(roles: Collection[str]) -> list[str]:
+    """``roles`` checked (a collection of message roles, not one string), sorted."""
+    if isinstance(roles, str | bytes) or not isinstance(roles, Collection) or not roles:
+        raise InvalidInput(
+            f"roles must be a non-empty list of message roles, not {roles!r}", field="roles"
+        )
+    unknown = sorted(repr(r) for r in roles if not isinstance(r, str) or r not in ROLES)
+    if unknown:
+        raise InvalidInput(
+            f"unknown role {unknown[0]} (expected some of {', '.join(sorted(ROLES))})",
+            field="roles",
+        )
+    return sorted(set(roles))
 
 
 _INT64 = 2**63 - 1
@@ -200,30 +234,70 @@ TOKENIZER = "tokenize = 'unicode61 remove_diacritics 0'"
 # bm25() is lower for a better match; the score handed out is its negation.
 FTS5_TABLE_SQL = f"CREATE VIRTUAL TABLE message_text USING fts5(text, {TOKENIZER})"
 FTS5_INSERT_SQL = "INSERT INTO message_text (rowid, text) VALUES (?, ?)"
-FTS5_SEARCH_SQL = (
-    "SELECT rowid, -bm25(message_text) AS score FROM message_text WHERE message_text MATCH ? "
-    "AND rowid > ? AND rowid < ? ORDER BY bm25(message_text), rowid DESC LIMIT ?"
-)
-# The rowid of the oldest of the newest ``CANDIDATES`` matches: read in rowid order, so
-# without ranking any.
-FTS5_FLOOR_SQL = (
-    "SELECT rowid FROM message_text WHERE message_text MATCH ? AND rowid > ? AND rowid < ? "
-    "ORDER BY rowid DESC LIMIT 1 OFFSET ?"
-)
+_FTS5_MATCH = "WHERE message_text MATCH :match AND t.rowid > :low AND t.rowid < :high"
+# With a role filter, each match is joined to its role (``RoleJoin``) before it is ranked
+# or counted: the newest ``CANDIDATES`` are those of the roles asked for.
+_FTS5_ROLE = "AND r.role IN (SELECT value FROM json_each(:roles))"
+
+
+def fts5_statements(role_join: str | None) -> tuple[str, str]:
+    """The ranking statement, and the one reading the rowid of the oldest of the newest
+    ``CANDIDATES`` matches (in rowid order, so without ranking any); joined to the
+    matches' roles by ``role_join`` when given."""
+    source = f"FROM message_text AS t {_FTS5_MATCH}"
+    if role_join is not None:
+        source = f"FROM message_text AS t {role_join} {_FTS5_MATCH} {_FTS5_ROLE}"
+    return (
+        f"SELECT t.rowid, -bm25(message_text) {source} "
+        "ORDER BY bm25(message_text), t.rowid DESC LIMIT :limit",
+        f"SELECT t.rowid {source} ORDER BY t.rowid DESC LIMIT 1 OFFSET :skip",
+    )
+
+
+_ANY_ROLE = fts5_statements(None)
 
 
 def fts5_search(
-    conn: sqlite3.Connection, number: int, searched: Searched, limit: int, before: int | None
+    conn: sqlite3.Connection,
+    number: int,
+    searched: Searched,
+    limit: int,
+    scope: Scope,
+    role_join: RoleJoin,
 ) -> list[SearchHit]:
     """The session's best matches of what ``searched_terms`` picked, in an FTS5 index."""
-    low, high = rowid_range(number, before)
-    match = fts5_query(session_tag(number), searched.terms)
-    floor = low
+    base = rowid_range(number, None)[0]
+    low, high = rowid_range(number, scope.before, scope.after)
+    search_sql, floor_sql = _ANY_ROLE if scope.roles is None else fts5_statements(role_join.sql)
+    params: dict[str, Any] = {
+        "match": fts5_query(session_tag(number), searched.terms),
+        "low": low,
+        "high": high,
+        "limit": limit,
+        "skip": CANDIDATES - 1,
+        "roles": json.dumps(scope.roles),
+        "base": base,
+        **role_join.params,
+    }
     if searched.newest_only:
-        row = conn.execute(FTS5_FLOOR_SQL, (match, low, high, CANDIDATES - 1)).fetchone()
-        floor = low if row is None else int(row[0]) - 1
-    found = conn.execute(FTS5_SEARCH_SQL, (match, floor, high, limit))
-    return [SearchHit(int(rowid) - low, float(score)) for rowid, score in found]
+        row = conn.execute(floor_sql, params).fetchone()
+        params["low"] = low if row is None else max(low, int(row[0]) - 1)
+    found = conn.execute(search_sql, params)
+    return [SearchHit(int(rowid) - base, float(score)) for rowid, score in found]
+
+
+class RoleJoin(NamedTuple):
+    """How an FTS5 index's matches (``t``) meet their messages' roles (``r.role``): a
+    ``CROSS JOIN`` (so the index is read first, and each match looks its role up by
+    key), and its parameters beside ``:base``, the session's first rowid."""
+
+    sql: str
+    params: Mapping[str, Any]
+
+
+# The RAM index's roles, by the rowid of each message's words.
+_ROLES_TABLE_SQL = "CREATE TABLE message_role (rowid INTEGER PRIMARY KEY, role TEXT NOT NULL)"
+_MEMORY_ROLES = RoleJoin("CROSS JOIN message_role AS r ON r.rowid = t.rowid", {})
 
 
 class MemoryIndex:
@@ -236,6 +310,7 @@ class MemoryIndex:
     def __init__(self) -> None:
         self._conn = sqlite3.connect(":memory:", check_same_thread=False)
         self._conn.execute(FTS5_TABLE_SQL)
+        self._conn.execute(_ROLES_TABLE_SQL)
         self._numbers: dict[str, int] = {}
         self._counts: dict[str, Counter[str]] = {}
         self._sessions = 0
@@ -245,11 +320,16 @@ class MemoryIndex:
         if number is None:
             self._sessions += 1
             number = self._numbers[session_id] = self._sessions
-        texts = [(seq, index_text(message)) for seq, message in entries]
+        logged = list(entries)
+        texts = [(seq, index_text(message)) for seq, message in logged]
         tag = session_tag(number)
         self._conn.executemany(
             FTS5_INSERT_SQL,
             [(index_rowid(number, seq), tagged(tag, text)) for seq, text in texts],
+        )
+        self._conn.executemany(
+            "INSERT INTO message_role VALUES (?, ?)",
+            [(index_rowid(number, seq), message.get("role")) for seq, message in logged],
         )
         self._counts.setdefault(session_id, Counter()).update(
             term_counts(text for _, text in texts)
@@ -260,14 +340,13 @@ class MemoryIndex:
         self._counts.pop(session_id, None)
         if number is not None:
             low, high = rowid_range(number, None)
-            sql = "DELETE FROM message_text WHERE rowid > ? AND rowid < ?"
-            self._conn.execute(sql, (low, high))
+            for table in ("message_text", "message_role"):
+                sql = f"DELETE FROM {table} WHERE rowid > ? AND rowid < ?"
+                self._conn.execute(sql, (low, high))
 
-    def search(
-        self, session_id: str, terms: list[str], limit: int, before: int | None
-    ) -> list[SearchHit]:
+    def search(self, session_id: str, scope: Scope, limit: int) -> list[SearchHit]:
         number = self._numbers.get(session_id)
-        searched = searched_terms(terms, self._counts.get(session_id, {}))
+        searched = searched_terms(scope.terms, self._counts.get(session_id, {}))
         if number is None or not searched.terms:
             return []
-        return fts5_search(self._conn, number, searched, limit, before)
+        return fts5_search(self._conn, number, searched, limit, scope, _MEMORY_ROLES)

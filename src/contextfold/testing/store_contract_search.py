@@ -68,6 +68,36 @@ class SearchContract:
         assert sorted(_seqs(store, "apple pie", limit=many, before=many)) == list(range(5, many))
         assert _seqs(store, "apple", limit=2, before=3) == [2, 1]
 
+    def test_search_by_role_ranks_the_newest_of_that_role(self, store: Store) -> None:
+        many = CANDIDATES + 5
+        store.create_session("s", encoding="o200k_base")
+        said = [_said("apple crumble", "assistant") for _ in range(3)]
+        said += [_said("apple pie") for _ in range(many)]
+        said += [_said("apple tart", "assistant"), _said("apple juice", "system")]
+        store.append("s", said)
+        last = many + 5
+        assert sorted(_seqs(store, "apple", limit=10, roles=["assistant"])) == [1, 2, 3, last - 1]
+        assert _seqs(store, "apple crumble", roles={"assistant"}, limit=1) == [3]
+        found = _seqs(store, "apple", limit=many, roles=("user", "system"))
+        assert sorted(found) == [*range(many - CANDIDATES + 5, many + 4), last]
+        assert _seqs(store, "apple", roles=["tool"]) == []
+        assert _seqs(store, "apple", roles=["assistant"], before=last - 1) == [3, 2, 1]
+        assert _seqs(store, "apple", roles=["assistant"], after=2, before=last - 1) == [3]
+
+    def test_search_after_a_seq_ranks_the_newest_after_it(self, store: Store) -> None:
+        many = CANDIDATES + 5
+        _log(store, ["apple pie"] * many)
+        assert sorted(_seqs(store, "apple", limit=many, after=many - 3)) == [
+            many - 2,
+            many - 1,
+            many,
+        ]
+        assert _seqs(store, "apple", after=3, before=6) == [5, 4]
+        assert _seqs(store, "apple", after=many) == []
+        assert _seqs(store, "apple", after=5, before=5) == []
+        assert len(_seqs(store, "apple", limit=many, after=-(10**30))) == CANDIDATES
+        assert _seqs(store, "apple", after=10**30) == []
+
     def test_search_finds_tool_calls_and_content_parts(self, store: Store) -> None:
         store.create_session("s", encoding="o200k_base")
         function = {"name": "grep_repo", "arguments": '{"pattern": "frobnicate"}'}
@@ -168,6 +198,13 @@ class SearchContract:
             ({"limit": 2.0}, "limit"),
             ({"before": "5"}, "before"),
             ({"before": 1.5}, "before"),
+            ({"after": "5"}, "after"),
+            ({"after": True}, "after"),
+            ({"roles": "user"}, "roles"),
+            ({"roles": []}, "roles"),
+            ({"roles": ["wizard"]}, "roles"),
+            ({"roles": [None]}, "roles"),
+            ({"roles": 3}, "roles"),
         ],
     )
     def test_search_refuses_bad_arguments(

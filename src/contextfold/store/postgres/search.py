@@ -15,6 +15,7 @@ from contextfold.store.postgres import sql as q
 from contextfold.store.postgres.pool import not_found
 from contextfold.store.search import (
     CANDIDATES,
+    Scope,
     searched_terms,
     seq_bound,
     session_tag,
@@ -24,22 +25,22 @@ from contextfold.store.search import (
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 
 
-def ranked(
-    cur: Cursor, session_id: str, terms: list[str], limit: int, before: int | None
-) -> list[SearchHit]:
-    """The hits of ``terms`` (already checked) in the session's log, best first."""
-    counts = cur.execute(q.TERM_COUNTS_SQL, {"session": session_id, "terms": terms})
+def ranked(cur: Cursor, session_id: str, scope: Scope, limit: int) -> list[SearchHit]:
+    """The hits of ``scope`` (already checked) in the session's log, best first."""
+    counts = cur.execute(q.TERM_COUNTS_SQL, {"session": session_id, "terms": scope.terms})
     held = counts.fetchall()
     if not held:
         raise not_found(session_id)
-    searched = searched_terms(terms, {t: n for _, t, n in held if t is not None})
+    searched = searched_terms(scope.terms, {t: n for _, t, n in held if t is not None})
     if not searched.terms:
         return []
     tag = session_tag(held[0][0])
     params = {
         "query": tsquery(tag + term for term in searched.terms),
         "session": session_id,
-        "before": seq_bound(before),
+        "before": seq_bound(scope.before),
+        "after": -seq_bound(None) if scope.after is None else seq_bound(scope.after),
+        "roles": scope.roles,
         "limit": limit,
         "skip": CANDIDATES - 1,
         "floor": 0,

@@ -88,18 +88,21 @@ TERM_COUNTS_SQL = (
     "LEFT JOIN search_terms AS t ON t.session_id = s.id AND t.term = ANY(%(terms)s) "
     "WHERE s.id = %(session)s"
 )
+# A search's role filter: none when no roles are asked for (a null array).
+_ROLES = "AND (%(roles)s::text[] IS NULL OR role = ANY(%(roles)s::text[]))"
 SEARCH_SQL = (
     "SELECT seq, ts_rank(words, query) AS score "
     "FROM messages, to_tsquery('simple', %(query)s) AS query "
     "WHERE session_id = %(session)s AND seq < %(before)s AND seq >= %(floor)s "
-    "AND words @@ query ORDER BY score DESC, seq DESC LIMIT %(limit)s"
+    f"AND seq > %(after)s {_ROLES} AND words @@ query ORDER BY score DESC, seq DESC "
+    "LIMIT %(limit)s"
 )
 # The seq of the oldest of the newest ``search.CANDIDATES`` matches, when only those
 # are ranked.
 FLOOR_SQL = (
     "SELECT seq FROM messages, to_tsquery('simple', %(query)s) AS query "
-    "WHERE session_id = %(session)s AND seq < %(before)s AND words @@ query "
-    "ORDER BY seq DESC OFFSET %(skip)s LIMIT 1"
+    "WHERE session_id = %(session)s AND seq < %(before)s AND seq > %(after)s "
+    f"{_ROLES} AND words @@ query ORDER BY seq DESC OFFSET %(skip)s LIMIT 1"
 )
 MESSAGES_FROM_SQL = (
     f"SELECT {COLUMNS} FROM messages WHERE session_id = %s AND seq >= %s ORDER BY seq"

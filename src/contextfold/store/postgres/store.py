@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from contextfold.core.extras import needs_extra
@@ -77,7 +77,7 @@ from contextfold.store.postgres.search import ranked
 from contextfold.store.postgres.views import write_view
 from contextfold.store.postgres.wake import PostgresWake, channel_for
 from contextfold.store.search import (
-    search_terms,
+    search_scope,
 )
 from contextfold.store.tree import check_on_branch, check_seq, head_of, spans_near
 
@@ -249,11 +249,18 @@ class PostgresStore(PostgresKeys, PostgresLeases):
         return None if row is None else rows.logged(session_id, row)
 
     def search(
-        self, session_id: str, query: str, *, limit: int = 20, before: int | None = None
+        self,
+        session_id: str,
+        query: str,
+        *,
+        limit: int = 20,
+        before: int | None = None,
+        after: int | None = None,
+        roles: Collection[str] | None = None,
     ) -> list[SearchHit]:
-        terms = search_terms(query, limit, before)
+        scope = search_scope(query, limit, before, after, roles)
         with self._db.read() as cur:
-            return ranked(cur, session_id, terms, limit, before)
+            return ranked(cur, session_id, scope, limit)
 
     def keyed(self, session_id: str, keys: Sequence[str]) -> dict[str, LoggedMessage]:
         wanted = sorted(set(keys))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -34,7 +34,7 @@ from contextfold.store.ram.folds import fold_copy, fold_id_of, readable
 from contextfold.store.ram.keys import KeyRing
 from contextfold.store.ram.log import calls_of, tail_of
 from contextfold.store.ram.views import ViewShelf
-from contextfold.store.search import MemoryIndex, search_terms
+from contextfold.store.search import MemoryIndex, search_scope
 from contextfold.store.tree import check_on_branch, check_seq, missing, on_branch, run_start
 
 
@@ -244,14 +244,21 @@ class RAMStore(ViewShelf, KeyRing):
         return None if found is None else copied(found)
 
     def search(
-        self, session_id: str, query: str, *, limit: int = 20, before: int | None = None
+        self,
+        session_id: str,
+        query: str,
+        *,
+        limit: int = 20,
+        before: int | None = None,
+        after: int | None = None,
+        roles: Collection[str] | None = None,
     ) -> list[SearchHit]:
-        terms = search_terms(query, limit, before)
+        scope = search_scope(query, limit, before, after, roles)
         self.get_session(session_id)
-        if not terms:
+        if not scope.terms:
             return []
         with self._lock:
-            return self._index.search(session_id, terms, limit, before)
+            return self._index.search(session_id, scope, limit)
 
     def keyed(self, session_id: str, keys: Sequence[str]) -> dict[str, LoggedMessage]:
         self.get_session(session_id)

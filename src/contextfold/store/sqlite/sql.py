@@ -195,6 +195,10 @@ BRANCHES_SQL = (
     "WINDOW w AS (PARTITION BY session_id ORDER BY seq))) AS t "
     "WHERE messages.session_id = t.session_id AND messages.seq = t.seq",
 )
+# A search hit's message, for its role (``search.RoleJoin``): looked up by key, match by match.
+SEARCH_ROLE_JOIN_SQL = (
+    "CROSS JOIN messages AS r ON r.session_id = :session AND r.seq = t.rowid - :base"
+)
 # The session's search number and its counts of the query's words; no row: no session.
 TERM_COUNTS_SQL = (
     "SELECT s.search_number, t.term, t.messages FROM sessions AS s "

@@ -17,7 +17,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -46,8 +46,9 @@ from contextfold.store.checks import (
     view_config_json,
 )
 from contextfold.store.search import (
+    RoleJoin,
     fts5_search,
-    search_terms,
+    search_scope,
     searched_terms,
 )
 from contextfold.store.sqlite import admin as admin
@@ -225,21 +226,29 @@ class SQLiteStore:
         return None if row is None else rows.logged(session_id, row)
 
     def search(
-        self, session_id: str, query: str, *, limit: int = 20, before: int | None = None
+        self,
+        session_id: str,
+        query: str,
+        *,
+        limit: int = 20,
+        before: int | None = None,
+        after: int | None = None,
+        roles: Collection[str] | None = None,
     ) -> list[SearchHit]:
-        terms = search_terms(query, limit, before)
+        scope = search_scope(query, limit, before, after, roles)
         with self._read() as conn:
-            if not terms:
+            if not scope.terms:
                 self._require(conn, session_id)
                 return []
-            held = {"session": session_id, "terms": json.dumps(terms)}
+            held = {"session": session_id, "terms": json.dumps(scope.terms)}
             counts = conn.execute(q.TERM_COUNTS_SQL, held).fetchall()
             if not counts:
                 raise not_found(session_id)
-            searched = searched_terms(terms, {t: n for _, t, n in counts if t is not None})
+            searched = searched_terms(scope.terms, {t: n for _, t, n in counts if t is not None})
             if not searched.terms:
                 return []
-            return fts5_search(conn, counts[0][0], searched, limit, before)
+            joined = RoleJoin(q.SEARCH_ROLE_JOIN_SQL, {"session": session_id})
+            return fts5_search(conn, counts[0][0], searched, limit, scope, joined)
 
     def keyed(self, session_id: str, keys: Sequence[str]) -> dict[str, LoggedMessage]:
         wanted = json.dumps(sorted(set(keys)))
