@@ -18,6 +18,17 @@ turns ``REPEATS`` times on fresh sessions and pools them, so p99 is not just
 the slowest of 50.
 ``folds_per_append`` counts background commits over the turns, and
 ``prompts_over_budget`` checks every prompt against the budget.
+
+Beside them, in the same run and on the same turn stream, the libraries
+``bench/peers.py`` drives (``bench/_peers_drivers.py``, its scripted instant
+summarizer, contextfold's counter) take the same 50 turns after the same
+history: ``peer_<name>_median_ms``, ``_p99_ms`` and ``_turns``. A peer whose
+turns have taken ``SLOW_PEER`` times what the fastest peer's whole replay
+took stops there (``_turns`` says after how many; ``trim_messages`` counts the
+whole history every turn). ``fastest_peer`` is the one with the lowest median,
+and ``<where>_on_vs_fastest_peer_p50`` / ``_p99`` are contextfold's ``on`` row
+over it. Without the ``peers`` extra these rows are left out, and the run
+says so.
 """
 
 from __future__ import annotations
@@ -25,17 +36,20 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 from _common import conversations, parse_args, report
+from peers import build, missing_peers, slug
 
-from contextfold import Event, Memory, ProcessRunner, ThreadRunner
+from contextfold import Event, Memory, ProcessRunner, ThreadRunner, get_counter
 
 BUDGET = 8000
 LOGGED = 10_000
 TURNS = 50
 REPEATS = 3
+SLOW_PEER = 10
 
 
 def stream(total: int) -> list[dict[str, Any]]:
@@ -107,6 +121,49 @@ def pooled(
     }
 
 
+def peer_rows(messages: list[dict[str, Any]], repeats: int) -> dict[str, dict[str, float]]:
+    """Each peer's turn times on the turns ``run`` replays, after the same history; {} when
+    the ``peers`` extra is not installed."""
+    if missing_peers():
+        print(f"peer rows skipped: {', '.join(missing_peers())} not installed")
+        return {}
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module="langmem")
+    from _peers_drivers import DRIVERS, Contextfold
+
+    system, body = messages[0]["content"], messages[1:]
+    head, tail = body[: len(body) - TURNS], body[len(body) - TURNS :]
+    counter = get_counter()
+    out: dict[str, dict[str, float]] = {}
+    fastest_replay_s = float("inf")
+    for driver_type in DRIVERS:
+        if issubclass(driver_type, Contextfold):
+            continue
+        times: list[float] = []
+        for _ in range(repeats):
+            if sum(times) > SLOW_PEER * fastest_replay_s:
+                break
+            driver = build(driver_type, counter, system, BUDGET, background=True)
+            try:
+                driver.prefill(head)
+                driver.prompt()
+                for message in tail:
+                    began = time.perf_counter()
+                    driver.append(message)
+                    driver.prompt()
+                    times.append(time.perf_counter() - began)
+                    if sum(times) > SLOW_PEER * fastest_replay_s:
+                        break
+            finally:
+                driver.close()
+        fastest_replay_s = min(fastest_replay_s, statistics.median(times) * TURNS * repeats)
+        out[driver_type.name] = {
+            "median_ms": 1000 * statistics.median(times),
+            "p99_ms": 1000 * percentile(times, 0.99),
+            "turns": len(times),
+        }
+    return out
+
+
 def main() -> None:
     args = parse_args(__doc__ or "")
     messages = stream(2_000 if args.quick else LOGGED)
@@ -123,6 +180,17 @@ def main() -> None:
             figures[f"{where}_process_ratio"] = round(
                 figures[f"{where}_process_median_ms"] / idle, 3
             )
+    peers = peer_rows(messages, figures["repeats"])
+    for name, row in peers.items():
+        for key, value in row.items():
+            figures[f"peer_{slug(name)}_{key}"] = round(value, 4)
+    if peers:
+        fastest = min(peers, key=lambda name: peers[name]["median_ms"])
+        figures["fastest_peer"] = fastest
+        for where in ("ram", "sqlite"):
+            for stat, key in (("p50", "median_ms"), ("p99", "p99_ms")):
+                ratio = figures[f"{where}_on_{key}"] / peers[fastest][key]
+                figures[f"{where}_on_vs_fastest_peer_{stat}"] = round(ratio, 3)
     report(figures, args.json)
 
 

@@ -76,14 +76,21 @@ def test_a_sound_fold_is_checked_once(db: str, monkeypatch: pytest.MonkeyPatch) 
     assert len(checked) == first
 
 
-def test_a_fold_edited_after_it_was_checked_is_checked_again(db: str) -> None:
+def test_a_fold_is_read_once_and_an_edit_behind_the_store_is_found_by_a_new_reader(
+    db: str,
+) -> None:
+    """A committed fold never changes: the process that read it keeps its copy, sound
+    when read, and another process (a new Memory) reads the edited row and quarantines it."""
     memory = Memory(db)
     view = memory.session(SESSION).view(VIEW)
-    view.render()
+    first = view.render()
     fold_id = _edit_biggest(db, tokens_after=2)
-    view.session.append({"role": "user", "content": "and now?"})
-    view.compact()
-    assert fold_id in [q.fold_id for q in memory.store.quarantined(SESSION, VIEW)]
+    view.binding.prompts = type(view.binding.prompts)()
+    assert view.render() == first
+    assert memory.store.quarantined(SESSION, VIEW) == []
+    other = Memory(db)
+    other.session(SESSION).view(VIEW).render()
+    assert fold_id in [q.fold_id for q in other.store.quarantined(SESSION, VIEW)]
 
 
 def test_history_never_reads_the_folds(db: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -381,9 +381,16 @@ class CountingSearches(RAMStore):
         self.searches = 0
         self.fold_reads = 0
 
-    def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:
+    def folds(
+        self,
+        session_id: str,
+        view: str,
+        *,
+        include_superseded: bool = False,
+        known: Mapping[str, Fold] | None = None,
+    ) -> list[Fold]:
         self.fold_reads += 1
-        return super().folds(session_id, view, include_superseded=include_superseded)
+        return super().folds(session_id, view, include_superseded=include_superseded, known=known)
 
     def search(
         self,
@@ -414,7 +421,11 @@ def test_a_turn_searches_once_for_its_user_message_and_keeps_the_block() -> None
     grown = view.render_report()
     assert grown.recalled == first.recalled and store.searches == 1
     assert grown.messages[:-1] == first.messages
-    view.binding.prompts = PromptCache()  # emptied (a fold landed, say): the same question
+    folded(chat, "v", 31, 50)  # a fold lands: the block still fits and is kept, unsearched
+    landed = view.render_report()
+    assert landed.recalled == first.recalled and store.searches == 1
+    assert landed.messages != grown.messages and not set(landed.recalled) & set(landed.shown)
+    view.binding.prompts = PromptCache()  # emptied: the same question searches again
     again = view.render_report()
     assert again.recalled == first.recalled and store.searches == 2
     reads = store.fold_reads

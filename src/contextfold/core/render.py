@@ -24,7 +24,7 @@ from contextfold.core.clip import changed_seqs, clip_messages, clip_unit
 from contextfold.core.entries import Entry
 from contextfold.core.errors import BudgetError
 from contextfold.core.folds import Fold
-from contextfold.core.log import LoggedMessage
+from contextfold.core.log import LoggedMessage, json_copy
 from contextfold.core.messages import Message, for_model
 from contextfold.core.provider_items import for_prompt
 from contextfold.core.tokens import REPLY_PRIMING, TokenCounter
@@ -134,7 +134,7 @@ def _fit_facts(
     when they do not fit beside them; and whether they were clipped."""
     if facts is None:
         return [], 0, False
-    msgs = [for_model(m) for m in facts.messages]
+    msgs = [json_copy(for_model(m)) for m in facts.messages]
     if room is None or facts.tokens_after <= room - 2 * marker_tokens:
         return msgs, facts.tokens_after, False
     fitted = clip_messages(msgs, room - 2 * marker_tokens, counter) or ([], 0)
@@ -262,8 +262,9 @@ def _take_last(
 
 
 def _shown(entry: Entry, message: Message) -> Message:
-    """A message as the prompt holds it: a fold's keeps the items its provider made."""
-    return for_model(message) if entry.fold is None else for_prompt(message)
+    """A message as the prompt holds it: a fold's keeps the items its provider made, and
+    is a copy (a reader keeps the fold itself and renders it again)."""
+    return for_model(message) if entry.fold is None else json_copy(for_prompt(message))
 
 
 def _pin_latest_user(taken: _Taken, cut: bool, first_seq: int) -> tuple[int, list[Message], int]:

@@ -122,9 +122,18 @@ class BranchLog:
 
     # -- the branch's folds -------------------------------------------------
 
-    def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:
+    def folds(
+        self,
+        session_id: str,
+        view: str,
+        *,
+        include_superseded: bool = False,
+        known: Mapping[str, Fold] | None = None,
+    ) -> list[Fold]:
         path = self.path()
-        found = self.store.folds(session_id, view, include_superseded=include_superseded)
+        found = self.store.folds(
+            session_id, view, include_superseded=include_superseded, known=known
+        )
         return [fold for fold in found if path.holds(fold.end)]
 
     def commit_folds(

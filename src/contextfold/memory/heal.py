@@ -8,10 +8,13 @@ version, so caches and jobs planned over the damaged set notice, and the next
 compaction folds the range again.
 
 A fold is checked against ``contextfold.core.fold_checks`` when this process
-first reads it, and again only if it reads differently later (an edit in the
-file); the checks of the set (overlaps, facts) are cheap and run on every
-fresh read. Appends never make a sound fold unsound: seqs are never reused,
-and the log only grows.
+first reads it (or, for a fold it commits itself, right after the commit, off
+the turn), and its data is read from the store only then: a committed fold
+never changes, so later reads name it as known and get this process's copy
+back (``Store.folds(known=)``). An edit of a fold's row behind the store's back
+is therefore found by a process that has not read that fold yet. The checks of
+the set (overlaps, facts) are cheap and run on every fresh read. Appends never
+make a sound fold unsound: seqs are never reused, and the log only grows.
 """
 
 from __future__ import annotations
@@ -28,20 +31,42 @@ from contextfold.store.base import Head, Store
 
 
 class Checked:
-    """Folds this process found sound, as they read then; shared by a view's handles."""
+    """Folds this process found sound, by id, as they read then; shared by a view's handles.
+
+    A fold vouched for after a read began (committed here meanwhile) outlives that
+    read's ``keep``, which did not see it.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sound: dict[str, Fold] = {}
+        self._vouched: dict[str, int] = {}
+        self._ticket = 0
 
     def known(self, fold: Fold) -> bool:
         with self._lock:
             return self._sound.get(fold.id) == fold
 
-    def keep(self, folds: list[Fold]) -> None:
-        """Remember ``folds`` as sound, and forget folds no longer active."""
+    def sound(self) -> tuple[int, dict[str, Fold]]:
+        """Where a read begins, and the folds it need not read again."""
         with self._lock:
-            self._sound = {f.id: f for f in folds}
+            return self._ticket, dict(self._sound)
+
+    def vouch(self, folds: list[Fold]) -> None:
+        """Remember folds this process committed and checked as sound."""
+        with self._lock:
+            self._ticket += 1
+            for fold in folds:
+                self._sound[fold.id] = fold
+                self._vouched[fold.id] = self._ticket
+
+    def keep(self, folds: list[Fold], read_at: int) -> None:
+        """Remember ``folds`` as sound, and forget folds no longer active (but not those
+        vouched for since the read began at ``read_at``)."""
+        with self._lock:
+            later = {i: t for i, t in self._vouched.items() if t > read_at and i in self._sound}
+            self._sound = {f.id: f for f in folds} | {i: self._sound[i] for i in later}
+            self._vouched = later
 
 
 def sound_folds(
@@ -84,14 +109,20 @@ def sound_folds(
         emit(event, callbacks)
 
     while True:
+        read_at, known = checked.sound()
         head = store.head(session_id, view)
         try:
-            folds = store.folds(session_id, view, include_superseded=include_superseded)
+            folds = store.folds(
+                session_id, view, include_superseded=include_superseded, known=known
+            )
         except DamagedFold as exc:
             quarantine(exc.fold_id, exc.reason, None)
             continue
         active = [f for f in folds if f.superseded_by is None]
-        faults = _faults(active, head.last_seq, system, counter, checked, store, session_id)
+        fresh = [f for f in active if not checked.known(f)]
+        faults = fold_faults(fresh, head.last_seq, system, counter, store, session_id)
+        faults.update(set_faults([f for f in active if f.id not in faults]))
+        checked.keep([f for f in active if f.id not in faults], read_at)
         if not faults:
             return head, folds
         by_id = {f.id: f for f in active}
@@ -99,17 +130,16 @@ def sound_folds(
             quarantine(fold_id, reason, by_id[fold_id])
 
 
-def _faults(
-    active: list[Fold],
+def fold_faults(
+    fresh: list[Fold],
     last_seq: int,
     system: int,
     counter: TokenCounter,
-    checked: Checked,
     store: Store,
     session_id: str,
 ) -> dict[str, str]:
+    """Why each of ``fresh`` cannot render, by id: its own checks and its place in the log."""
     faults: dict[str, str] = {}
-    fresh = [f for f in active if not checked.known(f)]
     latest = store.last_of_role(session_id, "user") if fresh else None
     edges = _edges(store, session_id, fresh, last_seq)
     for fold in fresh:
@@ -123,8 +153,6 @@ def _faults(
         )
         if reason is not None:
             faults[fold.id] = reason
-    faults.update(set_faults([f for f in active if f.id not in faults]))
-    checked.keep([f for f in active if f.id not in faults])
     return faults
 
 

@@ -10,24 +10,29 @@ costs what the view shows, not what the log holds.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from contextfold.core.entries import Entry, entries_of
 from contextfold.core.events import EventCallback
 from contextfold.core.folds import Fold, active_facts, active_in_place
-from contextfold.core.log import LoggedMessage
+from contextfold.core.log import LoggedMessage, json_copy
 from contextfold.core.tokens import TokenCounter
 from contextfold.core.units import whole_units
 from contextfold.memory.cache import StateCache
 from contextfold.memory.filters import MessageFilter
-from contextfold.memory.heal import Checked, sound_folds
+from contextfold.memory.heal import Checked, fold_faults, sound_folds
 from contextfold.store.base import Head, Store
 from contextfold.strategies.base import ViewState
 
 PAGE = 256
 """Messages read at once when the log is read backwards."""
 _SYSTEM_PAGE = 8
+
+
+def fold_copy(fold: Fold) -> Fold:
+    """The fold as a store hands it out: through its JSON form, sharing nothing mutable."""
+    return Fold.from_dict(json_copy(fold.to_dict()))
 
 
 def system_end(system: list[LoggedMessage]) -> int:
@@ -97,6 +102,16 @@ class ViewReader:
             callbacks=self.callbacks,
             include_superseded=include_superseded,
         )
+
+    def vouch(self, committed: Sequence[Fold]) -> None:
+        """Check the folds this process just committed, as the store hands them out, and
+        keep the sound ones: the next fresh read then reads neither their data nor their
+        checks again, so a fold landing does not cost the next turn its whole body."""
+        copies = [fold_copy(fold) for fold in committed]
+        head = self.head()
+        end = system_end(self.system())
+        faults = fold_faults(copies, head.last_seq, end, self.counter, self.store, self.session_id)
+        self.caches.checked.vouch([fold for fold in copies if fold.id not in faults])
 
     def latest_user(self, head: Head, keep: MessageFilter | None) -> LoggedMessage | None:
         """The latest user message at ``head`` that the view's filter keeps."""

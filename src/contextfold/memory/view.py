@@ -40,7 +40,7 @@ from contextfold.memory.cycle import CompactionReport, SessionSide, run_cycle
 from contextfold.memory.figures import log_tokens
 from contextfold.memory.filters import MessageFilter
 from contextfold.memory.leases import held_lease
-from contextfold.memory.reading import ReadCaches, ViewReader, system_end
+from contextfold.memory.reading import ReadCaches, ViewReader, fold_copy, system_end
 from contextfold.memory.rendering import view_prompt
 from contextfold.store.tree import check_seq
 from contextfold.store.wake import LocalWake
@@ -180,7 +180,8 @@ class View:
 
     def folds(self, *, include_superseded: bool = False) -> list[Fold]:
         system = system_end(self._reader.system())
-        return self._reader.sound_folds(system, include_superseded=include_superseded)[1]
+        found = self._reader.sound_folds(system, include_superseded=include_superseded)[1]
+        return [fold_copy(fold) for fold in found]
 
     def log_tokens(self, folds: Sequence[Fold]) -> dict[str, int]:
         """Tokens of the logged messages in each fold's range, by fold id: what a fold
@@ -300,8 +301,11 @@ class View:
     # -- compaction ---------------------------------------------------------
 
     def commit_folds(self, folds: Sequence[Fold], version: int) -> int:
-        """Commit a job's folds to this handle's branch, the one its state was read on."""
-        return self._reader.store.commit_folds(self.session.id, self.name, folds, version)
+        """Commit a job's folds to this handle's branch, the one its state was read on,
+        and keep them for the next read (``ViewReader.vouch``)."""
+        committed = self._reader.store.commit_folds(self.session.id, self.name, folds, version)
+        self._reader.vouch(folds)
+        return committed
 
     def compact(
         self, budget: int | None = None, *, limits: JobLimits = DEFAULT_LIMITS

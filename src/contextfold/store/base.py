@@ -233,8 +233,21 @@ class Store(Protocol):
         """
         ...
 
-    def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:
-        """The view's folds ordered by start (superseded ones only on request)."""
+    def folds(
+        self,
+        session_id: str,
+        view: str,
+        *,
+        include_superseded: bool = False,
+        known: Mapping[str, Fold] | None = None,
+    ) -> list[Fold]:
+        """The view's folds ordered by start (superseded ones only on request).
+
+        A committed fold never changes, so a fold whose id is in ``known`` (the
+        caller's copy, as it read it before) is not read again: the caller's copy
+        comes back, with its ``superseded_by`` as stored. Its row's start, end,
+        placement and view must still agree with the copy, else ``DamagedFold``.
+        """
         ...
 
     def quarantine_fold(self, session_id: str, view: str, fold_id: str, reason: str) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import astuple
+from dataclasses import astuple, replace
 from typing import Any
 
 from contextfold.core.errors import DamagedFold, InvalidInput, StoreError
@@ -186,6 +186,25 @@ def fold(session_id: str, row: tuple[Any, ...]) -> Fold:
         if getattr(out, name) != column:
             raise damaged(f"its {name} {getattr(out, name)!r} disagrees with its row ({column!r})")
     return out
+
+
+def fold_known(session_id: str, row: tuple[Any, ...], known: Mapping[str, Fold] | None) -> Fold:
+    """A fold row whose body the query left out (None) when its id is ``known``: the
+    caller's copy, checked against the row's indexed columns; else read as ``fold``."""
+    fold_id, view_name, start, end, placement, _body, superseded_by = row
+    kept = None if known is None else known.get(str(fold_id))
+    if kept is None:
+        return fold(session_id, row)
+    if (kept.view, kept.start, kept.end, kept.placement) != (view_name, start, end, placement):
+        raise DamagedFold(
+            session_id,
+            str(view_name),
+            str(fold_id),
+            "its row disagrees with the fold as first read",
+        )
+    return (
+        kept if kept.superseded_by == superseded_by else replace(kept, superseded_by=superseded_by)
+    )
 
 
 def dumps(value: Any, *, field: str, index: int | None = None) -> str:

@@ -6,6 +6,8 @@ Part of ``contextfold.testing.store_contract.StoreContract``.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from contextfold.core.errors import DamagedFold, FoldConflict, InvalidInput, NotFound, StoreError
@@ -165,6 +167,32 @@ class FoldContract(ContractHooks):
         assert store.folds(sid, "default") == [kept]
         assert store.messages(sid)[0].message == {"role": "user", "content": "m1"}
         assert store.commit_folds(sid, "default", [fold_of(1, 5)], 2) == 3
+
+    def test_known_folds_come_back_as_the_callers_copies(self, store: Store) -> None:
+        """A fold named as ``known`` is not read again: the caller's copy comes back, with
+        its ``superseded_by`` as stored; one at odds with its row is ``DamagedFold``."""
+        sid = opened(store, 10)
+        old, later = fold_of(1, 4), fold_of(9, 10)
+        store.commit_folds(sid, "default", [old, later], 0)
+        mine = store.folds(sid, "default")
+        known = {f.id: f for f in mine}
+        again = store.folds(sid, "default", known=known)
+        assert again == mine and all(a is b for a, b in zip(again, mine, strict=True))
+        cover = fold_of(1, 8)
+        store.commit_folds(sid, "default", [cover], 1)
+        now = store.folds(sid, "default", known=known)
+        assert now == [cover, later] and now[1] is known[later.id]
+        every = store.folds(sid, "default", include_superseded=True, known=known)
+        assert [(f.id, f.superseded_by) for f in every] == [
+            (old.id, cover.id),
+            (cover.id, None),
+            (later.id, None),
+        ]
+        assert known[old.id].superseded_by is None
+        with pytest.raises(DamagedFold) as info:
+            store.folds(sid, "default", known={later.id: replace(later, end=9)})
+        assert info.value.fold_id == later.id
+        assert store.folds(sid, "default", known={}) == [cover, later]
 
     def test_returned_folds_are_copies(self, store: Store) -> None:
         sid = opened(store, 10)

@@ -126,7 +126,11 @@ CALLED_IDS_SQL = (
     "SELECT DISTINCT call_id FROM tool_calls WHERE session_id = %s AND call_id = ANY(%s)"
 )
 
-FOLD_ROW = "id, view, start_seq, end_seq, placement, fold, superseded_by"
+# The body of a fold the reader names as known (an array of ids) is not read again.
+FOLD_ROW = (
+    "id, view, start_seq, end_seq, placement, "
+    "CASE WHEN id = ANY(%s::text[]) THEN NULL ELSE fold END, superseded_by"
+)
 ACTIVE_FOLDS_SQL = (
     f"SELECT {FOLD_ROW} FROM folds WHERE session_id = %s AND view = %s "
     "AND superseded_by IS NULL AND quarantined IS NULL ORDER BY start_seq, created_at, ord"

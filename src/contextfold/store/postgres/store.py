@@ -273,13 +273,20 @@ class PostgresStore(PostgresKeys, PostgresLeases):
 
     # -- folds ----------------------------------------------------------------
 
-    def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:
+    def folds(
+        self,
+        session_id: str,
+        view: str,
+        *,
+        include_superseded: bool = False,
+        known: Mapping[str, Fold] | None = None,
+    ) -> list[Fold]:
         sql = q.ALL_FOLDS_SQL if include_superseded else q.ACTIVE_FOLDS_SQL
         with self._db.read() as cur:
-            found = cur.execute(sql, (session_id, view)).fetchall()
+            found = cur.execute(sql, (list(known or ()), session_id, view)).fetchall()
             if not found:
                 require(cur, session_id)
-        return [rows.fold(session_id, row) for row in found]
+        return [rows.fold_known(session_id, row, known) for row in found]
 
     def _lock_version(self, cur: Cursor, session_id: str, view: str) -> tuple[int, int]:
         """The view's fold version and the log's last seq, the version row locked."""

@@ -5,6 +5,7 @@ row gets, so a fold damaged in memory is reported instead of rendered, and as a 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from contextfold.core.errors import DamagedFold, InvalidInput
@@ -19,15 +20,31 @@ def readable(
     gone: Mapping[str, str],
     *,
     raising: bool,
+    known: Mapping[str, Fold] | None = None,
 ) -> list[Fold]:
     """Copies of the view's unquarantined folds, each read back as a stored row is.
 
     A fold that does not read back is ``DamagedFold`` when ``raising``, else left out.
+    A fold ``known`` to the reader, and stored as it knows it, comes back as its copy.
     """
     out: list[Fold] = []
     for index, item in kept:
         fold_id = fold_id_of(item, index)
         if fold_id in gone:
+            continue
+        copy = None if known is None else known.get(fold_id)
+        if copy is not None and isinstance(item, Fold):
+            if _same_place(copy, item):
+                superseded = item.superseded_by
+                out.append(
+                    copy
+                    if copy.superseded_by == superseded
+                    else replace(copy, superseded_by=superseded)
+                )
+            elif raising:
+                raise DamagedFold(
+                    session_id, view, fold_id, "its row disagrees with the fold as first read"
+                )
             continue
         try:
             if not isinstance(item, Fold):
@@ -37,6 +54,15 @@ def readable(
             if raising:
                 raise DamagedFold(session_id, view, fold_id, str(exc)) from exc
     return out
+
+
+def _same_place(copy: Fold, stored: Fold) -> bool:
+    return (copy.view, copy.start, copy.end, copy.placement) == (
+        stored.view,
+        stored.start,
+        stored.end,
+        stored.placement,
+    )
 
 
 def fold_id_of(item: Any, index: int) -> str:

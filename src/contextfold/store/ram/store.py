@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -266,7 +266,14 @@ class RAMStore(ViewShelf, KeyRing):
             stored = self._keys[session_id]
             return {k: copied(stored[k]) for k in set(keys) if k in stored}
 
-    def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:
+    def folds(
+        self,
+        session_id: str,
+        view: str,
+        *,
+        include_superseded: bool = False,
+        known: Mapping[str, Fold] | None = None,
+    ) -> list[Fold]:
         self.get_session(session_id)
         with self._lock:
             kept = [
@@ -277,7 +284,7 @@ class RAMStore(ViewShelf, KeyRing):
             gone = dict(self._quarantined.get((session_id, view), {}))
         # Folds are frozen and replaced, never edited: they are copied outside the
         # lock, so a background reader does not hold up a turn's append.
-        out = readable(session_id, view, kept, gone, raising=True)
+        out = readable(session_id, view, kept, gone, raising=True, known=known)
         return sorted(out, key=lambda f: (f.start, f.created_at))
 
     def quarantine_fold(self, session_id: str, view: str, fold_id: str, reason: str) -> int:

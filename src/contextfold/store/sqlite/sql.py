@@ -92,7 +92,11 @@ KEYED_SQL = (
     f"SELECT {_COLUMNS} FROM messages INDEXED BY messages_key WHERE session_id = ? "
     "AND key IN (SELECT value FROM json_each(?))"
 )
-_FOLD_ROW = "id, view, start_seq, end_seq, placement, fold, superseded_by"
+# The body of a fold the reader names as known (a JSON array of ids) is not read again.
+_FOLD_ROW = (
+    "id, view, start_seq, end_seq, placement, "
+    "CASE WHEN id IN (SELECT value FROM json_each(?)) THEN NULL ELSE fold END, superseded_by"
+)
 # By the index of active folds: a long past of superseded folds is never scanned.
 ACTIVE_FOLDS_SQL = (
     f"SELECT {_FOLD_ROW} FROM folds INDEXED BY folds_active WHERE session_id = ? AND view = ? "

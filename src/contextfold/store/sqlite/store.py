@@ -259,13 +259,21 @@ class SQLiteStore:
         logged = [rows.logged(session_id, row) for row in found]
         return {str(m.key): m for m in logged}
 
-    def folds(self, session_id: str, view: str, *, include_superseded: bool = False) -> list[Fold]:
+    def folds(
+        self,
+        session_id: str,
+        view: str,
+        *,
+        include_superseded: bool = False,
+        known: Mapping[str, Fold] | None = None,
+    ) -> list[Fold]:
         sql = q.ALL_FOLDS_SQL if include_superseded else q.ACTIVE_FOLDS_SQL
+        ids = json.dumps(list(known or ()))
         with self._read() as conn:
-            found = conn.execute(sql, (session_id, view)).fetchall()
+            found = conn.execute(sql, (ids, session_id, view)).fetchall()
             if not found:
                 self._require(conn, session_id)
-        return [rows.fold(session_id, row) for row in found]
+        return [rows.fold_known(session_id, row, known) for row in found]
 
     def quarantine_fold(self, session_id: str, view: str, fold_id: str, reason: str) -> int:
         params = {"session": session_id, "view": view}
