@@ -69,16 +69,20 @@ WORDS = "the quick brown fox jumps over the lazy dog " * 6
 
 
 class Connection:
-    """One keep-alive HTTP/1.1 connection: request, then read the whole answer."""
+    """One keep-alive HTTP/1.1 connection: request, then read the whole answer. One the
+    server closed while it sat idle (its keep-alive timeout) is opened again."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self.port = port
         self.reader = reader
         self.writer = writer
 
     @classmethod
     async def open(cls, port: int) -> Connection:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        return cls(reader, writer)
+        return cls(port, reader, writer)
 
     async def request(
         self, method: str, path: str, key: str, body: Any = None
@@ -88,6 +92,9 @@ class Connection:
             f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
         )
+        if self.reader.at_eof() or self.writer.is_closing():
+            self.writer.close()
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
         self.writer.write(head.encode() + data)
         status_line = await self.reader.readline()
         status = int(status_line.split()[1])
