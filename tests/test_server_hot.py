@@ -133,4 +133,6 @@ def test_what_the_hot_routes_do_not_read_goes_to_the_app(
         f"{API}/s/messages", content=b"{}", headers={**key, "content-type": "text/plain"}
     )
     assert plain.status_code == 422
+    many = {"messages": [{"role": "user", "content": "x" * 1000}] * 70}
+    assert client.post(f"{API}/s/messages", json=many, headers=key).status_code == 201
     assert taken == []

@@ -6,7 +6,8 @@ and exception wrapping cost about as much CPU as their own work. ``HotRoutes``
 recognises exactly these requests, checks them with the same functions and
 models the routes use, and runs the same work (``sessions.append_records``,
 ``views.render_body``). Whatever it does not take plainly (another route, a
-query, a header it does not read, a body the model refuses, a key refused)
+query, a header it does not read, a body over 64 KB or one the model refuses, a key
+refused)
 goes to the app with its body replayed, so every refusal keeps the app's own
 answer; errors raised by the work itself are answered as the app's handlers
 answer them (``errors.raised_answer``).
@@ -43,6 +44,11 @@ PASSED_HEADERS = frozenset(
 )
 """The headers a hot request may carry; any other (an ``Idempotency-Key``, a transfer
 encoding) sends it to the app."""
+
+
+HOT_BODY_BYTES = 1 << 16
+"""The largest append body taken here: parsing a larger one dwarfs what the routing costs,
+and one the model refuses would be parsed twice (here, then by the app)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,10 @@ class HotRoutes:
             return None
 
     async def _append(self, sid: str, scope: Scope, receive: Receive, send: Send) -> None:
+        length = next((v for k, v in scope["headers"] if k == b"content-length"), b"")
+        if not length.isdigit() or int(length) > HOT_BODY_BYTES:
+            await self.app(scope, receive, send)
+            return
         body = await _body(receive)
         if body is None:  # the client went away
             return
