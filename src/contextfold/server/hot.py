@@ -6,11 +6,10 @@ and exception wrapping cost about as much CPU as their own work. ``HotRoutes``
 recognises exactly these requests, checks them with the same functions and
 models the routes use, and runs the same work (``sessions.append_records``,
 ``views.render_body``). Whatever it does not take plainly (another route, a
-query, a header it does not read, a body over 64 KB or one the model refuses, a key
-refused)
-goes to the app with its body replayed, so every refusal keeps the app's own
-answer; errors raised by the work itself are answered as the app's handlers
-answer them (``errors.raised_answer``).
+query, a header it does not read, a body over 64 KB or one the model refuses,
+a key refused) goes to the app with its body replayed, so every refusal keeps
+the app's own answer; errors raised by the work itself are answered as the
+app's handlers answer them (``errors.raised_answer``).
 """
 
 from __future__ import annotations
