@@ -21,7 +21,23 @@ machine shared with other work it is steadier than the rates.
 
 Bounded in time (``--seconds`` a phase) and count (``--max-requests``).
 
-    python bench/service_load.py [--quick] [--json] [--postgres URL]
+``--processes 1 2`` measures each store once per server process count
+(``contextfold serve --processes N`` for N > 1; rows ``<store>_p<N>_...``,
+the single process's rows keep their plain names). The server CPU counts the
+whole process tree (its server and runner processes).
+
+``--large N`` adds a run at N sessions (each with its stored view, served over
+``--large-connections`` keep-alive connections): appends then renders
+round-robin over all of them, open loop at ``--rate``, with the server tree's
+CPU per request and resident memory per session, to check the projection to
+10,000 sessions (``docs/scaling.md``) against a measured size.
+
+``--pg-durability process`` measures PostgreSQL without waiting for a flush per
+commit (``synchronous_commit=off``, as SQLite's default ``process``); the
+default is the store's own, ``full``.
+
+    python bench/service_load.py [--quick] [--json] [--postgres URL] [--processes 1 2]
+        [--large 5000]
 """
 
 from __future__ import annotations
@@ -48,21 +64,27 @@ SECONDS = 4.0
 QUICK_SECONDS = 1.0
 MAX_REQUESTS = 50_000
 RATE = 1000.0
+START_S = 120.0
+"""How long a server may take to answer after its start (a loaded machine is slow)."""
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/test"
 WORDS = "the quick brown fox jumps over the lazy dog " * 6
 
 
 class Connection:
-    """One keep-alive HTTP/1.1 connection: request, then read the whole answer."""
+    """One keep-alive HTTP/1.1 connection: request, then read the whole answer. One the
+    server closed while it sat idle (its keep-alive timeout) is opened again."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self.port = port
         self.reader = reader
         self.writer = writer
 
     @classmethod
     async def open(cls, port: int) -> Connection:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        return cls(reader, writer)
+        return cls(port, reader, writer)
 
     async def request(
         self, method: str, path: str, key: str, body: Any = None
@@ -72,6 +94,9 @@ class Connection:
             f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
         )
+        if self.reader.at_eof() or self.writer.is_closing():
+            self.writer.close()
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
         self.writer.write(head.encode() + data)
         status_line = await self.reader.readline()
         status = int(status_line.split()[1])
@@ -89,13 +114,49 @@ class Connection:
         self.writer.close()
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time the process has used (Linux ``/proc``), 0 elsewhere."""
+def _stat(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (empty when gone)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return []
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and every live descendant (Linux ``/proc``): a server's worker and runner
+    processes."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat(int(entry.name))
+            if fields:
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo += children.get(found[-1], [])
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of the process and its live descendants, with what their
+    waited-for children used (Linux ``/proc``), 0 elsewhere."""
+    ticks = 0
+    for member in tree(pid):
+        fields = _stat(member)
+        if fields:
+            ticks += sum(int(f) for f in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def resident_mb(pid: int) -> float:
+    """Resident memory of the process and its descendants, in MB (Linux ``/proc``)."""
+    pages = 0
+    for member in tree(pid):
+        fields = _stat(member)
+        if fields:
+            pages += int(fields[21])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
 def percentile(values: Sequence[float], share: float) -> float:
@@ -133,7 +194,7 @@ def start_server(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + START_S
     while time.monotonic() < deadline:
         if server.poll() is not None:
             raise RuntimeError(f"the server stopped: {server.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
@@ -143,26 +204,33 @@ def start_server(
         except OSError:
             time.sleep(0.05)
     server.kill()
-    raise RuntimeError("the server did not start within 30 s")
+    raise RuntimeError(f"the server did not start within {START_S:.0f} s")
 
 
-async def setup(port: int, key: str, sessions: int, tag: str) -> list[Connection]:
-    """``sessions`` sessions with a system prompt and a stored view, one connection each."""
-    connections = [await Connection.open(port) for _ in range(sessions)]
-    for i, conn in enumerate(connections):
-        sid = f"{tag}-{i}"
-        status, body = await conn.request(
-            "POST", "/api/v1/sessions", key, {"id": sid, "system": "You are a careful agent."}
-        )
-        assert status == 201, body
-        status, body = await conn.request(
-            "PUT",
-            f"/api/v1/sessions/{sid}/views/default",
-            key,
-            {"preset": "offline", "budget": 8000},
-        )
-        assert status == 200, body
-    return connections
+async def setup(
+    port: int, key: str, sessions: int, tag: str, connections: int | None = None
+) -> list[Connection]:
+    """``sessions`` sessions with a system prompt and a stored view; one connection each,
+    or ``connections`` of them shared round-robin (session ``i`` on connection ``i % n``)."""
+    conns = [await Connection.open(port) for _ in range(connections or sessions)]
+
+    async def make(c: int) -> None:
+        for i in range(c, sessions, len(conns)):
+            sid = f"{tag}-{i}"
+            status, body = await conns[c].request(
+                "POST", "/api/v1/sessions", key, {"id": sid, "system": "You are a careful agent."}
+            )
+            assert status == 201, body
+            status, body = await conns[c].request(
+                "PUT",
+                f"/api/v1/sessions/{sid}/views/default",
+                key,
+                {"preset": "offline", "budget": 8000},
+            )
+            assert status == 200, body
+
+    await asyncio.gather(*(make(c) for c in range(len(conns))))
+    return conns
 
 
 def message(n: int) -> dict[str, Any]:
@@ -208,20 +276,29 @@ async def closed_loop(
 
 
 async def open_loop(
-    conns: list[Connection], op: str, tag: str, key: str, seconds: float, rate: float
+    conns: list[Connection],
+    op: str,
+    tag: str,
+    key: str,
+    seconds: float,
+    rate: float,
+    sessions: int | None = None,
 ) -> tuple[float, list[float]]:
-    """Requests at ``rate``/s round-robin over the sessions; one in flight per connection,
-    a request due on a busy connection waits for it (and its wait counts)."""
+    """Requests at ``rate``/s round-robin over the sessions (one per connection unless
+    ``sessions`` says more); one in flight per connection, a request due on a busy
+    connection waits for it (and its wait counts)."""
     latencies: list[float] = []
     locks = [asyncio.Lock() for _ in conns]
     count = int(seconds * rate)
+    sessions = sessions or len(conns)
     start = time.perf_counter()
 
     async def send(k: int) -> None:
-        i = k % len(conns)
+        i = k % sessions
+        c = i % len(conns)
         due = start + k / rate
-        async with locks[i]:
-            latency = await one(conns[i], op, f"{tag}-{i}", key, 10_000 + k)
+        async with locks[c]:
+            latency = await one(conns[c], op, f"{tag}-{i}", key, 10_000 + k)
         latencies.append(time.perf_counter() - due)
         assert latency >= 0
 
@@ -239,6 +316,8 @@ async def measure(
     port: int, pid: int, key: str, args: argparse.Namespace, store: str
 ) -> dict[str, Any]:
     figures: dict[str, Any] = {}
+    if args.large:
+        figures.update(await measure_large(port, pid, key, args, store))
     for sessions in args.concurrency:
         for mode in ("closed", "open"):
             tag = f"{mode}{sessions}"
@@ -265,9 +344,46 @@ async def measure(
     return figures
 
 
-def run_store(name: str, database: str, args: argparse.Namespace) -> dict[str, Any]:
+async def measure_large(
+    port: int, pid: int, key: str, args: argparse.Namespace, store: str
+) -> dict[str, Any]:
+    """The ``--large`` run: every session made, then appends and renders over all of them."""
+    sessions = args.large
+    before = resident_mb(pid)
+    t0 = time.perf_counter()
+    conns = await setup(port, key, sessions, "large", args.large_connections)
+    made = time.perf_counter() - t0
+    name = f"{store}_large{sessions}"
+    figures: dict[str, Any] = {f"{name}_setup_s": round(made, 1)}
+    try:
+        for op in ("append", "render"):
+            cpu = cpu_seconds(pid)
+            rate, lat = await open_loop(
+                conns, op, "large", key, args.large_seconds, args.rate, sessions
+            )
+            figures[f"{name}_{op}_per_s"] = round(rate, 1)
+            figures[f"{name}_{op}_p50_ms"] = round(percentile(lat, 0.5) * 1000, 2)
+            figures[f"{name}_{op}_p99_ms"] = round(percentile(lat, 0.99) * 1000, 2)
+            used = (cpu_seconds(pid) - cpu) / max(1, len(lat))
+            figures[f"{name}_{op}_server_cpu_ms"] = round(used * 1000, 3)
+        grown = resident_mb(pid) - before
+        figures[f"{name}_resident_mb"] = round(resident_mb(pid), 1)
+        figures[f"{name}_kb_per_session"] = round(grown * 1000 / sessions, 1)
+    finally:
+        for conn in conns:
+            conn.close()
+    return figures
+
+
+def run_server(
+    name: str, database: str, processes: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The figures of one server, ``processes`` of them behind its port."""
     port = free_port()
-    server, key = start_server(database, port, ["--no-runner"] if args.no_runner else [])
+    extra = ["--no-runner"] if args.no_runner else []
+    if processes > 1:
+        extra += ["--processes", str(processes)]
+    server, key = start_server(database, port, extra)
     try:
         return asyncio.run(measure(port, server.pid, key, args, name))
     finally:
@@ -276,6 +392,21 @@ def run_store(name: str, database: str, args: argparse.Namespace) -> dict[str, A
             server.wait(15)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+def label(store: str, processes: int) -> str:
+    """The rows' prefix: the store, and the process count when more than one."""
+    return store if processes == 1 else f"{store}_p{processes}"
+
+
+def run_sqlite(args: argparse.Namespace) -> dict[str, Any]:
+    """The figures on a fresh temporary file for each process count."""
+    figures: dict[str, Any] = {}
+    for processes in args.processes:
+        with tempfile.TemporaryDirectory() as tmp:
+            database = str(Path(tmp) / "load.db")
+            figures.update(run_server(label("sqlite", processes), database, processes, args))
+    return figures
 
 
 def postgres_server(args: argparse.Namespace) -> str | None:
@@ -292,16 +423,21 @@ def postgres_server(args: argparse.Namespace) -> str | None:
 
 
 def run_postgres(server: str, args: argparse.Namespace) -> dict[str, Any]:
-    """The figures on a schema of its own, dropped afterwards."""
+    """The figures on a schema of its own for each process count, dropped afterwards."""
     import psycopg
 
-    schema = f"cf_load_{uuid.uuid4().hex[:10]}"
+    figures: dict[str, Any] = {}
     joiner = "&" if "?" in server else "?"
-    try:
-        return run_store("postgres", f"{server}{joiner}schema={schema}", args)
-    finally:
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    durability = f"&durability={args.pg_durability}" if args.pg_durability else ""
+    for processes in args.processes:
+        schema = f"cf_load_{uuid.uuid4().hex[:10]}"
+        database = f"{server}{joiner}schema={schema}{durability}"
+        try:
+            figures.update(run_server(label("postgres", processes), database, processes, args))
+        finally:
+            with psycopg.connect(server, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    return figures
 
 
 def main() -> None:
@@ -315,6 +451,21 @@ def main() -> None:
             "--stores", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"]
         )
         parser.add_argument(
+            "--processes",
+            type=int,
+            nargs="+",
+            default=[1],
+            help="server process counts to measure (serve --processes N)",
+        )
+        parser.add_argument("--large", type=int, default=0, help="sessions of the large run")
+        parser.add_argument("--large-connections", type=int, default=100)
+        parser.add_argument("--large-seconds", type=float, default=10.0)
+        parser.add_argument(
+            "--pg-durability",
+            choices=["full", "process"],
+            help="the PostgreSQL store's durability (default: the store's, full)",
+        )
+        parser.add_argument(
             "--no-runner",
             action="store_true",
             help="serve without background compaction: the requests' own cost",
@@ -324,9 +475,10 @@ def main() -> None:
     args.seconds = args.seconds or (QUICK_SECONDS if args.quick else SECONDS)
     figures: dict[str, Any] = {"cpus": os.cpu_count(), "seconds_per_phase": args.seconds}
     figures["runner"] = not args.no_runner
+    figures["processes"] = " ".join(str(n) for n in args.processes)
+    figures["pg_durability"] = args.pg_durability or "full"
     if "sqlite" in args.stores:
-        with tempfile.TemporaryDirectory() as tmp:
-            figures.update(run_store("sqlite", str(Path(tmp) / "load.db"), args))
+        figures.update(run_sqlite(args))
     server = postgres_server(args) if "postgres" in args.stores else None
     if server is not None:
         figures.update(run_postgres(server, args))

@@ -99,3 +99,33 @@ def test_a_second_process_appending_1000_messages_advances_the_folds(tmp_path: P
     assert rendered.omitted == 0 and rendered.tokens <= 1500
     final = rendered.messages
     assert final[-1]["content"].startswith("answer 499")
+
+
+def test_the_poll_reads_listened_sessions_a_page_at_a_time(tmp_path: Path) -> None:
+    """Appends the poll alone can see (through the store, which announces nothing) reach
+    their listeners on every page; a deleted session is skipped; one read per page."""
+    from contextfold.core.log import NewMessage
+    from contextfold.store.sqlite import SQLiteStore
+    from contextfold.store.wake import POLL_PAGE, PollingWake
+
+    store = SQLiteStore(tmp_path / "w.db")
+    ids = [f"s{i}" for i in range(2 * POLL_PAGE + 1)]
+    for sid in ids:
+        store.create_session(sid, encoding="approx")
+    reads: list[int] = []
+
+    def last_seqs(page: list[str]) -> dict[str, int]:
+        reads.append(len(page))
+        return store.last_seqs(page)
+
+    wake = PollingWake(last_seqs, interval_s=0.05)
+    heard: set[str] = set()
+    for sid in ids:
+        wake.listen(sid, heard.add)
+    assert wait_for(lambda: len(reads) >= 3)  # a first poll: what each session holds now
+    store.delete_session(ids[1])
+    for sid in (ids[0], ids[POLL_PAGE], ids[-1]):
+        store.append(sid, [NewMessage({"role": "user", "content": "hi"}, 1)])
+    assert wait_for(lambda: heard == {ids[0], ids[POLL_PAGE], ids[-1]})
+    assert max(reads) == POLL_PAGE and set(reads) == {POLL_PAGE, 1}
+    assert store.last_seqs([ids[0], ids[1], "nobody"]) == {ids[0]: 1}

@@ -2,7 +2,8 @@
 
 Routers by resource: ``sessions`` and ``views`` (the REST API under
 ``/api/v1``), ``proxy`` (``/v1/chat/completions``), ``page`` (the web page) and
-``docs`` (Swagger UI at ``/docs``, served from the package).
+``docs`` (Swagger UI at ``/docs``, served from the package); plain appends and
+renders are taken off the routing by ``hot``.
 The service's runner starts and stops with the app's lifespan.
 """
 
@@ -21,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from contextfold.server import docs, errors, page, proxy, sessions, views
 from contextfold.server.errors import ServiceError, error_body
 from contextfold.server.hosts import LoopbackHosts
+from contextfold.server.hot import HotRoutes
 from contextfold.server.metrics import RequestMetrics
 from contextfold.server.service import Service, ServiceDep
 from contextfold.server.settings import Settings
@@ -142,6 +144,8 @@ def create_app(config: Settings | Service | None = None) -> FastAPI:
     app.include_router(health)
     for module in (sessions, views, proxy, page, docs):
         app.include_router(module.router)
+    # Innermost: what reaches it passed the body limit, the host check and CORS.
+    app.add_middleware(HotRoutes, service=svc)
     app.add_middleware(BodyLimit, limit=svc.settings.max_body_bytes)
     if svc.settings.cors_origins:
         app.add_middleware(

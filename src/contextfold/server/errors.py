@@ -142,19 +142,25 @@ def field_of(loc: Sequence[Any]) -> tuple[str | None, int | None]:
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}
 
 
+def raised_answer(exc: Exception, method: str, path: str) -> JSONResponse:
+    """The answer to what a handler's work raised: a ``ServiceError``, a library error, or
+    a bug (logged with its traceback, answered 500 with nothing of it)."""
+    if isinstance(exc, ServiceError):
+        return error_response(exc)
+    if isinstance(exc, ContextfoldError):
+        error = from_library(exc)
+        if error.status >= 500:
+            log.error("%s %s failed: %s", method, path, exc)
+        return error_response(error)
+    log.exception("%s %s failed", method, path, exc_info=exc)
+    return error_response(ServiceError(500, "internal_error", "internal error"))
+
+
 def install(app: FastAPI) -> None:
     """Map every error the app can meet to the one JSON shape."""
 
-    async def service_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, ServiceError)
-        return error_response(exc)
-
-    async def library_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, ContextfoldError)
-        error = from_library(exc)
-        if error.status >= 500:
-            log.error("%s %s failed: %s", request.method, request.url.path, exc)
-        return error_response(error)
+    async def raised(request: Request, exc: Exception) -> JSONResponse:
+        return raised_answer(exc, request.method, request.url.path)
 
     async def validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
@@ -177,12 +183,8 @@ def install(app: FastAPI) -> None:
             ServiceError(exc.status_code, code, str(exc.detail), headers=dict(exc.headers or {}))
         )
 
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
-        return error_response(ServiceError(500, "internal_error", "internal error"))
-
-    app.add_exception_handler(ServiceError, service_error)
-    app.add_exception_handler(ContextfoldError, library_error)
+    app.add_exception_handler(ServiceError, raised)
+    app.add_exception_handler(ContextfoldError, raised)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
-    app.add_exception_handler(Exception, unexpected)
+    app.add_exception_handler(Exception, raised)

@@ -32,7 +32,7 @@ from contextfold.server.models import (
     SessionPath,
 )
 from contextfold.server.responses import FastJSON
-from contextfold.server.service import ServiceDep
+from contextfold.server.service import Service, ServiceDep
 
 router = APIRouter(prefix="/api/v1/sessions", tags=["sessions"], responses=ERRORS)
 
@@ -116,6 +116,14 @@ async def append_messages(
 ) -> FastJSON:
     """Append one message or a batch, all or none: after the newest message, or after
     ``parent`` (a branch when that is not a branch's last message)."""
+    records = await append_records(svc, tenant, sid, body, idempotency_key)
+    return FastJSON({"messages": records}, status_code=201)
+
+
+async def append_records(
+    svc: Service, tenant: str, sid: str, body: MessagesIn, idempotency_key: str | None
+) -> list[dict[str, Any]]:
+    """The append's work, shared with ``server.hot``: the records as the answer lists them."""
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
 
     def append() -> list[dict[str, Any]]:
@@ -131,7 +139,7 @@ async def append_messages(
 
     records = await svc.run(append)
     svc.metrics.appended.inc(len(records))
-    return FastJSON({"messages": records}, status_code=201)
+    return records
 
 
 @router.get("/{sid}/messages", response_model=History)

@@ -131,6 +131,19 @@ async def render(
 ) -> FastJSON:
     """The view's prompt for the next model call, with what render did to fit it: the
     newest branch's, or ``branch``'s."""
+    return FastJSON(await render_body(svc, tenant, sid, name, budget, query, branch))
+
+
+async def render_body(
+    svc: Service,
+    tenant: str,
+    sid: str,
+    name: str,
+    budget: int | None = None,
+    query: str | None = None,
+    branch: int | None = None,
+) -> dict[str, Any]:
+    """The render's answer, shared with ``server.hot``."""
 
     def rendered() -> dict[str, Any]:
         view = stored_view(svc, tenant, sid, name)
@@ -148,7 +161,7 @@ async def render(
 
     body = await svc.run(rendered)
     svc.metrics.renders.inc()
-    return FastJSON(body)
+    return body
 
 
 @router.get("/{name}/folds", response_model=FoldList)

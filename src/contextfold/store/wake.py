@@ -9,8 +9,9 @@ callback)``: PostgreSQL's ``LISTEN/NOTIFY`` or a queue has the same shape.
   (the same SQLite file, the same store object) shares one, through
   ``shared_wake``.
 - ``PollingWake`` adds what a file shared by processes cannot push: a daemon
-  thread reads the last seq of each listened session every ``interval_s`` and
-  wakes listeners when another process appended (``SQLiteStore.wake``).
+  thread reads the last seqs of the listened sessions every ``interval_s``, a
+  page of ``POLL_PAGE`` sessions a read, and wakes listeners when another
+  process appended (``SQLiteStore.wake``).
 - A store whose abilities declare ``wake_across_processes`` hands out its own
   wake from ``wake()`` (``WakingStore``), and ``wake_for`` takes that one:
   the SQLite file's poll, or PostgreSQL's ``LISTEN/NOTIFY``
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol, cast
 
 from contextfold.core.events import log
@@ -31,6 +32,12 @@ WakeCallback = Callable[[str], None]
 """Called with the session id whose log grew."""
 
 POLL_S = 0.05
+POLL_PAGE = 500
+"""Sessions read by one poll statement: one read per session would cost a thousand
+reads a poll at a thousand sessions, and one read of them all would hold the store
+for as long as it takes."""
+LastSeqs = Callable[[Sequence[str]], dict[str, int]]
+"""The last seq of each of these sessions that exists."""
 
 
 class Wake(Protocol):
@@ -81,10 +88,10 @@ class LocalWake:
 class PollingWake(LocalWake):
     """``LocalWake`` plus a poll of the store for appends made by other processes."""
 
-    def __init__(self, last_seq: Callable[[str], int], interval_s: float = POLL_S) -> None:
+    def __init__(self, last_seqs: LastSeqs, interval_s: float = POLL_S) -> None:
         super().__init__()
         self.interval_s = interval_s
-        self._last_seq = last_seq
+        self._last_seqs = last_seqs
         self._seen: dict[str, int] = {}
         self._thread: threading.Thread | None = None
         self._wakeup = threading.Event()
@@ -113,16 +120,20 @@ class PollingWake(LocalWake):
                 if not sessions:
                     self._thread = None
                     return
-            for session_id in sessions:
+            for start in range(0, len(sessions), POLL_PAGE):
+                page = sessions[start : start + POLL_PAGE]
                 try:
-                    last = self._last_seq(session_id)
+                    found = self._last_seqs(page)
                 except Exception as exc:
-                    log.debug("polling session %s for appends failed: %s", session_id, exc)
+                    log.debug("polling %d sessions for appends failed: %s", len(page), exc)
                     continue
+                grown = []
                 with self._lock:
-                    grew = self._seen.get(session_id, last) < last
-                    self._seen[session_id] = last
-                if grew:
+                    for session_id, last in found.items():
+                        if self._seen.get(session_id, last) < last:
+                            grown.append(session_id)
+                        self._seen[session_id] = last
+                for session_id in grown:
                     LocalWake.notify(self, session_id)
 
 

@@ -13,6 +13,9 @@ EXISTS_SQL = "SELECT 1 FROM sessions WHERE id = ?"
 # higher (a file from before the record). A deleted row never frees its seq.
 _LAST = "MAX(s.last_seq, COALESCE((SELECT MAX(seq) FROM messages WHERE session_id = s.id), 0))"
 LAST_SEQ_SQL = f"SELECT {_LAST} FROM sessions AS s WHERE s.id = ?"
+LAST_SEQS_SQL = (
+    f"SELECT s.id, {_LAST} FROM sessions AS s WHERE s.id IN (SELECT value FROM json_each(?))"
+)
 SET_LAST_SEQ_SQL = "UPDATE sessions SET last_seq = ? WHERE id = ?"
 # A new session takes the next search number (contextfold.store.search.index_rowid).
 CREATE_SESSION_SQL = (

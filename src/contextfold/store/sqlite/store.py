@@ -218,6 +218,12 @@ class SQLiteStore:
         with self._read() as conn:
             return int(one_row(conn, q.LAST_SEQ_SQL, (session_id,), session_id)[0] or 0)
 
+    def last_seqs(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """The last seq of each of ``session_ids`` that exists, in one read (the wake's poll)."""
+        with self._read() as conn:
+            found = conn.execute(q.LAST_SEQS_SQL, (json.dumps(list(session_ids)),)).fetchall()
+        return {str(sid): int(last or 0) for sid, last in found}
+
     def last_of_role(self, session_id: str, role: str) -> LoggedMessage | None:
         with self._read() as conn:
             row = conn.execute(q.LAST_OF_ROLE_SQL, (session_id, role)).fetchone()
@@ -399,7 +405,7 @@ class SQLiteStore:
         return shared_wake(f"file:{os.path.realpath(self.path)}", self._polling)
 
     def _polling(self) -> PollingWake:
-        return PollingWake(self.last_seq)
+        return PollingWake(self.last_seqs)
 
     def close(self) -> None:
         """Close the connection; later calls raise ``StoreError``."""
