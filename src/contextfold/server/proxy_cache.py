@@ -13,7 +13,8 @@ proxy marks, when the client marked nothing itself, where the prompt is stable:
   the last call wrote, read back now;
 - the end of the prompt, written for the next request, which extends it.
 
-Thinking blocks cannot carry ``cache_control``: a turn's last other block does.
+Thinking blocks cannot carry ``cache_control``, and a compaction block goes back
+exactly as Anthropic made it: a turn's last other block is marked.
 A client's own marks, anywhere (the request, its tools, system or turns), leave
 the request as the client made it.
 """
@@ -26,7 +27,9 @@ from typing import Any
 MOST = 4
 """Anthropic's limit of breakpoints in one request."""
 EPHEMERAL = {"type": "ephemeral"}
-_UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
+_UNMARKABLE = frozenset({"thinking", "redacted_thinking", "compaction"})
+"""Blocks left as they are: thinking cannot carry a mark, and a compaction block is
+sent back exactly as Anthropic made it."""
 
 
 def client_marked(body: Mapping[str, Any]) -> bool:
