@@ -2,12 +2,11 @@
 
 Providers cache prompt prefixes; a prompt whose beginning changes every turn
 pays full price every turn. Each shared agent run (tau-bench and OpenHands) is
-replayed one message a turn at a third of its tokens, compacting inline after
-each append (the ``offline`` and ``keep-recent`` presets). The budget is the
-system prompt, which no preset may fold, plus a third of the conversation
-beside it (a third of the whole run would not hold tau-bench's 1,250-token
-policy in short runs); where the largest user message needs more, the budget
-is raised to it and ``budgets_raised`` counts those runs. A turn is stable when
+replayed one message a turn at a third of its tokens (``bench/_replay.py``:
+the budget, and ``budgets_raised`` counting the runs whose largest user
+message needed more), compacting inline after each append (the ``offline``
+and ``keep-recent`` presets). ``bench/cache_share.py`` weighs the same replay
+by tokens. A turn is stable when
 its prompt starts with the whole previous prompt. Turns are pooled over all
 runs; goal for ``offline``: >= 90%.
 """
@@ -16,44 +15,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from _common import conversations, parse_args, report
+from _common import parse_args, report
+from _replay import agent_runs, budget_of, replay
 
-from contextfold import Memory, TokenCounter, get_counter
+from contextfold import get_counter
 
 PRESETS = ("offline", "keep-recent")
 
 
-def replay(messages: list[dict[str, Any]], preset: str, budget: int) -> tuple[int, int, int]:
+def stability(messages: list[dict[str, Any]], preset: str, budget: int) -> tuple[int, int, int]:
     """(stable turns, turns, folds committed) for one run."""
-    session = Memory().session("bench")
-    view = session.view("v", preset=preset, budget=budget)
     previous: list[dict[str, Any]] | None = None
-    stable = turns = 0
-    for message in messages:
-        session.append(message)
-        view.compact()
-        prompt = view.render()
+    stable = turns = folds = 0
+    for turn in replay(messages, preset, budget):
+        folds += len(turn.compacted.folds)
         if previous is not None:
             turns += 1
-            stable += prompt[: len(previous)] == previous
-        previous = prompt
-    return stable, turns, len(view.folds(include_superseded=True))
-
-
-def budget_of(messages: list[dict[str, Any]], counter: TokenCounter) -> tuple[int, bool]:
-    """The system prompt and a third of the rest, or what the largest user message needs."""
-    system = sum(counter.message(m) for m in messages if m["role"] == "system")
-    user = max((counter.message(m) for m in messages if m["role"] == "user"), default=0)
-    rest = counter.messages(messages) - system
-    third = system + rest // 3
-    need = system + user + 256
-    return max(third, need), third < need
+            stable += turn.prompt[: len(previous)] == previous
+        previous = turn.prompt
+    return stable, turns, folds
 
 
 def main() -> None:
     args = parse_args(__doc__ or "")
-    rows = list(conversations("taubench_airline_dev", 20 if args.quick else 100))
-    rows += list(conversations("openhands_example"))
+    rows = agent_runs(args.quick)
     counter = get_counter("o200k_base")
     figures: dict[str, Any] = {"runs": len(rows)}
     budgets = [budget_of(row["messages"], counter) for row in rows]
@@ -61,7 +46,7 @@ def main() -> None:
     for preset in PRESETS:
         stable = turns = folds = 0
         for row, (budget, _) in zip(rows, budgets, strict=True):
-            s, t, f = replay(row["messages"], preset, budget)
+            s, t, f = stability(row["messages"], preset, budget)
             stable, turns, folds = stable + s, turns + t, folds + f
         key = preset.replace("-", "_")
         figures[f"stable_share_{key}"] = round(stable / turns, 4)

@@ -105,7 +105,7 @@ def session() -> Session:
     return chat
 
 
-def test_recalled_block_sits_after_the_folds_before_the_recent_messages(session: Session) -> None:
+def test_recalled_block_sits_right_after_the_latest_user_message(session: Session) -> None:
     fold = folded(session, "v", 2, 30)
     view = session.view("v", preset="disabled", recall=True)
     session.append(said("user", "What was the name of Quillon's greyhound?"))
@@ -113,10 +113,11 @@ def test_recalled_block_sits_after_the_folds_before_the_recent_messages(session:
     found = block_of(rendered)
     assert found is not None
     at, block = found
-    assert rendered.messages[:at] == [{"role": "system", "content": "You help."}, fold.messages[0]]
     history = session.history()
-    assert rendered.messages[at + 1 :] == [for_model(m) for m in history[30:]]
-    assert rendered.recall_at == at
+    head = [{"role": "system", "content": "You help."}, fold.messages[0]]
+    assert rendered.messages[:at] == head + [for_model(m) for m in history[30:]]
+    assert rendered.messages[at + 1 :] == []
+    assert rendered.recall_at == len(head)
     assert 2 in rendered.recalled and rendered.recalled == tuple(seqs_in(rendered))
     content = str(block["content"])
     assert (
@@ -125,6 +126,34 @@ def test_recalled_block_sits_after_the_folds_before_the_recent_messages(session:
     assert content.splitlines()[0] == HEADER
     assert list(rendered.recalled) == sorted(rendered.recalled)
     assert session.counter.messages(rendered.messages) == rendered.tokens
+
+
+def test_the_block_stays_in_its_turn_so_each_prompt_extends_the_last(session: Session) -> None:
+    folded(session, "v", 2, 30)
+    view = session.view("v", preset="disabled", recall=True, budget=4000)
+    session.append(said("user", "When does the zanzibar ferry leave?"))
+    asked = view.render_report()
+    at, _ = block_of(asked) or (None, None)
+    assert at == len(asked.messages) - 1 and {4, 5, 6} <= set(asked.recalled)
+    previous = asked.messages
+    for message in (
+        call("lookup", '{"what": "ferry times"}', "c9"),
+        result("c9", "No timetable found."),
+        said("assistant", "It leaves at 7:15."),
+    ):
+        session.append(message)
+        rendered = view.render_report()
+        assert rendered.messages[: len(previous)] == previous  # the turn's tool loop extends it
+        assert rendered.recalled == asked.recalled
+        assert rendered.tokens <= 4000
+        previous = rendered.messages
+    assert tool_unit_faults(previous) == []
+    session.append(said("user", "And the name of Quillon's greyhound?"))
+    nxt = view.render_report()
+    # A new question changes the prompt from the old block on, not from the folds on.
+    assert nxt.messages[:at] == asked.messages[:at]
+    assert block_of(nxt) is not None and block_of(nxt)[0] == len(nxt.messages) - 1  # type: ignore[index]
+    assert 2 in nxt.recalled
 
 
 def test_a_tool_call_is_recalled_with_all_its_results_or_not_at_all(session: Session) -> None:
@@ -259,10 +288,10 @@ def test_recall_is_on_for_chat_and_offline_and_off_for_the_others() -> None:
     session = Memory().session("s")
     session.extend(log())
     session.append(said("user", "Quillon greyhound?"))
-    recent = session.view("recent", preset="keep-recent", budget=400)
+    recent = session.view("recent", preset="keep-recent", budget=1000)
     recent.compact()
     assert recent.render_report().recalled == ()
-    offline = session.view("offline", preset="offline", budget=400)
+    offline = session.view("offline", preset="offline", budget=1000)
     offline.compact()
     assert 2 in offline.render_report().recalled
 

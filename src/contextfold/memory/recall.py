@@ -30,6 +30,7 @@ from contextfold.core.units import unit_spans
 from contextfold.memory.filters import MessageFilter
 from contextfold.memory.recalled import Block, Recallable, RecallSettings, fit_block
 from contextfold.store.base import Store
+from contextfold.strategies.base import ViewState
 
 # Messages read back from a tool result to find its call, at first and at most.
 _REACH = 4
@@ -49,11 +50,14 @@ def recall_block(
     settings: RecallSettings,
     keep: MessageFilter | None,
     counter: TokenCounter,
+    grows_to: int = 0,
 ) -> Block | None:
     """What ``query`` recalls from the log for ``rendered``, in the room it leaves (None:
-    nothing found, or no room)."""
+    nothing found, or no room). ``grows_to``: the tokens the prompt may grow to while
+    the block is kept (``turn_mark``); the block leaves room for them."""
     budget = rendered.budget
-    room = None if budget is None else min(int(settings.share * budget), budget - rendered.tokens)
+    used = max(rendered.tokens, grows_to)
+    room = None if budget is None else min(int(settings.share * budget), budget - used)
     if room is not None and room <= 0:
         return None
     ranked = [
@@ -68,6 +72,22 @@ def recall_block(
         )
     ]
     return fit_block(outside(ranked, rendered), room, settings.limit, counter)
+
+
+def turn_mark(
+    system: Sequence[LoggedMessage], budget: int | None, high_water: float, counter: TokenCounter
+) -> int:
+    """What a turn's prompt may grow to while its block is kept: the view's high-water
+    mark, where it folds (and a fold's new prompt gets a new block).
+
+    A block that took all the room left would stop fitting at the turn's next
+    append and be chosen anew, changing the prompt from the block on at every
+    call of a tool loop, which a provider's prefix cache cannot serve.
+    """
+    if budget is None:
+        return 0
+    state = ViewState("", "", 0, tuple(system), (), None, counter, budget, high_water=high_water)
+    return state.high_mark(budget)
 
 
 def still_fits(rendered: Rendered, block: Block) -> bool:

@@ -24,7 +24,7 @@ from contextfold.memory.cache import PromptCache
 from contextfold.memory.configuration import Configured
 from contextfold.memory.filters import MessageFilter
 from contextfold.memory.reading import ViewReader, system_end
-from contextfold.memory.recall import recall_block, still_fits
+from contextfold.memory.recall import recall_block, still_fits, turn_mark
 from contextfold.memory.recalled import Block, RecallSettings, with_block
 from contextfold.store.base import Head
 
@@ -63,7 +63,8 @@ def view_prompt(
         return base
     found, block = prompts.recalled(head, wanted, asked.seq)
     if not found or (block is not None and not still_fits(base, block)):
-        block = _block(reader, base, text_of(asked.message), settings, keep)
+        mark = turn_mark(reader.system(), wanted, configured.config.high_water, reader.counter)
+        block = _block(reader, base, text_of(asked.message), settings, keep, mark)
         prompts.keep_block(head, wanted, asked.seq, block)
     return base if block is None else with_block(base, block)
 
@@ -104,6 +105,7 @@ def _block(
     query: str,
     settings: RecallSettings,
     keep: MessageFilter | None,
+    grows_to: int = 0,
 ) -> Block | None:
     return recall_block(
         base,
@@ -113,4 +115,5 @@ def _block(
         settings=settings,
         keep=keep,
         counter=reader.counter,
+        grows_to=grows_to,
     )

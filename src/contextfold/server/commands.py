@@ -111,6 +111,12 @@ def add_commands(sub: Any) -> None:
         help="the most recall rounds answered in one proxied call (default 3)",
     )
     serve.add_argument(
+        "--no-cache-breakpoints",
+        action="store_true",
+        help="send Anthropic Messages prompts without the cache_control breakpoints the proxy "
+        "sets where the prompt is stable (it sets them only when the client set none)",
+    )
+    serve.add_argument(
         "--cors-origin",
         action="append",
         default=[],
@@ -195,6 +201,7 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
             },
             recall_tools=args.recall_tools,
             recall_rounds=args.recall_rounds,
+            cache_breakpoints=not args.no_cache_breakpoints,
             cors_origins=tuple(args.cors_origin),
             demo=args.demo,
             runner=not args.no_runner,

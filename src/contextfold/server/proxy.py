@@ -48,7 +48,7 @@ from contextfold.server.errors import ServiceError
 from contextfold.server.proxy_chat import CHAT
 from contextfold.server.proxy_count import count_tokens
 from contextfold.server.proxy_flow import Call, serve, whole
-from contextfold.server.proxy_messages import MESSAGES
+from contextfold.server.proxy_messages import MESSAGES, UNMARKED_MESSAGES
 from contextfold.server.proxy_responses import RESPONSES, RESPONSES_BODY
 from contextfold.server.proxy_shared import ProxyState, proxy_state
 from contextfold.server.proxy_upstream import UpstreamError
@@ -175,7 +175,9 @@ async def chat_completions(call: ProxyCall) -> Response:
     summary="Anthropic Messages through the session's compacted prompt",
 )
 async def messages(call: ProxyCall) -> Response:
-    return await serve(call, MESSAGES)
+    return await serve(
+        call, MESSAGES if call.service.settings.cache_breakpoints else UNMARKED_MESSAGES
+    )
 
 
 @router.post(

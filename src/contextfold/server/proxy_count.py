@@ -21,7 +21,7 @@ from fastapi.responses import Response
 from contextfold.core.claude_tokens import claude_counter
 from contextfold.core.tokens import get_counter
 from contextfold.server.proxy_flow import Call, peek, read_call, whole
-from contextfold.server.proxy_messages import MESSAGES
+from contextfold.server.proxy_messages import UNMARKED_MESSAGES
 from contextfold.server.proxy_shared import proxy_state
 from contextfold.server.proxy_upstream import UpstreamError
 
@@ -31,7 +31,7 @@ SOURCE = "X-Contextfold-Count-Source"
 
 async def count_tokens(call: Call) -> Response:
     """The count of the compacted prompt, from the upstream or estimated here."""
-    asked = await read_call(call, MESSAGES)
+    asked = await read_call(call, UNMARKED_MESSAGES)
     state = proxy_state(call.request)
     service = call.service
     prompt = await service.run(
@@ -44,20 +44,20 @@ async def count_tokens(call: Call) -> Response:
         asked.budget,
         asked.fitted,
     )
-    body = MESSAGES.upstream_body(asked.body, prompt)
-    upstream = state.upstreams.get(MESSAGES.upstream)
+    body = UNMARKED_MESSAGES.upstream_body(asked.body, prompt)
+    upstream = state.upstreams.get(UNMARKED_MESSAGES.upstream)
     if upstream is not None:
         payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-        headers = MESSAGES.upstream_headers(call.request.headers, prompt)
+        headers = UNMARKED_MESSAGES.upstream_headers(call.request.headers, prompt)
         try:
             answer = await upstream.send(
-                "POST", MESSAGES.upstream_path + "/count_tokens", payload, headers
+                "POST", UNMARKED_MESSAGES.upstream_path + "/count_tokens", payload, headers
             )
         except UpstreamError as exc:
             log.warning("count_tokens upstream unreachable, estimating: %s", exc.reason)
         else:
             if answer.status_code < 500:
-                counted = await whole(upstream, answer, MESSAGES, None)
+                counted = await whole(upstream, answer, UNMARKED_MESSAGES, None)
                 counted.headers[SOURCE] = "upstream"
                 return counted
             await answer.aclose()

@@ -24,6 +24,8 @@ from contextfold.core.provider_items import ProviderName, carried_folds
 from contextfold.formats.anthropic_turns import answer_of, read_request, request_of
 from contextfold.formats.provider_compaction import ANTHROPIC_COMPACTION_BETA, anthropic_turns
 from contextfold.memory.matching import digest
+from contextfold.memory.recalled import HEADER
+from contextfold.server.proxy_cache import client_marked, with_breakpoints
 from contextfold.server.proxy_sse import SseReader
 from contextfold.server.proxy_upstream import refusal_body
 from contextfold.server.proxy_wire import Conversation
@@ -35,13 +37,49 @@ _PASSED = ("anthropic-version", "anthropic-beta")
 
 def aligned(prompt: list[Message], current: list[Message]) -> list[Message]:
     """``prompt`` with its tail that the client's ``current`` messages end with replaced by
-    those (meta included: the blocks the client sent in this very request)."""
+    those (meta included: the blocks the client sent in this very request). The recall
+    block, which sits in the newest turn, is passed over: the turns before it are the
+    client's too."""
     out = list(prompt)
     i, j = len(out) - 1, len(current) - 1
-    while i >= 0 and j >= 0 and digest(out[i]) == digest(current[j]):
-        out[i] = current[j]
-        i, j = i - 1, j - 1
+    while i >= 0 and j >= 0:
+        if digest(out[i]) == digest(current[j]):
+            out[i] = current[j]
+            j -= 1
+        elif not _recalled(out[i]):
+            break
+        i -= 1
     return out
+
+
+def _recalled(message: Message) -> bool:
+    content = message.get("content")
+    return message["role"] == "system" and isinstance(content, str) and content.startswith(HEADER)
+
+
+def joined(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``turns`` with each run of one role made one turn (its blocks in order, tool results
+    first), as the API requires: the recall block, text in a user turn, follows the
+    client's latest user turn, which goes upstream as sent."""
+    out: list[dict[str, Any]] = []
+    for turn in turns:
+        if out and out[-1]["role"] == turn["role"]:
+            blocks = [*_blocks(out[-1]["content"]), *_blocks(turn["content"])]
+            blocks.sort(key=lambda block: block.get("type") != "tool_result")
+            out[-1] = {**out[-1], "content": blocks}
+        else:
+            out.append(turn)
+    return out
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+
+
+def own_turns(turns: Sequence[dict[str, Any]], client: Any) -> int:
+    """How many leading ``turns`` the proxy wrote: those before the first of the client's."""
+    sent = client if isinstance(client, list) else []
+    return next((i for i, turn in enumerate(turns) if turn in sent), len(turns))
 
 
 def _valid_turns(messages: Sequence[Message]) -> tuple[Any, list[dict[str, Any]]]:
@@ -147,6 +185,11 @@ class MessagesWire:
     provider: ProviderName | None = "anthropic"
     keeps: str | None = None
 
+    def __init__(self, *, breakpoints: bool = True) -> None:
+        self.breakpoints = breakpoints
+        """Mark where the prompt is stable for Anthropic's cache, when the client marked
+        nothing (``contextfold.server.proxy_cache``)."""
+
     def conversation(self, body: dict[str, Any]) -> Conversation:
         limit = body.get("max_tokens")
         if "max_tokens" in body and (type(limit) is not int or limit < 1):
@@ -161,12 +204,14 @@ class MessagesWire:
         # The rendered prompt and the client's checked turns: valid as they are; a fold
         # carrying Anthropic's compaction block goes first, as that block.
         system, turns = anthropic_turns(aligned(prompt, current), _valid_turns)
-        out = {**body, "messages": turns}
+        out = {**body, "messages": joined(turns)}
         if system is None:
             out.pop("system", None)
         else:
             out["system"] = system
-        return out
+        if not self.breakpoints or client_marked(body) or client_marked(out):
+            return out
+        return with_breakpoints(out, own_turns(out["messages"], body.get("messages")))
 
     def upstream_headers(self, headers: Mapping[str, str], prompt: list[Message]) -> dict[str, str]:
         """The client's version and betas; the compaction beta added while the prompt
@@ -201,3 +246,6 @@ class MessagesWire:
 
 
 MESSAGES = MessagesWire()
+UNMARKED_MESSAGES = MessagesWire(breakpoints=False)
+"""The Messages wire without breakpoints: for a service whose ``cache_breakpoints``
+setting is off, and for ``count_tokens`` (a mark changes no count)."""

@@ -59,6 +59,9 @@ class Settings:
     """Offer the recall tools to the upstream model and answer their calls in the proxy
     (``contextfold.server.proxy_recall``); a request's ``X-Contextfold-Recall-Tools`` header
     overrides it."""
+    cache_breakpoints: bool = True
+    """Mark where a proxied Anthropic Messages prompt is stable with ``cache_control``
+    breakpoints, when the client marked none (``contextfold.server.proxy_cache``)."""
     recall_rounds: int = 3
     """The most recall rounds the proxy answers in one call; the request after the last
     forbids tool calls."""
