@@ -78,13 +78,14 @@ def test_over_budget_the_rescue_folds_what_render_would_cut() -> None:
 
 
 def test_the_rescue_folds_down_to_its_mark_of_the_room_beside_the_system_prompt() -> None:
-    session = Memory().session("s", system="rules " * 900)  # most of the budget
+    budget = 4000
+    session = Memory().session("s", system="rules " * 900)  # a large part of the budget
     session.extend(chat(30, words=60))
-    state = session.view("v", preset="disabled", budget=2500).state()
+    state = session.view("v", preset="disabled", budget=budget).state()
     job = RESCUE.plan(state)
     assert job is not None
-    target = state.mark(2500, min(RESCUE.depth, state.low_water))
-    assert state.fixed < target < state.fixed + int(2500 * RESCUE.depth)  # not of the budget
+    target = state.mark(budget, min(RESCUE.depth, state.low_water))
+    assert state.fixed < target < state.fixed + int(budget * RESCUE.depth)  # not of the budget
     user = state.latest_user
     folded = [i for i, e in enumerate(state.entries) if job.start <= e.start <= job.end]
     kept = state.tokens - sum(state.entries[i].tokens for i in folded if i != user)

@@ -49,7 +49,7 @@ class Rescue:
     """
 
     share: float = 0.1
-    depth: float = 0.4
+    depth: float = 0.2
     prompt: str | Path | None = None
     name: str = "rescue"
 
