@@ -8,10 +8,12 @@ the figures are the prompt sizes a real model would be billed for, whatever it
 answered.
 
 ``input_ratio`` is cumulative summarizer input tokens / session tokens: how
-many times, in all, the history is read back to the summarizer. Incremental
-strategies feed the previous summary plus only the new messages, so their
-ratio stays near 1 (goal <= 1.2). A pipeline of several strategies also gets
-``input_ratio_<preset>_<strategy>``, what each of its tiers read.
+many times, in all, the history is read back to the summarizer, retries and
+the engine's rescue (when a preset's own strategies leave the view over its
+budget) included. Incremental strategies feed the previous summary plus only
+the new messages, so their ratio stays near 1 (goal <= 1.2 for every model
+preset). A preset whose calls came from more than one strategy also gets
+``input_ratio_<preset>_<strategy>``, what each read (``rescue`` among them).
 ``final_view_tokens`` is the view after the last turn, unclipped (render cuts
 it to the budget); ``seconds_total`` is the time all presets took.
 """
@@ -37,6 +39,7 @@ PRESETS = {
     "rolling": "rolling",
     "tool_calls": "tool-calls",
     "threshold": "threshold",
+    "goal_batch": "goal-batch",
     "adr_0041": "adr-0041",
     "token_budget": "token-budget",
     "whole_history": "whole-history",
@@ -135,7 +138,7 @@ def run(
         "seconds": time.perf_counter() - started,
         "session_tokens": session_tokens,
     }
-    tiers = {s.name: model.by_strategy.get(s.name, 0) / session_tokens for s in pipeline.strategies}
+    tiers = {name: tokens / session_tokens for name, tokens in model.by_strategy.items()}
     return figures, tiers if len(tiers) > 1 else {}
 
 

@@ -15,6 +15,7 @@ from contextfold.memory.cache import PromptCache, StateCache
 from contextfold.memory.cycle import RESCUE, plan, run_cycle
 from contextfold.memory.recalled import HEADER
 from contextfold.strategies import Pipeline, RollingCompactor, preset_names
+from contextfold.strategies.triggers import Never
 from contextfold.testing import ScriptedModel
 
 
@@ -77,13 +78,14 @@ def test_over_budget_the_rescue_folds_what_render_would_cut() -> None:
 
 
 def test_the_rescue_folds_down_to_its_mark_of_the_room_beside_the_system_prompt() -> None:
-    session = Memory().session("s", system="rules " * 900)  # most of the budget
+    budget = 4000
+    session = Memory().session("s", system="rules " * 900)  # a large part of the budget
     session.extend(chat(30, words=60))
-    state = session.view("v", preset="disabled", budget=2500).state()
+    state = session.view("v", preset="disabled", budget=budget).state()
     job = RESCUE.plan(state)
     assert job is not None
-    target = state.mark(2500, min(RESCUE.depth, state.low_water))
-    assert state.fixed < target < state.fixed + int(2500 * RESCUE.depth)  # not of the budget
+    target = state.mark(budget, min(RESCUE.depth, state.low_water))
+    assert state.fixed < target < state.fixed + int(budget * RESCUE.depth)  # not of the budget
     user = state.latest_user
     folded = [i for i, e in enumerate(state.entries) if job.start <= e.start <= job.end]
     kept = state.tokens - sum(state.entries[i].tokens for i in folded if i != user)
@@ -223,3 +225,38 @@ def test_a_budget_below_system_and_latest_user_changes_nothing_and_says_why(
     # A runner plans nothing for it either, and a budget that holds both does fold.
     assert plan(view.require_pipeline().strategies, view.state(budget)) is None
     assert view.compact(system_and_user + 2_000).folds
+
+
+def test_a_second_rescue_reads_the_previous_summary_without_its_pins_and_carries_them() -> None:
+    def facts(first: int, count: int) -> list[dict[str, str]]:
+        out = []
+        for r in range(first, first + count):
+            words = " ".join(f"w{i}" for i in range(120))
+            out.append({"role": "user", "content": f"step {r}: edit /srv/app/mod_{r}.py {words}"})
+            out.append({"role": "assistant", "content": f"done {r}: wrote /srv/app/mod_{r}.py."})
+        return out
+
+    model = ScriptedModel(default="I edited the app's modules one by one.")
+    session = Memory().session("s", system="sys")
+    session.extend(facts(0, 12))
+    pipeline = Pipeline([RollingCompactor(trigger=Never())])
+    view = session.view("v", pipeline=pipeline, budget=1500, llm=model)
+    (first,) = [f for f in view.compact().folds if f.strategy == RESCUE.name]
+    assert first.data["pinned"] and f"- {first.data['pinned'][-1]}" in first.text
+    plain = " ".join(["the loader reads its settings once"] * 25)
+    session.extend(
+        m
+        for _ in range(4)
+        for m in ({"role": "user", "content": plain}, {"role": "assistant", "content": plain})
+    )
+    second = next(f for f in view.compact().folds if f.start == first.start)
+    sent = model.calls[-1].messages[-1]["content"]
+    history = sent.split("<history>\n", 1)[1]
+    # The previous summary without its pinned list, then only what came after it.
+    assert history.startswith(first.text.split("\n\nPinned", 1)[0])
+    assert "Pinned" not in sent
+    assert f"step {first.end}" not in sent and "mod_0.py" not in sent
+    assert sent.count(plain) >= 6
+    # What the answer left out of the previous pins is pinned again, the newest first.
+    assert set(first.data["pinned"][-4:]) <= set(second.data["pinned"])
+    assert len(model.calls) == 2

@@ -103,7 +103,10 @@ def setup(
     session = Memory().session("s", system="You are a coding agent.")
     session.extend([m for k in range(turns) for m in coding_turn(k)])
     pipeline = Pipeline(
-        [ToolCallSummarization(keep_recent=0, batch_size=1), strategy or GoalBatchCompaction()]
+        [
+            ToolCallSummarization(batch_tokens=0, keep_recent=0, batch_size=1),
+            strategy or GoalBatchCompaction(),
+        ]
     )
     view = session.view("v", pipeline=pipeline, llm=model)
     events: list[Event] = []
@@ -186,7 +189,10 @@ def test_an_incomplete_turn_ends_a_run_and_is_never_folded() -> None:
     view = session.view(
         "v",
         pipeline=Pipeline(
-            [ToolCallSummarization(keep_recent=0), GoalBatchCompaction(plain_turns=False)]
+            [
+                ToolCallSummarization(batch_tokens=0, keep_recent=0),
+                GoalBatchCompaction(plain_turns=False),
+            ]
         ),
         llm=ScriptedModel(default=faithful),
     )
@@ -393,7 +399,9 @@ def test_plain_chat_turns_are_complete_by_default() -> None:
     session.extend([m for t in turns for m in t])
     view = session.view(
         "v",
-        pipeline=Pipeline([ToolCallSummarization(keep_recent=0), GoalBatchCompaction()]),
+        pipeline=Pipeline(
+            [ToolCallSummarization(batch_tokens=0, keep_recent=0), GoalBatchCompaction()]
+        ),
         llm=ScriptedModel(default=faithful),
     )
     view.compact()

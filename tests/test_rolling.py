@@ -216,3 +216,24 @@ def test_offline_stand_in_runs_without_a_model() -> None:
 def test_unknown_kind_is_refused() -> None:
     with pytest.raises(InvalidInput, match="kind"):
         RollingCompactor(kind="writer")  # type: ignore[arg-type]
+
+
+def test_an_answer_opening_with_a_copied_header_is_used_once_without_it() -> None:
+    # A model may echo the header it read; asking again would re-send the whole prompt.
+    copied = "[Previous Summary (Rounds 1-8)]:\nSteps 1 to 8 of the plan are done."
+    model = ScriptedModel([copied])
+    session, view = build(11, RollingCompactor(), model)
+    session.append({"role": "user", "content": "Question lima: and now?"})
+    fold = view.compact().folds[0]
+    assert len(model.calls) == 1
+    assert fold.data["summary"] == "Steps 1 to 8 of the plan are done."
+    assert fold.text.startswith(HEADER.format(9) + "\nSteps 1 to 8 of the plan are done.")
+
+
+def test_an_answer_that_is_only_a_header_is_asked_for_again() -> None:
+    model = ScriptedModel([HEADER.format(8), "Steps 1 to 8 of the plan are done."])
+    _, view = build(11, RollingCompactor(), model)
+    fold = view.compact().folds[0]
+    assert len(model.calls) == 2
+    assert "only a summary header" in sent(model, 1)
+    assert fold.data["summary"] == "Steps 1 to 8 of the plan are done."

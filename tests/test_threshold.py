@@ -116,7 +116,7 @@ def test_folds_oldest_blocks_first_until_under_the_threshold_keeping_recent_ones
 def test_skips_user_messages_and_summarized_folds_and_keeps_units_whole() -> None:
     messages = turn("a", 7, text_between=True) + turn("b", 3) + turn("c", 1)
     model = ScriptedModel(default=grouped(ANSWER))
-    tool_calls = ToolCallSummarization(keep_recent=2)
+    tool_calls = ToolCallSummarization(batch_tokens=0, keep_recent=2)
     threshold = ThresholdSummarization(threshold_tokens=50, keep_recent=1)
     session, view, _ = setup(messages, [tool_calls, threshold], model)
     view.compact()

@@ -109,7 +109,7 @@ def assert_whole_units(session: Session, folds: list[Fold]) -> None:
 def test_full_batches_fold_and_the_recent_units_stay_verbatim() -> None:
     messages = turn("a", 12, text_between=True)
     model = ScriptedModel(default=grouped(ANSWER))
-    session, view, _ = setup(messages, ToolCallSummarization(), model)
+    session, view, _ = setup(messages, ToolCallSummarization(batch_tokens=0), model)
     report = view.compact()
     folds = view.folds()
     # 12 units, 4 kept: one full batch of 5; the other 3 wait for their run to fill or close.
@@ -143,7 +143,7 @@ def test_full_batches_fold_and_the_recent_units_stay_verbatim() -> None:
 def test_a_batch_reaches_across_turns_but_no_fold_crosses_a_user_message() -> None:
     messages = turn("a", 3) + turn("b", 3) + turn("c", 2, answer=False)
     model = ScriptedModel(default=grouped(ANSWER))
-    session, view, _ = setup(messages, ToolCallSummarization(keep_recent=1), model)
+    session, view, _ = setup(messages, ToolCallSummarization(batch_tokens=0, keep_recent=1), model)
     view.compact()
     folds = sorted(view.folds(), key=lambda f: f.start)
     users = [i + 2 for i, m in enumerate(messages) if m["role"] == "user"]
@@ -165,12 +165,14 @@ def test_a_batch_reaches_across_turns_but_no_fold_crosses_a_user_message() -> No
 def test_over_budget_folds_a_partial_run_and_never_splits_a_parallel_unit() -> None:
     messages = turn("a", 4)
     model = ScriptedModel(default=grouped(ANSWER))
-    session, patient, _ = setup(messages, ToolCallSummarization(keep_recent=1), model)
+    session, patient, _ = setup(
+        messages, ToolCallSummarization(batch_tokens=0, keep_recent=1), model
+    )
     patient.compact()
     assert patient.folds() == []  # an open run of 3 < batch_size waits
     pressed = session.view(
         "pressed",
-        pipeline=Pipeline([ToolCallSummarization(keep_recent=1, batch_size=2)]),
+        pipeline=Pipeline([ToolCallSummarization(batch_tokens=0, keep_recent=1, batch_size=2)]),
         llm=ScriptedModel(default=grouped(ANSWER)),
         budget=300,
     )
@@ -186,7 +188,7 @@ def test_over_budget_folds_a_partial_run_and_never_splits_a_parallel_unit() -> N
 def test_the_prompt_is_the_episodic_framing_with_the_goal_and_numbered_operations() -> None:
     messages = turn("a", 6, text_between=True)
     model = ScriptedModel(default=grouped(ANSWER))
-    _, view, _ = setup(messages, ToolCallSummarization(keep_recent=1), model)
+    _, view, _ = setup(messages, ToolCallSummarization(batch_tokens=0, keep_recent=1), model)
     view.compact()
     sent = model.calls[0]
     assert sent.schema is not None and list(sent.schema["properties"]) == ["group_1"]
@@ -214,7 +216,7 @@ def test_prompt_overrides_take_text_or_a_path_and_a_missing_field_is_refused(
     path.write_text("Summarize {count} calls in {groups} groups:\n{operations}", encoding="utf-8")
     model = ScriptedModel(default=grouped(ANSWER))
     strategy = ToolCallSummarization(
-        keep_recent=0, batch_size=3, prompt=path, system_prompt="Be brief."
+        batch_tokens=0, keep_recent=0, batch_size=3, prompt=path, system_prompt="Be brief."
     )
     _, view, _ = setup(turn("a", 2) + turn("b", 1), strategy, model)
     view.compact()
@@ -233,7 +235,9 @@ def test_prompt_overrides_take_text_or_a_path_and_a_missing_field_is_refused(
 def test_a_rejected_summary_fails_the_job_and_commits_nothing() -> None:
     model = ScriptedModel(["", "Error: upstream timeout", "I'm sorry, I cannot help with that."])
     session, view, events = setup(
-        turn("a", 2) + turn("b", 1), ToolCallSummarization(keep_recent=0, batch_size=3), model
+        turn("a", 2) + turn("b", 1),
+        ToolCallSummarization(batch_tokens=0, keep_recent=0, batch_size=3),
+        model,
     )
     before = copy.deepcopy(session.history())
     report = view.compact()
@@ -248,7 +252,7 @@ def test_a_rejected_summary_fails_the_job_and_commits_nothing() -> None:
 
 def test_artifacts_the_model_drops_are_pinned_verbatim() -> None:
     model = ScriptedModel(default=grouped("I read src/a_0.py and found the bug."))
-    strategy = ToolCallSummarization(keep_recent=0, batch_size=3)
+    strategy = ToolCallSummarization(batch_tokens=0, keep_recent=0, batch_size=3)
     _, view, _ = setup(turn("a", 2) + turn("b", 1), strategy, model)
     view.compact()
     fold = next(f for f in view.folds() if f.data["tool_units"] == 2)
@@ -267,7 +271,7 @@ def test_artifacts_the_model_drops_are_pinned_verbatim() -> None:
 
 
 def test_without_a_model_the_offline_stand_in_summarizes_and_says_so() -> None:
-    strategy = ToolCallSummarization(keep_recent=0, batch_size=4)
+    strategy = ToolCallSummarization(batch_tokens=0, keep_recent=0, batch_size=4)
     _, view, _ = setup(turn("a", 3) + turn("b", 1), strategy, None)
     view.compact()
     first, second = sorted(view.folds(), key=lambda f: f.start)
@@ -295,7 +299,7 @@ def test_real_agent_runs_fold_in_whole_batches_and_keep_the_recent_units() -> No
         answered = {m["tool_call_id"] for m in before if m["role"] == "tool"}
         view = session.view(
             "v",
-            pipeline=Pipeline([ToolCallSummarization()]),
+            pipeline=Pipeline([ToolCallSummarization(batch_tokens=0)]),
             llm=ScriptedModel(default=grouped(ANSWER)),
         )
         report = view.compact()
@@ -319,7 +323,7 @@ def test_above_its_budget_a_partial_batch_waits_until_it_is_worth_a_call() -> No
     spec = {"role": "user", "content": "The spec: " + "every reader streams its input " * 800}
     messages = [spec, {"role": "assistant", "content": "Noted."}]
     model = ScriptedModel(default=grouped(ANSWER))
-    strategy = ToolCallSummarization(keep_recent=0)
+    strategy = ToolCallSummarization(batch_tokens=0, keep_recent=0)
     session, view, _ = setup(messages, strategy, model, budget=4000)
     for k in range(10):
         session.extend(turn(f"t{k}", 1))
@@ -331,10 +335,51 @@ def test_above_its_budget_a_partial_batch_waits_until_it_is_worth_a_call() -> No
     assert batches and min(batches) >= 3
     pressed = session.view(
         "pressed",
-        pipeline=Pipeline([ToolCallSummarization(keep_recent=0)]),
+        pipeline=Pipeline([ToolCallSummarization(batch_tokens=0, keep_recent=0)]),
         llm=ScriptedModel(default=grouped(ANSWER)),
         budget=session.view("measure").state().tokens - 100,
     )
     session.extend(turn("last", 1))
     pressed.compact()
     assert pressed.state().tokens <= 0.9 * (pressed.budget or 0)
+
+
+def small_unit(call_id: str) -> list[Message]:
+    """A lookup and its short JSON answer: about 60 tokens, a fraction of a call's prompt."""
+    result = json.dumps({"flight": f"HAT{call_id[-3:]}", "status": "available", "seats": 4})
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call(call_id, "get_flight", {})]},
+        {"role": "tool", "tool_call_id": call_id, "content": result},
+    ]
+
+
+def test_small_units_are_taken_in_until_a_batch_holds_batch_tokens() -> None:
+    def lookups(first: int, count: int) -> list[Message]:
+        out: list[Message] = [{"role": "user", "content": "find me a flight"}]
+        for k in range(first, first + count):
+            out += small_unit(f"c{k:03d}")
+        return out
+
+    by_count = ToolCallSummarization(batch_tokens=0)
+    by_tokens = ToolCallSummarization(batch_tokens=600)
+    runs = []
+    for strategy in (by_count, by_tokens):
+        model = ScriptedModel(default=grouped(ANSWER))
+        session, view, _ = setup([], strategy, model)
+        for t in range(8):
+            session.extend(lookups(10 * t, 10))
+            view.compact()
+        runs.append((model, view))
+    (count_model, _), (token_model, token_view) = runs
+    # Five small units a call against as many units as hold 600 tokens a call.
+    assert len(count_model.calls) == 15
+    assert 0 < len(token_model.calls) <= len(count_model.calls) // 2
+    sent = [token_view.session.counter.messages(c.messages) for c in token_model.calls]
+    spent = [token_view.session.counter.messages(c.messages) for c in count_model.calls]
+    assert sum(sent) < 0.8 * sum(spent)
+    batches: list[int] = []
+    for fold in sorted(token_view.folds(), key=lambda f: f.start):
+        if fold.usage is not None:  # the first fold of a call carries its usage
+            batches.append(0)
+        batches[-1] += fold.tokens_before
+    assert len(batches) == len(token_model.calls) and min(batches) >= 600

@@ -206,3 +206,12 @@ def with_pins(text: str, pinned: Sequence[str]) -> str:
     if not pinned:
         return text
     return text + "\n\n" + PINNED_HEADER + "\n" + "\n".join(f"- {item}" for item in pinned)
+
+
+def without_pins(text: str) -> str:
+    """A fold's text without its ``Pinned`` list: what a summarizer folding it again reads.
+
+    The list is carried over instead: checked compaction pins each item again
+    that the new answer leaves out, from a source that keeps the list.
+    """
+    return text.split(PINNED_HEADER, 1)[0].strip()

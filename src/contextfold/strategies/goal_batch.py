@@ -60,7 +60,7 @@ from contextfold.core.messages import Message
 from contextfold.core.tokens import TokenCounter
 from contextfold.llm.base import LLM, Completion
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
-from contextfold.strategies.checked import PINNED_HEADER, summarize_checked, with_pins
+from contextfold.strategies.checked import summarize_checked, with_pins, without_pins
 from contextfold.strategies.templates import fill
 from contextfold.strategies.tool_calls import (
     SUMMARIZED,
@@ -276,7 +276,7 @@ def turns_text(
             if entry.fold is not None:
                 summary = entry.fold.text.removeprefix(SUMMARIZED).strip()
                 if not pins:
-                    summary = summary.split(PINNED_HEADER, 1)[0].strip()
+                    summary = without_pins(summary)
                 lines.append(f"{SUMMARIZED}: {summary}")
             else:
                 lines.append(message_block(entry.messages[0], names))

@@ -44,10 +44,12 @@ class Rescue:
     may take, and ``depth`` the part of that room a rescue leaves: each call
     re-reads the previous rescue summary and the prompt, so it folds in deep,
     rare steps (below the view's low-water mark) to spread that over much new.
+    Folds it takes in are read without their pinned lists, which are carried
+    over instead (``checked.without_pins``).
     """
 
     share: float = 0.1
-    depth: float = 0.4
+    depth: float = 0.2
     prompt: str | Path | None = None
     name: str = "rescue"
 
@@ -97,7 +99,8 @@ class Rescue:
     def _fold(
         self, job: Job, entries: Sequence[Entry], room: int, llm: LLM, counter: TokenCounter
     ) -> Fold:
-        history = transcript(entries)
+        # Earlier folds are read without their pinned lists, which are carried over:
+        # what the answer leaves out of them is pinned again from the whole transcript.
         checked = summarize_checked(
             llm,
             [
@@ -105,12 +108,12 @@ class Rescue:
                     "role": "user",
                     "content": fill(
                         load_template("rescue", self.prompt),
-                        history=material(history),
+                        history=material(transcript(entries, pins=False)),
                         words=str(room * 3 // 4),
                     ),
                 }
             ],
-            source=history,
+            source=transcript(entries),
             max_tokens=room,
             pin_chars=room,
             accept=prose_problem,

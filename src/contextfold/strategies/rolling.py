@@ -16,8 +16,9 @@ TaskWeaver's ``CompactedMessage`` can be rebuilt from it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,6 +37,10 @@ from contextfold.strategies.transcript import material, message_block, transcrip
 from contextfold.strategies.triggers import Trigger, UnfoldedRounds
 
 TEMPLATES = {"planner": "rolling", "code": "rolling_code"}
+# The headers the model reads ("[Previous Summary (Rounds 1-K)]:") and the fold adds.
+_COPIED_HEADER = re.compile(
+    r"\A\s*\[(?:Conversation History Summary|Previous Summary)[^\]\n]*\]:?[ \t]*\n?"
+)
 
 
 @dataclass
@@ -96,7 +101,8 @@ class RollingCompactor:
             tokens_before=job.tokens_before,
             counter=counter,
         )
-        text = f"[Conversation History Summary (Rounds 1-{end})]\n{checked.text}"
+        summary = without_header(checked.text)
+        text = f"[Conversation History Summary (Rounds 1-{end})]\n{summary}"
         message: Message = {"role": "system", "content": text}
         return [
             one_message_fold(
@@ -108,7 +114,7 @@ class RollingCompactor:
                 data={
                     "start_index": 1,
                     "end_index": end,
-                    "summary": checked.text,
+                    "summary": summary,
                     "rounds": [1, end],
                     "previous_end_index": done,
                     "pinned": list(checked.pinned),
@@ -151,11 +157,19 @@ class RollingCompactor:
 
 
 def _accept(completion: Completion) -> str | None:
-    """What the rolling fold needs: prose, without a header of its own (the fold adds it)."""
-    opening = completion.text.lstrip()
-    if opening.startswith(("[Conversation History Summary", "[Previous Summary")):
-        return "the answer copies a summary header; the fold adds its own"
-    return prose_problem(completion)
+    """What the rolling fold needs: prose once a copied header is taken off (the fold adds its
+    own), so an answer opening with one is used, not asked for again at a whole prompt's cost."""
+    rest = without_header(completion.text)
+    if not rest:
+        return "the answer is only a summary header"
+    return prose_problem(replace(completion, text=rest))
+
+
+def without_header(text: str) -> str:
+    """``text`` without the summary headers it opens with (copied from the prompt)."""
+    while (match := _COPIED_HEADER.match(text)) is not None and match.end() > 0:
+        text = text[match.end() :]
+    return text.strip()
 
 
 def _previous(entries: Sequence[Entry]) -> Entry | None:

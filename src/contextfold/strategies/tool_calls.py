@@ -10,14 +10,18 @@ result, user messages stay where they were (goal batches need them), and
 assistant text before a run's first unit or after its last one stays raw (a
 turn's final answer stays readable; goal batches take it in later).
 
-A batch is folded when it is full. Below ``high_water`` of the budget a
+A batch is folded when it is full: ``batch_size`` units that hold at least
+``batch_tokens`` tokens; small units (a lookup and its short JSON answer)
+are taken in more at a time until they do. Below ``high_water`` of the budget a
 partial batch waits, and above it a partial batch is folded only when it
 holds enough to matter: the tokens that bring the view back under the high
 water, or the gap between the two water marks. Either way each call's fixed cost
-(the episodic framing and the prompt) is spread over many units, where
-folding each turn's one or two units as they closed cost a call apiece. At
-most ``keep_recent + batch_size - 1`` raw tool units stay verbatim below the
-high water.
+(the episodic framing and the prompt, about 470 tokens) is spread over many
+units, where folding each turn's one or two units as they closed cost a call
+apiece, and five short units a call still spent a third of it on the prompt.
+Below the high water, at most ``keep_recent`` raw tool units stay verbatim
+beside a partial batch (fewer than ``batch_size`` units or ``batch_tokens``
+tokens).
 
 The model answers one JSON object, ``group_1``, ``group_2``, ... holding each
 run's sections (``summarize_groups``). Each fold is one ``assistant``
@@ -68,6 +72,7 @@ class ToolCallSummarization:
 
     keep_recent: int = 4
     batch_size: int = 5
+    batch_tokens: int = 4000
     max_tokens: int = 800
     prompt: str | Path | None = None
     system_prompt: str | Path | None = None
@@ -77,6 +82,8 @@ class ToolCallSummarization:
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise InvalidInput("batch_size must be at least 1", field="batch_size")
+        if self.batch_tokens < 0:
+            raise InvalidInput("batch_tokens must not be negative", field="batch_tokens")
         self._prompts()
 
     def plan(self, state: ViewState) -> Job | None:
@@ -85,11 +92,17 @@ class ToolCallSummarization:
         entries, units = state.entries, state.units
         tools = [k for k, (i, j) in enumerate(units) if is_raw_tool_unit(entries[i : j + 1])]
         eligible = tools[: max(len(tools) - max(self.keep_recent, 0), 0)]
-        batch = eligible[: self.batch_size]
+        batch: list[int] = []
+        tokens = 0
+        for k in eligible:
+            if len(batch) >= self.batch_size and tokens >= self.batch_tokens:
+                break
+            batch.append(k)
+            tokens += sum(e.tokens for e in entries[units[k][0] : units[k][1] + 1])
         if not batch:
             return None
-        tokens = sum(e.tokens for k in batch for e in entries[units[k][0] : units[k][1] + 1])
-        if len(batch) < self.batch_size and not worth_folding(state, tokens):
+        full = len(batch) >= self.batch_size and tokens >= self.batch_tokens
+        if not full and not worth_folding(state, tokens):
             return None
         runs: list[list[int]] = []
         for k in batch:

@@ -12,19 +12,25 @@ from collections.abc import Sequence
 from contextfold.core.entries import Entry
 from contextfold.core.messages import Message, text_of
 from contextfold.llm.base import HISTORY_CLOSE, HISTORY_OPEN, material
+from contextfold.strategies.checked import without_pins
 
 __all__ = ["HISTORY_CLOSE", "HISTORY_OPEN", "material", "message_block", "transcript"]
 
 TOOL_OUTPUT_CHARS = 2000
 
 
-def transcript(entries: Sequence[Entry], *, tool_chars: int = TOOL_OUTPUT_CHARS) -> str:
-    """The entries as a readable transcript; long tool output is abridged in the middle."""
+def transcript(
+    entries: Sequence[Entry], *, tool_chars: int = TOOL_OUTPUT_CHARS, pins: bool = True
+) -> str:
+    """The entries as a readable transcript; long tool output is abridged in the middle.
+
+    ``pins=False`` shows folds without their ``Pinned`` lists (``checked.without_pins``).
+    """
     names: dict[str, str] = {}
     blocks: list[str] = []
     for entry in entries:
         if entry.fold is not None:
-            blocks.append(entry.fold.text)
+            blocks.append(entry.fold.text if pins else without_pins(entry.fold.text))
             continue
         blocks.append(message_block(entry.messages[0], names, tool_chars=tool_chars))
     return "\n\n".join(blocks)
