@@ -55,27 +55,6 @@ def load_rows(name: str, limit: int | None = None) -> list[dict[str, Any]]:
     pytest.skip(reason)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` (``make test``), a module that has a fixture of module
-    scope (a browser, a seeded server, an installed wheel) runs on one worker, so the
-    fixture is made once, not once on each worker that draws one of its tests."""
-    shared = {item.nodeid.split("::")[0] for item in items if _uses_a_shared_fixture(item)}
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        if module in shared:
-            item.add_marker(pytest.mark.xdist_group(module))
-
-
-def _uses_a_shared_fixture(item: pytest.Item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    return info is not None and any(
-        d.scope != "function" and Path(d.func.__code__.co_filename).is_relative_to(ROOT)
-        for defs in info.name2fixturedefs.values()
-        for d in defs
-    )
-
-
 def _rows(lines: Iterable[str], limit: int | None) -> list[dict[str, Any]]:
     return [json.loads(line) for line in itertools.islice(lines, limit)]
 
