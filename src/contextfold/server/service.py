@@ -23,7 +23,6 @@ from contextfold.runtime.process import ProcessRunner
 from contextfold.runtime.thread import ThreadRunner
 from contextfold.server.errors import ServiceError
 from contextfold.server.events import EventHub
-from contextfold.server.idempotency import IdempotentAppends
 from contextfold.server.ids import store_id
 from contextfold.server.keys import KeyCache
 from contextfold.server.metrics import ServiceMetrics
@@ -57,7 +56,6 @@ class Service:
         self.memory.poll_appends_every(settings.wake_poll_s)
         self.hub = EventHub(feed=self._feed_appends)
         self.metrics = ServiceMetrics()
-        self.idempotent = IdempotentAppends()
         self.keys = KeyCache(settings.key_cache_s)
         self._watched: set[tuple[str, str]] = set()
         self.runner: ThreadRunner | None = None
