@@ -375,8 +375,15 @@ class PostgresStore(PostgresKeys, PostgresLeases):
         """This store's wake-up port: appends ``NOTIFY``, a thread ``LISTEN``s."""
         with self._wake_lock:
             if self._wake is None:
-                self._wake = PostgresWake(self.options.conninfo, self.channel, where=self._where)
+                self._wake = PostgresWake(
+                    self.options.conninfo, self.channel, where=self._where, send=self._notify
+                )
             return self._wake
+
+    def _notify(self, payload: str) -> None:
+        """Send ``payload`` on the wake's channel now (an event for other processes)."""
+        with self._db.read() as cur:
+            cur.execute(q.NOTIFY_SQL, (self.channel, payload))
 
     def close(self) -> None:
         """Stop the wake's listener and close the pool; later calls raise ``StoreError``."""
