@@ -10,6 +10,7 @@ streams held on the other.
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import sys
@@ -337,3 +338,46 @@ def test_an_event_table_keeps_other_processes_events_only(tmp_path: Path) -> Non
     finally:
         first.close()
         second.close()
+
+
+def test_two_servers_watching_one_view_fold_it_one_job_at_a_time(
+    database: str, tmp_path: Path
+) -> None:
+    """Both servers' runners watch the view (each rendered it) and both get appends: the
+    view's lease lets one job at a time fold it, so no job fails or is refused, the
+    active folds never overlap, and the view ends within its budget."""
+    with two_servers(database, tmp_path) as (one, two), httpx.Client(timeout=WAIT_S) as client:
+        bases = [f"{s.base}{API}/s1" for s in (one, two)]
+        assert client.post(f"{one.base}{API}", json={"id": "s1"}).status_code == 201
+        view = {"preset": "offline", "budget": 1500}
+        assert client.put(f"{bases[0]}/views/main", json=view).status_code == 200
+        for base in bases:
+            assert client.get(f"{base}/views/main/render").status_code == 200
+        streams = [Stream(f"{base}/events") for base in bases]
+        try:
+            for i in range(40):
+                batch = [
+                    user(f"question {i}: " + " ".join(f"w{(i * 7 + k) % 301}" for k in range(40))),
+                    {"role": "assistant", "content": f"answer {i}: " + "fine " * 40},
+                ]
+                sent = client.post(f"{bases[i % 2]}/messages", json={"messages": batch})
+                assert sent.status_code == 201
+                time.sleep(0.05)
+
+            def settled() -> bool:
+                report = client.get(f"{bases[1]}/views/main/render").json()["report"]
+                jobs = [client.get(f"{b}/views/main").json()["job"] for b in bases]
+                return bool(report["tokens"] <= 1500 and jobs == [None, None])
+
+            eventually(settled, "the view folded within its budget, no job running")
+            time.sleep(1.0)  # the last events reach both streams
+            folds = client.get(f"{bases[0]}/views/main/folds").json()["folds"]
+            spans = sorted((f["start"], f["end"]) for f in folds)
+            assert spans and all(a[1] < b[0] for a, b in itertools.pairwise(spans)), spans
+            for stream in streams:
+                kinds = [name for name, _ in stream.drained()]
+                assert "committed" in kinds
+                assert not {"failed", "degraded", "quarantined"} & set(kinds), kinds
+        finally:
+            for stream in streams:
+                stream.close()
