@@ -65,16 +65,19 @@ def check_whole_keys(tail: Tail, batch: Sequence[NewMessage]) -> None:
         )
 
 
-def resumed(batch: Sequence[NewMessage], known: Mapping[str, LoggedMessage]) -> int | None:
+def resumed(
+    batch: Sequence[NewMessage], known: Mapping[str, LoggedMessage], after: int
+) -> int | None:
     """The seq the batch's first new message follows when its leading messages are logged
-    already under their keys (a retry, another writer): the last of them. None when the
-    first message is new."""
+    already under their keys at the very place the batch goes (after ``after``, each after
+    the one before: another writer appended the same batch there): the last of them. None
+    when the first message is new, or a keyed record sits elsewhere in the log."""
     seq = None
     for new in batch:
         found = known.get(new.key) if new.key else None
-        if found is None:
+        if found is None or (found.parent or 0) != after:
             break
-        seq = found.seq
+        seq = after = found.seq
     return seq
 
 

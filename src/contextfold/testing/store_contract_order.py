@@ -92,8 +92,8 @@ class OrderContract:
         assert [m.seq for m in store.append("s", longer)] == [1, 2, 3]
 
     def test_a_batch_resumed_after_its_logged_messages_stays_one_chain(self, store: Store) -> None:
-        """Another writer logged the batch's first messages meanwhile (after seq 1), and a
-        branch grew elsewhere since: the rest follows them, not the parent or the newest."""
+        """Another writer logged the batch's first messages meanwhile at its place (after
+        seq 1), and a branch grew elsewhere since: the rest follows them, not the parent."""
         store.create_session("s", encoding="o200k_base")
         store.append("s", [_user("root")])
         store.append("s", [_user("a", "p:a"), _user("b", "p:b")], parent=1)
@@ -101,7 +101,9 @@ class OrderContract:
         batch = [_user("a", "p:a"), _user("b", "p:b"), _user("c", "p:c")]
         logged = store.append("s", batch, parent=1)
         assert [(m.seq, m.parent) for m in logged] == [(2, 1), (3, 2), (5, 3)]
-        assert store.append("s", [_user("a", "p:a"), _user("d", "p:d")])[1].parent == 2
+        # A keyed record elsewhere in the log (not where this batch goes) moves nothing:
+        # the new message follows the batch's own place, the newest message.
+        assert store.append("s", [_user("a", "p:a"), _user("d", "p:d")])[1].parent == 5
 
     def test_a_session_is_created_with_its_system_prompt_in_one_call(self, store: Store) -> None:
         record = store.create_session("s", encoding="o200k_base", system=_system("Be brief."))

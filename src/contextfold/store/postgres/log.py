@@ -59,7 +59,7 @@ def insert_checked(
         for row in cur.execute(q.KEYS_SQL, (session_id, keys)).fetchall():
             logged = rows.logged(session_id, row)
             known[str(logged.key)] = logged
-    at = resumed(batch, known)
+    at = resumed(batch, known, after)
     if at is not None and at != after:
         after = at
         place = (at, _run_after(cur, session_id, at, last))

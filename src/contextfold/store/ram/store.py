@@ -180,7 +180,7 @@ class RAMStore(ViewShelf, KeyRing):
         after = (log[-1].seq if log else 0) if parent is None else parent
         if after and after not in tree:
             raise missing("parent", after)
-        after = resumed(batch, keys) or after
+        after = resumed(batch, keys, after) or after
         check_batch(
             tail_of(log, keys, self._calls[session_id], after, batch),
             batch,

@@ -65,7 +65,7 @@ def append(
     else:
         after, run = parent, _run_of(conn, session_id, parent)
     known = _keyed(conn, session_id, batch)
-    at = resumed(batch, known)
+    at = resumed(batch, known, after)
     if at is not None and at != after:
         after, run = at, _run_of(conn, session_id, at)
     check_batch(
