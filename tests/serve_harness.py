@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,8 +83,11 @@ class Served:
         return self.process.pid
 
 
-def start_serve(database: str, log: Path, *, timeout: float = 60.0) -> Served:
-    """``contextfold serve --no-auth`` on a free port, in its own session, once it answers.
+def start_serve(
+    database: str, log: Path, *, timeout: float = 60.0, extra: Sequence[str] = ()
+) -> Served:
+    """``contextfold serve --no-auth`` on a free port, in its own session, once it answers;
+    ``extra``: more flags.
 
     Its output goes to ``log``, a file: a pipe would stay open as long as any
     process left behind holds it.
@@ -100,6 +103,7 @@ def start_serve(database: str, log: Path, *, timeout: float = 60.0) -> Served:
                 str(port),
                 "--database",
                 database,
+                *extra,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

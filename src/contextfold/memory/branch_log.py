@@ -170,10 +170,15 @@ class BranchLog:
         return self.store.delete_session(session_id)
 
     def append(
-        self, session_id: str, batch: Sequence[NewMessage], *, parent: int | None = None
+        self,
+        session_id: str,
+        batch: Sequence[NewMessage],
+        *,
+        parent: int | None = None,
+        whole_keys: bool = False,
     ) -> list[LoggedMessage]:
         at = self.path().head if parent is None else parent
-        return self.store.append(session_id, batch, parent=at)
+        return self.store.append(session_id, batch, parent=at, whole_keys=whole_keys)
 
     def links(self, session_id: str) -> list[tuple[int, int]]:
         return self.store.links(session_id)

@@ -229,8 +229,14 @@ class Session(SessionBranches):
         *,
         keys: Iterable[str | None] | None = None,
         parent: int | None = None,
+        whole_keys: bool = False,
     ) -> list[LoggedMessage]:
         """Append a batch atomically: all are stored or, on any error, none.
+
+        ``whole_keys``: the keys are one request's, taken all or none, decided
+        by the store inside its write (``Store.append``): a retry gets the
+        records back, keys used before with fewer messages are ``InvalidInput``
+        naming ``key``.
 
         The batch continues the newest message's branch, or follows ``parent``
         (a logged seq; 0 for a new first message): appending to an earlier
@@ -269,7 +275,7 @@ class Session(SessionBranches):
             NewMessage(m, self.counter.message(m), key_list[i] if key_list else None)
             for i, m in enumerate(valid)
         ]
-        logged = self.store.append(self.id, new, parent=after)
+        logged = self.store.append(self.id, new, parent=after, whole_keys=whole_keys)
         self.wake.notify(self.id)
         return logged
 

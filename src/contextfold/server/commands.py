@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib.resources
 import json
+import socket
 import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -124,6 +125,14 @@ def add_commands(sub: Any) -> None:
         help="allow browser requests from ORIGIN (repeatable; CORS is off by default)",
     )
     serve.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="server processes sharing the port, each with its own runner (default 1); "
+        "a SQLite file or PostgreSQL, not memory://",
+    )
+    serve.add_argument(
         "--no-runner",
         action="store_true",
         help="no background compaction here (other processes run it); compact stays available",
@@ -175,8 +184,7 @@ def add_commands(sub: Any) -> None:
 
 def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
     with needs_extra("'contextfold serve'", "server"):
-        from contextfold.server.app import create_app
-        from contextfold.server.lifecycle import run_until_stopped
+        from contextfold.server.processes import Supervisor, bind
         from contextfold.server.service import Service
         from contextfold.server.settings import Settings
     tables = resolve(args)
@@ -208,13 +216,19 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
             runner_processes=args.runner_processes,
             workers=args.workers,
             queue=args.queue,
+            processes=args.processes,
         )
     except InvalidInput as exc:
         raise named(exc, args) from None
-    service = Service(settings)
+    service = None if settings.processes > 1 else Service(settings)
     if args.demo:
-        seed_demo(service)
-    base = f"http://{_url_host(args.host)}:{args.port}"
+        seeding = service or Service(settings)  # several processes: seeded before the fork
+        seed_demo(seeding)
+        if seeding is not service:
+            seeding.close()
+    sock = bind(settings.host, settings.port)
+    port = sock.getsockname()[1]
+    base = f"http://{_url_host(args.host)}:{port}"
     say = partial(out.print, soft_wrap=True)  # whole lines: a URL is never cut
     say(redact(f"contextfold serving {args.database} on {base}  (API docs: {base}/docs)"))
     if not settings.auth:
@@ -230,11 +244,26 @@ def _serve(args: argparse.Namespace, out: Console, err: Console) -> None:
         )
     if args.demo:
         say(f"demo session {DEMO_SESSION!r}: open {base}/sessions/{DEMO_SESSION}")
+    if settings.processes > 1:
+        say(f"{settings.processes} server processes share the port")
+        Supervisor(settings.processes, sock, partial(_serve_on, settings), err.print).run()
+        return
+    _serve_on(settings, sock, service)
+
+
+def _serve_on(settings: Settings, sock: socket.socket, service: Service | None = None) -> None:
+    """One server process: its own service over the store (``service``, or one made here),
+    on the listening socket."""
+    from contextfold.server.app import create_app
+    from contextfold.server.lifecycle import run_until_stopped
+    from contextfold.server.service import Service
+
+    if service is None:
+        service = Service(settings)
     run_until_stopped(
         service,
         create_app(service),
-        host=args.host,
-        port=args.port,
+        sockets=[sock],
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=SHUTDOWN_S,

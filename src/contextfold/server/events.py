@@ -6,7 +6,9 @@ subscriber too slow to keep up loses events past ``queue_size`` rather than
 holding the publisher up: a page re-reads the history on the next event.
 ``feed(session)`` starts whatever produces a session's events (a wake-up
 listener) when its first subscriber comes, and the stop it returns is called
-when its last one leaves.
+when its last one leaves. ``relay(session, event)`` hands each event published
+here to the other server processes (through the store's wake), whose feeds
+publish it again with ``relay=False``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 EventData = dict[str, Any]
 Feed = Callable[[str], Callable[[], None]]
+Relay = Callable[[str, EventData], None]
 
 QUEUE_SIZE = 1000
 
@@ -68,16 +71,22 @@ class Subscription:
 
 
 class EventHub:
-    def __init__(self, feed: Feed | None = None, queue_size: int = QUEUE_SIZE) -> None:
+    def __init__(
+        self, feed: Feed | None = None, queue_size: int = QUEUE_SIZE, relay: Relay | None = None
+    ) -> None:
         self._feed = feed
+        self._relay = relay
         self._queue_size = queue_size
         self._lock = threading.Lock()
         self._subscribers: dict[str, list[Subscription]] = {}
         self._stops: dict[str, Callable[[], None]] = {}
         self.published = 0
 
-    def publish(self, session: str, event: EventData) -> None:
-        """Hand ``event`` (``{"event": name, "data": {...}}``) to the session's subscribers."""
+    def publish(self, session: str, event: EventData, *, relay: bool = True) -> None:
+        """Hand ``event`` (``{"event": name, "data": {...}}``) to the session's subscribers,
+        and with ``relay`` to the other processes' (an event heard from them is not)."""
+        if relay and self._relay is not None:
+            self._relay(session, event)
         with self._lock:
             subscribers = list(self._subscribers.get(session, ()))
             self.published += 1

@@ -18,6 +18,8 @@ instead, so the service is always closed and the exit code is 0.
 from __future__ import annotations
 
 import signal
+import socket
+from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
@@ -43,13 +45,19 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def run_until_stopped(service: Service, app: FastAPI, **config: Any) -> None:
+def run_until_stopped(
+    service: Service,
+    app: FastAPI,
+    sockets: Sequence[socket.socket] | None = None,
+    **config: Any,
+) -> None:
     """Serve ``app`` (over ``service``) with uvicorn, ``config`` as ``uvicorn.Config``
-    takes it, until SIGTERM or SIGINT; return once everything it started has ended."""
+    takes it, until SIGTERM or SIGINT; return once everything it started has ended.
+    ``sockets``: listening sockets bound already (shared by several server processes)."""
     server = _Server(uvicorn.Config(app, **config), service)
     before = {sig: signal.signal(sig, server.handle_exit) for sig in SIGNALS}
     try:
-        server.run()
+        server.run(sockets=list(sockets) if sockets is not None else None)
     finally:
         # Stopped here too: a second signal (or a failed start) skips the app's shutdown.
         service.close(drain=False)

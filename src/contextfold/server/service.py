@@ -7,6 +7,7 @@ of tenant ``T`` is the store session ``T/S``, and every lookup goes through
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -16,14 +17,13 @@ from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from contextfold.core.errors import InvalidInput, NotFound
-from contextfold.core.events import Event
+from contextfold.core.events import Event, log
 from contextfold.memory.session import Memory, Session, StoreSpec
 from contextfold.memory.view import View
 from contextfold.runtime.process import ProcessRunner
 from contextfold.runtime.thread import ThreadRunner
 from contextfold.server.errors import ServiceError
 from contextfold.server.events import EventHub
-from contextfold.server.idempotency import IdempotentAppends
 from contextfold.server.ids import store_id
 from contextfold.server.keys import KeyCache
 from contextfold.server.metrics import ServiceMetrics
@@ -38,6 +38,7 @@ STREAMED = frozenset(
     {"planned", "committed", "failed", "degraded", "quarantined", "retried", "parked"}
 )
 _HANDLES = 4096
+RELAYED_DETAIL = 2000
 T = TypeVar("T")
 
 
@@ -55,9 +56,8 @@ class Service:
         self.settings = settings
         self.memory = Memory(store if store is not None else settings.database)
         self.memory.poll_appends_every(settings.wake_poll_s)
-        self.hub = EventHub(feed=self._feed_appends)
+        self.hub = EventHub(feed=self._feed, relay=self._relay)
         self.metrics = ServiceMetrics()
-        self.idempotent = IdempotentAppends()
         self.keys = KeyCache(settings.key_cache_s)
         self._watched: set[tuple[str, str]] = set()
         self.runner: ThreadRunner | None = None
@@ -258,17 +258,48 @@ class Service:
         if event.kind in STREAMED:
             self.hub.publish(event.session, {"event": event.kind, "data": event_data(event)})
 
-    def _feed_appends(self, store_id: str) -> Callable[[], None]:
-        """Announce appends to ``store_id`` (through any path the store's wake sees)."""
+    def _feed(self, store_id: str) -> Callable[[], None]:
+        """Stream ``store_id``'s appends (through any path the store's wake sees) and the
+        events other server processes announce for it."""
+        wake = self.memory.wake
 
         def appended(session_id: str) -> None:
             try:
                 last_seq = self._handle(session_id).last_seq()
             except NotFound:  # deleted meanwhile: no log to announce
                 return
-            self.hub.publish(session_id, {"event": "appended", "data": {"last_seq": last_seq}})
+            event = {"event": "appended", "data": {"last_seq": last_seq}}
+            self.hub.publish(session_id, event, relay=False)
 
-        return self.memory.wake.listen(store_id, appended)
+        def heard(session_id: str, data: str) -> None:
+            try:
+                event = json.loads(data)
+            except ValueError:
+                return
+            self.hub.publish(session_id, event, relay=False)
+
+        stops = [wake.listen(store_id, appended), wake.listen_events(store_id, heard)]
+
+        def stop() -> None:
+            for each in stops:
+                each()
+
+        return stop
+
+    def _relay(self, store_id: str, event: dict[str, Any]) -> None:
+        """Announce an event published here to the other processes on the store. A worker's
+        events reach every process through Redis already; a long ``detail`` is cut to
+        ``RELAYED_DETAIL`` characters (a notification's payload is bounded)."""
+        data = event.get("data")
+        if not isinstance(data, dict) or (self.workers is not None and "worker" in data):
+            return
+        detail = data.get("detail")
+        if isinstance(detail, str) and len(detail) > RELAYED_DETAIL:
+            event = {**event, "data": {**data, "detail": detail[:RELAYED_DETAIL] + "…"}}
+        try:
+            self.memory.wake.announce(store_id, json.dumps(event))
+        except Exception as exc:  # a stream elsewhere misses it; nothing here fails for it
+            log.warning("announcing a %s event to other processes failed: %s", event["event"], exc)
 
 
 async def service(request: Request) -> Service:

@@ -18,6 +18,7 @@ from fastapi.responses import StreamingResponse
 
 from contextfold.core.errors import InvalidInput
 from contextfold.server.auth import OpenStreamKey, StreamTenant, Tenant
+from contextfold.server.idempotency import append_idempotent
 from contextfold.server.models import (
     ERRORS,
     SESSION_ID_PATTERN,
@@ -132,7 +133,7 @@ async def append_records(
             if idempotency_key is None:
                 logged = session.extend(messages, parent=body.parent)
             else:
-                logged = svc.idempotent.append(session, messages, idempotency_key, body.parent)
+                logged = append_idempotent(session, messages, idempotency_key, body.parent)
         except InvalidInput as exc:
             raise svc.in_batch(session, exc, body.parent) from None
         return [LoggedOut.data(r) for r in logged]

@@ -92,6 +92,9 @@ class Settings:
     (``CeleryRunner``) instead of this process's runner; None compacts here."""
     queue: str = "contextfold"
     """The workers' queue on that Redis (workers started with the same ``--queue``)."""
+    processes: int = 1
+    """Server processes sharing the port (``contextfold.server.processes``), each with its
+    own service and runner; more than one needs a store they share (not ``memory://``)."""
 
     @property
     def view_preset(self) -> str:
@@ -133,6 +136,14 @@ class Settings:
             raise InvalidInput("max_body_bytes must be positive", field="max_body_bytes")
         if type(self.recall_rounds) is not int or self.recall_rounds < 1:
             raise InvalidInput("recall_rounds must be a positive integer", field="recall_rounds")
+        if type(self.processes) is not int or self.processes < 1:
+            raise InvalidInput("processes must be a positive integer", field="processes")
+        if self.processes > 1 and self.database.startswith("memory:"):
+            raise InvalidInput(
+                "processes: memory:// is one process's store; several server processes "
+                "need a SQLite file or PostgreSQL",
+                field="processes",
+            )
         if self.runner_processes < 0:
             raise InvalidInput("runner_processes must be 0 or more", field="runner_processes")
         self.upstreams  # noqa: B018 (checks each spec)

@@ -27,6 +27,10 @@ Invariants, checked by ``contextfold.testing.store_contract`` against every back
 - A message appended with an idempotency ``key`` already in the session is not
   stored again when it is the same message; the earlier record is returned in
   its place. Another message under a taken key is ``InvalidInput`` naming ``key``.
+  A batch appended with ``whole_keys`` is stored whole or answered whole from
+  its records: keys of it taken and others not is ``InvalidInput`` naming
+  ``key``, decided inside the write, so two processes racing one request's
+  keys store it once and never a part of a longer one.
 - ``create_session`` with a system prompt creates the session with the prompt
   as message 1, or finds it with that prompt, in one transaction; a session
   with another prompt (or messages and none) is ``InvalidInput`` naming ``system``.
@@ -155,13 +159,26 @@ class Store(Protocol):
         ...
 
     def append(
-        self, session_id: str, batch: Sequence[NewMessage], *, parent: int | None = None
+        self,
+        session_id: str,
+        batch: Sequence[NewMessage],
+        *,
+        parent: int | None = None,
+        whole_keys: bool = False,
     ) -> list[LoggedMessage]:
         """Append atomically; one record a message, in order (earlier ones for known keys).
 
         The first message follows ``parent`` (a logged seq, or 0 to start a new
         root); None continues the branch of the newest message. A ``parent``
-        not in the log is ``InvalidInput`` naming ``parent``.
+        not in the log is ``InvalidInput`` naming ``parent``. When the batch's
+        leading messages are logged already under their keys, the first new one
+        follows the last of them, so a batch resumed by another writer stays one chain.
+
+        ``whole_keys``: the batch's keys go together (one request's), decided
+        inside the write: every message needs a key, and they are taken all (by
+        these messages: their records are returned, nothing is stored) or none
+        (the batch is stored); some taken and some not is ``InvalidInput``
+        naming ``key``, and nothing is stored.
         """
         ...
 

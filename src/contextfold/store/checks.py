@@ -14,19 +14,26 @@ from typing import Any
 
 from contextfold.core.checks import check_limit
 from contextfold.core.errors import InvalidInput
-from contextfold.core.log import ApiKey, NewMessage
+from contextfold.core.log import ApiKey, LoggedMessage, NewMessage
 from contextfold.core.order import SYSTEM_KEY, Tail, first_violation
 
 
 def check_batch(
-    tail: Tail, batch: Sequence[NewMessage], depth: Callable[[], int] | None = None
+    tail: Tail,
+    batch: Sequence[NewMessage],
+    depth: Callable[[], int] | None = None,
+    *,
+    whole_keys: bool = False,
 ) -> None:
     """Raise the first rule ``batch`` breaks after ``tail``; every store calls it in its write.
 
     ``depth``, when given, counts the branch before the batch (``tail.last_seq``
     is then 0): read only when a rule needs it (a system prompt) or an error
     names the message's place, so a sound append reads nothing for it.
+    ``whole_keys``: see ``check_whole_keys``.
     """
+    if whole_keys:
+        check_whole_keys(tail, batch)
     if depth is not None and any(new.key == SYSTEM_KEY for new in batch):
         tail, depth = replace(tail, last_seq=depth()), None
     violation = first_violation(tail, [new.message for new in batch], [new.key for new in batch])
@@ -36,6 +43,42 @@ def check_batch(
         index = (violation.index or 0) + depth()
         raise InvalidInput(violation.reason, index=index, field=violation.field)
     raise violation
+
+
+def check_whole_keys(tail: Tail, batch: Sequence[NewMessage]) -> None:
+    """A batch whose keys go together (one request's): every message keyed, and its keys
+    taken all (a retry, answered from the log) or none (stored). Some taken and some not
+    is ``InvalidInput`` naming ``key``: the keys were used with fewer messages before."""
+    missing_key = next((i for i, new in enumerate(batch) if not new.key), None)
+    if missing_key is not None:
+        raise InvalidInput(
+            "every message of a batch appended with whole keys needs a key",
+            index=missing_key,
+            field="key",
+        )
+    taken = [new.key for new in batch if new.key in tail.keyed]
+    if taken and len(taken) != len(batch):
+        raise InvalidInput(
+            f"idempotency keys {taken[0]!r}... were used with fewer messages; use new keys "
+            "for new messages",
+            field="key",
+        )
+
+
+def resumed(
+    batch: Sequence[NewMessage], known: Mapping[str, LoggedMessage], after: int
+) -> int | None:
+    """The seq the batch's first new message follows when its leading messages are logged
+    already under their keys at the very place the batch goes (after ``after``, each after
+    the one before: another writer appended the same batch there): the last of them. None
+    when the first message is new, or a keyed record sits elsewhere in the log."""
+    seq = None
+    for new in batch:
+        found = known.get(new.key) if new.key else None
+        if found is None or (found.parent or 0) != after:
+            break
+        seq = after = found.seq
+    return seq
 
 
 def system_prompt(system: NewMessage | None) -> list[NewMessage]:

@@ -4,10 +4,12 @@ and in processes sharing the store by URL.
 
 Part of ``contextfold.testing.store_contract.StoreContract``. Each round makes a
 log ending with an assistant call ``c0``, then releases two writers at the same
-instant (a barrier): the race of a result and a user message, and the race of
-two results for the one call. Whatever the order they land in, the log must
-never hold a result after another message came between, nor a call answered
-twice; the loser of a race gets ``InvalidInput`` and writes nothing.
+instant (a barrier): the race of a result and a user message, the race of
+two results for the one call, and the race of one request's keys with two and
+with three messages (``whole_keys``). Whatever the order they land in, the log
+must never hold a result after another message came between, nor a call
+answered twice, nor part of a keyed batch; the loser of a race gets
+``InvalidInput`` and writes nothing.
 
 The process cases need the store's URL (``store_url``); a backend that cannot
 be shared between processes (the RAM store) returns None and they are skipped.
@@ -54,11 +56,15 @@ def _user(text: str) -> NewMessage:
     return NewMessage({"role": "user", "content": text}, 6)
 
 
-def _writes(case: str) -> tuple[NewMessage, NewMessage]:
-    """The two messages released at once: a result and a user message, or two results."""
+def _writes(case: str) -> tuple[list[NewMessage], list[NewMessage]]:
+    """The two batches released at once: a result and a user message, two results, or
+    one request's key used for two and for three messages (``whole-keys``)."""
     if case == "result-and-user":
-        return _result("the file"), _user("meanwhile")
-    return _result("first answer"), _result("second answer")
+        return [_result("the file")], [_user("meanwhile")]
+    if case == "whole-keys":
+        batch = [NewMessage(_user(text).message, 6, f"k:{i}") for i, text in enumerate("abc")]
+        return batch[:2], batch
+    return [_result("first answer")], [_result("second answer")]
 
 
 def _session(prefix: str, r: int) -> str:
@@ -78,7 +84,7 @@ def writer(store: Store, me: int, case: str, prefix: str, rounds: int, barrier: 
             store.append(sid, [_user("read the file"), _call()])
         barrier.wait(WAIT_S)
         try:
-            store.append(sid, [_writes(case)[me]])
+            store.append(sid, _writes(case)[me], whole_keys=case == "whole-keys")
         except InvalidInput as exc:
             refused.append(str(exc))
         barrier.wait(WAIT_S)
@@ -177,3 +183,14 @@ class ConcurrentContract(ContractHooks):
         for r in range(ROUNDS):
             roles = [m.role for m in store.messages(f"two-results-{processes}-{r}")]
             assert roles == ["user", "assistant", "tool"]
+
+    @pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+    def test_one_requests_keys_raced_store_one_batch_whole(
+        self, store: Store, processes: bool
+    ) -> None:
+        """The shorter batch first: the longer is refused. The longer first: the shorter
+        is answered from it. Never the longer's third message after the shorter."""
+        self._race(store, "whole-keys", processes)
+        for r in range(ROUNDS):
+            logged = store.messages(f"whole-keys-{processes}-{r}")[2:]
+            assert [m.message["content"] for m in logged] in (["a", "b"], ["a", "b", "c"])

@@ -34,10 +34,12 @@ def _system(text: str) -> NewMessage:
     return NewMessage({"role": "system", "content": text}, 7)
 
 
-def _refused(store: Store, sid: str, batch: list[NewMessage]) -> InvalidInput:
+def _refused(
+    store: Store, sid: str, batch: list[NewMessage], *, whole_keys: bool = False
+) -> InvalidInput:
     before = [m.message for m in store.messages(sid)]
     with pytest.raises(InvalidInput) as caught:
-        store.append(sid, batch)
+        store.append(sid, batch, whole_keys=whole_keys)
     assert [m.message for m in store.messages(sid)] == before  # nothing of the batch
     return caught.value
 
@@ -72,6 +74,36 @@ class OrderContract:
         assert (exc.index, exc.field) == (2, "key")
         exc = _refused(store, "s", [_user("one", key="j"), _user("two", key="j")])
         assert (exc.index, exc.field) == (2, "key")
+
+    def test_whole_keys_store_a_batch_once_or_refuse_it_whole(self, store: Store) -> None:
+        store.create_session("s", encoding="o200k_base")
+        first = store.append("s", [_user("a", "r:0"), _user("b", "r:1")], whole_keys=True)
+        assert [m.seq for m in first] == [1, 2]
+        again = store.append("s", [_user("a", "r:0"), _user("b", "r:1")], whole_keys=True)
+        assert again == first  # a retry: answered from the log
+        longer = [_user("a", "r:0"), _user("b", "r:1"), _user("c", "r:2")]
+        exc = _refused(store, "s", longer, whole_keys=True)
+        assert exc.field == "key"
+        exc = _refused(store, "s", [_user("x", "r:0"), _user("y", "r:1")], whole_keys=True)
+        assert exc.field == "key"
+        exc = _refused(store, "s", [_user("a", "q:0"), _user("unkeyed")], whole_keys=True)
+        assert (exc.index, exc.field) == (1, "key")
+        # Without whole keys the same longer batch is taken message by message.
+        assert [m.seq for m in store.append("s", longer)] == [1, 2, 3]
+
+    def test_a_batch_resumed_after_its_logged_messages_stays_one_chain(self, store: Store) -> None:
+        """Another writer logged the batch's first messages meanwhile at its place (after
+        seq 1), and a branch grew elsewhere since: the rest follows them, not the parent."""
+        store.create_session("s", encoding="o200k_base")
+        store.append("s", [_user("root")])
+        store.append("s", [_user("a", "p:a"), _user("b", "p:b")], parent=1)
+        store.append("s", [_user("elsewhere")], parent=1)
+        batch = [_user("a", "p:a"), _user("b", "p:b"), _user("c", "p:c")]
+        logged = store.append("s", batch, parent=1)
+        assert [(m.seq, m.parent) for m in logged] == [(2, 1), (3, 2), (5, 3)]
+        # A keyed record elsewhere in the log (not where this batch goes) moves nothing:
+        # the new message follows the batch's own place, the newest message.
+        assert store.append("s", [_user("a", "p:a"), _user("d", "p:d")])[1].parent == 5
 
     def test_a_session_is_created_with_its_system_prompt_in_one_call(self, store: Store) -> None:
         record = store.create_session("s", encoding="o200k_base", system=_system("Be brief."))

@@ -19,7 +19,7 @@ from contextfold.core.branches import BranchPath
 from contextfold.core.log import LoggedMessage, NewMessage
 from contextfold.core.order import Tail, needs_calls, open_calls
 from contextfold.store import rows
-from contextfold.store.checks import check_batch
+from contextfold.store.checks import check_batch, resumed
 from contextfold.store.postgres import sql as q
 from contextfold.store.postgres.pool import Cursor, one_row, require
 from contextfold.store.search import index_text, term_counts
@@ -41,25 +41,28 @@ def insert_checked(
     prepared: Sequence[Prepared],
     channel: str,
     parent: int | None = None,
+    whole_keys: bool = False,
 ) -> tuple[list[LoggedMessage], bool]:
     """``insert`` after ``check_batch`` against the branch the batch continues (after
-    ``parent``, else after the last seq), both under the session's row lock (taken here);
+    ``parent``, else after the last seq, or after its leading messages when they are
+    logged already under their keys), both under the session's row lock (taken here);
     the caller's transaction holds it until the commit."""
     batch = [p[0] for p in prepared]
     last = int(one_row(cur, q.LOCK_SESSION_SQL, (session_id,), session_id)[0])
     after = last if parent is None else parent
     place = None  # after the last seq, in the newest message's run (APPEND_SQL)
     if parent is not None:
-        found = cur.execute(q.RUN_OF_SQL, (session_id, parent)).fetchone() if parent else (0,)
-        if found is None:
-            raise missing("parent", parent)
-        place = (parent, run_start(parent, last + 1, int(found[0])))
+        place = (parent, _run_after(cur, session_id, parent, last))
     keys = sorted({new.key for new in batch if new.key})
     known: dict[str, LoggedMessage] = {}
     if keys:
         for row in cur.execute(q.KEYS_SQL, (session_id, keys)).fetchall():
             logged = rows.logged(session_id, row)
             known[str(logged.key)] = logged
+    at = resumed(batch, known, after)
+    if at is not None and at != after:
+        after = at
+        place = (at, _run_after(cur, session_id, at, last))
     keyed = {key: logged.message for key, logged in known.items()}
     messages = [new.message for new in batch]
     tail = Tail(keyed=keyed)
@@ -74,8 +77,21 @@ def insert_checked(
             frozenset(str(row[0]) for row in called),
             keyed,
         )
-    check_batch(tail, batch, lambda: read_path(cur, session_id, after, "parent").length)
+    check_batch(
+        tail,
+        batch,
+        lambda: read_path(cur, session_id, after, "parent").length,
+        whole_keys=whole_keys,
+    )
     return insert(cur, session_id, prepared, known, channel, place)
+
+
+def _run_after(cur: Cursor, session_id: str, parent: int, last: int) -> int:
+    """The run of a message appended after ``parent`` (a logged seq, or 0) as seq ``last + 1``."""
+    found = cur.execute(q.RUN_OF_SQL, (session_id, parent)).fetchone() if parent else (0,)
+    if found is None:
+        raise missing("parent", parent)
+    return run_start(parent, last + 1, int(found[0]))
 
 
 def read_path(cur: Cursor, session_id: str, head: int, field: str) -> BranchPath:

@@ -230,3 +230,5 @@ TAKE_LEASE_SQL = (
 RELEASE_LEASE_SQL = (
     "DELETE FROM leases WHERE session_id = %s AND view = %s AND owner = %s RETURNING 1"
 )
+
+NOTIFY_SQL = "SELECT pg_notify(%s, %s)"

@@ -157,7 +157,12 @@ class PostgresStore(PostgresKeys, PostgresLeases):
     # -- the log ------------------------------------------------------------
 
     def append(
-        self, session_id: str, batch: Sequence[NewMessage], *, parent: int | None = None
+        self,
+        session_id: str,
+        batch: Sequence[NewMessage],
+        *,
+        parent: int | None = None,
+        whole_keys: bool = False,
     ) -> list[LoggedMessage]:
         """One statement for a batch no rule reads the log for (``log.unchecked``: no
         keys, no tool results, no ``parent``); else one transaction checking it under
@@ -174,7 +179,7 @@ class PostgresStore(PostgresKeys, PostgresLeases):
         wake = self._wake
         echo = wake is not None and wake.expect_echo(session_id)
         try:
-            logged, notified = self._append(session_id, prepared, after)
+            logged, notified = self._append(session_id, prepared, after, whole_keys)
         except BaseException:
             if wake is not None and echo:
                 wake.echo_lost(session_id)
@@ -184,13 +189,17 @@ class PostgresStore(PostgresKeys, PostgresLeases):
         return logged
 
     def _append(
-        self, session_id: str, prepared: Sequence[Prepared], parent: int | None
+        self,
+        session_id: str,
+        prepared: Sequence[Prepared],
+        parent: int | None,
+        whole_keys: bool = False,
     ) -> tuple[list[LoggedMessage], bool]:
-        if parent is None and unchecked(prepared):
+        if parent is None and not whole_keys and unchecked(prepared):
             with self._db.read() as cur:
                 return insert(cur, session_id, prepared, {}, self.channel)
         with self._db.write() as cur:
-            return insert_checked(cur, session_id, prepared, self.channel, parent)
+            return insert_checked(cur, session_id, prepared, self.channel, parent, whole_keys)
 
     def links(self, session_id: str) -> list[tuple[int, int]]:
         with self._db.read() as cur:
@@ -380,8 +389,15 @@ class PostgresStore(PostgresKeys, PostgresLeases):
         """This store's wake-up port: appends ``NOTIFY``, a thread ``LISTEN``s."""
         with self._wake_lock:
             if self._wake is None:
-                self._wake = PostgresWake(self.options.conninfo, self.channel, where=self._where)
+                self._wake = PostgresWake(
+                    self.options.conninfo, self.channel, where=self._where, send=self._notify
+                )
             return self._wake
+
+    def _notify(self, payload: str) -> None:
+        """Send ``payload`` on the wake's channel now (an event for other processes)."""
+        with self._db.read() as cur:
+            cur.execute(q.NOTIFY_SQL, (self.channel, payload))
 
     def close(self) -> None:
         """Stop the wake's listener and close the pool; later calls raise ``StoreError``."""

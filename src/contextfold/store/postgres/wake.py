@@ -20,10 +20,17 @@ listeners are woken then. Nothing is lost; at most a wake comes twice.
 When the listening connection fails, the thread logs it, reconnects after a
 pause, and then wakes every listened session once, since an append may have
 been missed meanwhile.
+
+Events (``announce``) go on the same channel as a JSON object naming the
+announcing wake (``origin``), the session and the event, sent at once (not
+inside a transaction); the listener hands those of other origins to the
+session's event listeners, and takes them for no append's echo. PostgreSQL
+refuses a payload of 8000 bytes or more: such an event is logged and not sent.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 
@@ -36,6 +43,7 @@ from contextfold.store.wake import LocalWake, WakeCallback
 POLL_S = 0.25
 RETRY_S = 1.0
 READY_S = 10.0
+MAX_PAYLOAD = 7999
 
 
 def channel_for(schema: str) -> str:
@@ -47,9 +55,16 @@ class PostgresWake(LocalWake):
     """``LocalWake`` plus a ``LISTEN`` thread hearing the appends of other processes."""
 
     def __init__(
-        self, conninfo: str, channel: str, *, where: str = "postgresql", poll_s: float = POLL_S
+        self,
+        conninfo: str,
+        channel: str,
+        *,
+        where: str = "postgresql",
+        poll_s: float = POLL_S,
+        send: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__()
+        self._send = send
         self.channel = channel
         self.poll_s = poll_s
         self._conninfo = conninfo
@@ -63,6 +78,20 @@ class PostgresWake(LocalWake):
     def listen(self, session_id: str, callback: WakeCallback) -> Callable[[], None]:
         """As ``LocalWake.listen``; returns once ``LISTEN`` is on, so no later append is missed."""
         stop = super().listen(session_id, callback)
+        self._started()
+        return stop
+
+    def announce(self, session_id: str, data: str) -> None:
+        if self._send is None:
+            return
+        payload = json.dumps({"origin": self.origin, "session": session_id, "event": data})
+        if len(payload.encode()) > MAX_PAYLOAD:
+            log.warning("an event for session %s is too long to notify; not sent", session_id)
+            return
+        self._send(payload)
+
+    def _started(self) -> None:
+        """Start the listener thread if none runs; returns once ``LISTEN`` is on."""
         with self._lock:
             if self._thread is None and not self._closed.is_set():
                 self._ready = threading.Event()
@@ -76,7 +105,6 @@ class PostgresWake(LocalWake):
             ready = self._ready
         if not ready.wait(READY_S):
             log.warning("LISTEN on %s is not on yet after %ss", self._where, READY_S)
-        return stop
 
     def expect_echo(self, session_id: str) -> bool:
         """An append to ``session_id`` is about to notify: drop its echo. False (nothing
@@ -115,9 +143,19 @@ class PostgresWake(LocalWake):
                 del self._echoes[session_id]
             return pending > 0
 
-    def _heard(self, session_id: str) -> None:
-        if not self._heard_echo(session_id):
-            LocalWake.notify(self, session_id)
+    def _heard(self, payload: str) -> None:
+        """A notification: an append's (the session id) or an event's (a JSON object)."""
+        if payload.startswith("{"):
+            try:
+                note = json.loads(payload)
+                origin, session_id, data = note["origin"], note["session"], note["event"]
+            except (ValueError, KeyError, TypeError):
+                log.warning("an unreadable event notification on %s was dropped", self._where)
+                return
+            if origin != self.origin:
+                self._deliver(str(session_id), str(data))
+        elif not self._heard_echo(payload):
+            LocalWake.notify(self, payload)
 
     def _deaf(self) -> None:
         """The connection is gone: echoes pending will never come."""
@@ -132,7 +170,7 @@ class PostgresWake(LocalWake):
         with self._lock:
             if self._thread is not threading.current_thread():
                 return True  # a newer thread took over
-            if self._listeners and not self._closed.is_set():
+            if self._anyone() and not self._closed.is_set():
                 return False
             self._thread = None
             self._listening = False

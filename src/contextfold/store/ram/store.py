@@ -29,7 +29,13 @@ from contextfold.core.log import (
     json_copy,
 )
 from contextfold.store.base import Abilities, Head, Quarantined, SearchHit
-from contextfold.store.checks import check_batch, check_listing, listed, system_prompt
+from contextfold.store.checks import (
+    check_batch,
+    check_listing,
+    listed,
+    resumed,
+    system_prompt,
+)
 from contextfold.store.ram.folds import fold_copy, fold_id_of, readable
 from contextfold.store.ram.keys import KeyRing
 from contextfold.store.ram.log import calls_of, tail_of
@@ -143,13 +149,18 @@ class RAMStore(ViewShelf, KeyRing):
             return True
 
     def append(
-        self, session_id: str, batch: Sequence[NewMessage], *, parent: int | None = None
+        self,
+        session_id: str,
+        batch: Sequence[NewMessage],
+        *,
+        parent: int | None = None,
+        whole_keys: bool = False,
     ) -> list[LoggedMessage]:
         after = check_seq(parent, "parent")
         self.get_session(session_id)
         calls = calls_of(batch)
         with self._lock:
-            return self._append(session_id, batch, calls, after)
+            return self._append(session_id, batch, calls, after, whole_keys)
 
     def links(self, session_id: str) -> list[tuple[int, int]]:
         self.get_session(session_id)
@@ -162,16 +173,19 @@ class RAMStore(ViewShelf, KeyRing):
         batch: Sequence[NewMessage],
         calls: list[list[str]],
         parent: int | None = None,
+        whole_keys: bool = False,
     ) -> list[LoggedMessage]:
         """Check the batch against its branch's tail and log it; the caller holds the lock."""
         log, keys, tree = self._log[session_id], self._keys[session_id], self._tree[session_id]
         after = (log[-1].seq if log else 0) if parent is None else parent
         if after and after not in tree:
             raise missing("parent", after)
+        after = resumed(batch, keys, after) or after
         check_batch(
             tail_of(log, keys, self._calls[session_id], after, batch),
             batch,
             lambda: self._path(session_id, after).length,
+            whole_keys=whole_keys,
         )
         run = tree[after][1] if after else 0
         out: list[LoggedMessage] = []

@@ -19,7 +19,7 @@ from contextfold.core.errors import NotFound
 from contextfold.core.log import LoggedMessage, NewMessage
 from contextfold.core.order import Tail, needs_calls, open_calls
 from contextfold.store import rows
-from contextfold.store.checks import check_batch
+from contextfold.store.checks import check_batch, resumed
 from contextfold.store.search import (
     FTS5_INSERT_SQL,
     index_rowid,
@@ -51,9 +51,12 @@ def append(
     session_id: str,
     batch: Sequence[NewMessage],
     parent: int | None = None,
+    *,
+    whole_keys: bool = False,
 ) -> list[LoggedMessage]:
     """Check the batch against the tail of the branch it continues and log it, inside the
-    caller's write: its first message after ``parent`` (None: the newest message)."""
+    caller's write: its first message after ``parent`` (None: the newest message), or
+    after its leading messages when they are logged already under their keys."""
     prepared = [rows.prepare(i, new) for i, new in enumerate(batch)]
     last, number, newest, newest_run = one_row(conn, q.APPEND_HEAD_SQL, (session_id,), session_id)
     seq = int(last or 0)
@@ -62,10 +65,14 @@ def append(
     else:
         after, run = parent, _run_of(conn, session_id, parent)
     known = _keyed(conn, session_id, batch)
+    at = resumed(batch, known, after)
+    if at is not None and at != after:
+        after, run = at, _run_of(conn, session_id, at)
     check_batch(
         _tail(conn, session_id, after, batch, known),
         batch,
         lambda: read_path(conn, session_id, after, "parent").length,
+        whole_keys=whole_keys,
     )
     tag = session_tag(number)
     now = time.time()

@@ -31,6 +31,7 @@ from contextfold.store.search import (
 from contextfold.store.sqlite.sql import (
     BRANCHES_SQL,
     COUNT_TERMS_SQL,
+    EVENTS_TABLE_SQL,
     SESSION_NUMBER_SQL,
     TERMS_TABLE_SQL,
 )
@@ -164,6 +165,9 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
     # The log is a tree (contextfold.core.branches): every message's parent, and the first
     # seq of its run; the messages logged before are one line, each after the one before.
     ("009_branches", BRANCHES_SQL),
+    # Recent events of the processes sharing the file, read by each one's wake poll
+    # (contextfold.store.wake); rows older than EVENTS_KEPT_S are deleted as others come.
+    ("010_events", EVENTS_TABLE_SQL),
 ]
 
 

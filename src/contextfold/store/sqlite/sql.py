@@ -212,3 +212,14 @@ TERM_COUNTS_SQL = (
     "LEFT JOIN search_terms AS t ON t.session_id = s.id "
     "AND t.term IN (SELECT value FROM json_each(:terms)) WHERE s.id = :session"
 )
+
+# Events announced to the other processes on the file (contextfold.store.wake), by id.
+EVENTS_TABLE_SQL = (
+    "CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, "
+    "origin TEXT NOT NULL, data TEXT NOT NULL, at REAL NOT NULL)",
+    "CREATE INDEX events_at ON events (at)",
+)
+PUT_EVENT_SQL = "INSERT INTO events (session_id, origin, data, at) VALUES (?, ?, ?, ?)"
+PRUNE_EVENTS_SQL = "DELETE FROM events WHERE at < ?"
+EVENTS_AFTER_SQL = "SELECT id, session_id, origin, data FROM events WHERE id > ? ORDER BY id"
+LAST_EVENT_SQL = "SELECT COALESCE(MAX(id), 0) FROM events"

@@ -59,6 +59,10 @@ from contextfold.store.sqlite.log import append, not_found, one_row, read_path
 from contextfold.store.tree import check_on_branch, check_seq, head_of, spans_near
 from contextfold.store.wake import LocalWake, PollingWake, shared_wake
 
+EVENTS_KEPT_S = 300.0
+"""How long an announced event stays for other processes' polls (which read every second
+or so): long enough for a process paused a while, short enough that the table stays small."""
+
 
 class SQLiteStore:
     """The log and folds in one SQLite file, reopened with everything kept.
@@ -162,11 +166,16 @@ class SQLiteStore:
             return admin.delete_session(conn, session_id)
 
     def append(
-        self, session_id: str, batch: Sequence[NewMessage], *, parent: int | None = None
+        self,
+        session_id: str,
+        batch: Sequence[NewMessage],
+        *,
+        parent: int | None = None,
+        whole_keys: bool = False,
     ) -> list[LoggedMessage]:
         after = check_seq(parent, "parent")
         with self._write() as conn:
-            return append(conn, session_id, batch, after)
+            return append(conn, session_id, batch, after, whole_keys=whole_keys)
 
     def links(self, session_id: str) -> list[tuple[int, int]]:
         with self._read() as conn:
@@ -405,7 +414,24 @@ class SQLiteStore:
         return shared_wake(f"file:{os.path.realpath(self.path)}", self._polling)
 
     def _polling(self) -> PollingWake:
-        return PollingWake(self.last_seqs)
+        return PollingWake(self.last_seqs, events=self)
+
+    def put_event(self, session_id: str, origin: str, data: str) -> None:
+        """Keep an event for the other processes' polls (``PollingWake``), and forget those
+        older than ``EVENTS_KEPT_S``."""
+        now = time.time()
+        with self._write() as conn:
+            conn.execute(q.PUT_EVENT_SQL, (session_id, origin, data, now))
+            conn.execute(q.PRUNE_EVENTS_SQL, (now - EVENTS_KEPT_S,))
+
+    def events_after(self, after: int) -> list[tuple[int, str, str, str]]:
+        with self._read() as conn:
+            found = conn.execute(q.EVENTS_AFTER_SQL, (after,)).fetchall()
+        return [(int(i), str(s), str(o), str(d)) for i, s, o, d in found]
+
+    def last_event_id(self) -> int:
+        with self._read() as conn:
+            return int(conn.execute(q.LAST_EVENT_SQL).fetchone()[0])
 
     def close(self) -> None:
         """Close the connection; later calls raise ``StoreError``."""
