@@ -16,9 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fake_openai import openai_reply
 from fake_providers import FakeProvider, Reply, Request, error_reply
+from server_harness import running as serving
 
 from contextfold import Event, InvalidInput, Memory, Session, View
 from contextfold.core.messages import Message
@@ -28,6 +30,9 @@ from contextfold.llm.offline import OfflineModel
 from contextfold.llm.openai import OpenAIModel, OpenAIProvider
 from contextfold.memory.bridge import settled
 from contextfold.runtime import ThreadRunner
+from contextfold.server.app import create_app
+from contextfold.server.service import Service
+from contextfold.server.settings import Settings
 
 BUDGET = 1500
 SYSTEM = "You are a coding agent. Use the tools to fix the failing tests."
@@ -152,7 +157,7 @@ def test_a_fast_loop_on_a_slow_model_cuts_nothing_and_the_model_fold_replaces_th
 
 def test_the_latest_user_message_and_the_newest_unit_stay_verbatim_and_steps_grow() -> None:
     session = Memory().session("s", system=SYSTEM)
-    view = session.view("v", preset="disabled", budget=BUDGET)
+    view = session.view("v", preset="offline", budget=BUDGET)
     events = watched(view)
     conversation = loop(30)
     prompts = fast_loop(session, view, conversation, pace_s=0.0)
@@ -194,7 +199,7 @@ def test_provisional_folds_are_not_stored_and_another_process_renders_the_same_p
     url = f"sqlite:///{tmp_path / 'bridge.db'}"
     with Memory(url) as memory:
         session = memory.session("s", system=SYSTEM)
-        view = session.view("v", preset="disabled", budget=BUDGET)
+        view = session.view("v", preset="offline", budget=BUDGET)
         fast_loop(session, view, loop(30), pace_s=0.0)
         mine = view.render_report()
         for _ in range(200):
@@ -239,7 +244,7 @@ def test_a_view_may_wait_for_the_fold_in_flight_instead_of_bridging(slow: FakePr
 
 def test_a_view_that_waits_bridges_when_no_fold_is_in_flight() -> None:
     session = Memory().session("s", system=SYSTEM)
-    view = session.view("v", preset="disabled", budget=BUDGET)
+    view = session.view("v", preset="offline", budget=BUDGET)
     view.update(wait_for_fold_s=5.0)
     session.extend(loop(30))
     began = time.monotonic()
@@ -255,7 +260,7 @@ def test_a_view_that_waits_bridges_when_no_fold_is_in_flight() -> None:
 )
 def test_wait_for_fold_s_is_checked_naming_the_field(value: Any, why: str) -> None:
     session = Memory().session("s", system=SYSTEM)
-    view = session.view("v", preset="disabled", budget=BUDGET)
+    view = session.view("v", preset="offline", budget=BUDGET)
     version = view.version
     with pytest.raises(InvalidInput) as raised:
         view.update(wait_for_fold_s=value)
@@ -278,3 +283,37 @@ def test_a_failing_model_cooling_down_is_still_bridged() -> None:
     assert any(e.kind == "failed" for e in events), "the model failed"
     assert [i for i, p in enumerate(prompts) if p.omitted] == []
     assert any(e.kind == "provisional" for e in events)
+
+
+def test_a_proxy_turn_that_would_have_been_cut_goes_upstream_bridged(tmp_path: Path) -> None:
+    """One proxy turn resends a long tool loop at once: the background fold cannot have
+    landed, and the upstream gets a provisional fold where the cut's marker would be."""
+    with FakeProvider("openai") as upstream:
+        upstream.add(openai_reply("done"))
+        settings = Settings(
+            database=str(tmp_path / "cf.db"),
+            upstream=f"openai-compatible:{upstream.url}",
+            auth=False,
+        )
+        service = Service(settings)
+        try:
+            with serving(create_app(service)) as url:
+                conversation: list[dict[str, Any]] = [
+                    {"role": "system", "content": SYSTEM},
+                    *loop(30),
+                ]
+                response = httpx.post(
+                    f"{url}/v1/chat/completions",
+                    json={"model": "m", "messages": conversation},
+                    headers={"X-Contextfold-Session": "s1", "X-Contextfold-Budget": str(BUDGET)},
+                    timeout=30,
+                )
+                assert response.status_code == 200, response.text
+        finally:
+            service.close()
+    sent = upstream.requests[-1].body["messages"]
+    text = json.dumps(sent)
+    assert "left out to fit the token budget" not in text
+    assert "[Folded to fit the token budget" in text
+    assert sent[0] == conversation[0] and sent[-2:] == conversation[-2:]
+    assert conversation[1] in sent, "the latest user message is shown whole"

@@ -94,6 +94,17 @@ def is_provisional(fold: Fold) -> bool:
     return fold.strategy == NAME and bool(fold.data.get("provisional"))
 
 
+def standing(fold_ids: Sequence[str]) -> list[tuple[str, int, int]]:
+    """The provisional folds among a prompt's fold ids (``Rendered.folds``), with the
+    range each stands for: ``(id, start, end)``."""
+    out = []
+    for fold_id in fold_ids:
+        if fold_id.startswith(NAME + ":"):
+            start, _, end = fold_id.split(":")[1].partition("-")
+            out.append((fold_id, int(start), int(end)))
+    return out
+
+
 def settled(fold_ids: Sequence[str]) -> bool:
     """Whether a prompt holding these folds is what every process renders: no digest
     stands for steps its render had no time to make (``Bridge.folds``)."""

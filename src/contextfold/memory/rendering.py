@@ -28,7 +28,7 @@ from contextfold.core.messages import text_of
 from contextfold.core.provider_items import folds_for
 from contextfold.core.render import Rendered, render
 from contextfold.core.units import answer_missing, whole_units
-from contextfold.memory.bridge import FOLDING, Bridge, settled
+from contextfold.memory.bridge import FOLDING, Bridge, standing
 from contextfold.memory.cache import PromptCache
 from contextfold.memory.configuration import Configured
 from contextfold.memory.filters import MessageFilter
@@ -56,6 +56,8 @@ def view_prompt(
     settings = configured.config.recall_settings
     wanted = budget if budget is not None else configured.config.budget
     wait_s = configured.config.wait_for_fold_s
+    if configured.pipeline is None or not configured.pipeline.strategies:
+        bridge = None  # a view that never folds (``disabled``) is cut, not bridged
     if query is not None:
         if settings is None:
             raise InvalidInput(
@@ -67,7 +69,9 @@ def view_prompt(
     cached = prompts.extend(head, wanted, keep, reader.read_after)
     if cached is None:
         head, base, asked = fresh_prompt(reader, wanted, keep, target, bridge, wait_s)
-        if settled(base.folds):  # a digest is replaced by the steps the next render makes
+        if not standing(base.folds):
+            # A bridged prompt is rendered afresh each turn: its steps grow, a digest is
+            # replaced by steps, a new user message joins two runs (``memory.bridge``).
             prompts.put(head, wanted, base)
     else:
         base, asked = cached, None if settings is None else reader.latest_user(head, keep)
@@ -125,13 +129,17 @@ def fresh_prompt(
     if bridge is None or budget is None:
         return head, rendered, latest
     bridge.replaced(reader.session_id, reader.name, committed, reader.callbacks)
-    if not rendered.omitted:
+    if rendered.whole:
+        return head, rendered, latest
+    # Over budget, by the view's counts: what render would cut, or clip to fit (a clip of
+    # the newest unit can make room for all the rest, and the next append undo that).
+    state = reader.live_state(head, keep)
+    if state.version != head.fold_version:
+        return fresh_prompt(reader, budget, keep, target, bridge, wait_s)  # a fold landed
+    if not rendered.omitted and state.tokens <= budget:
         return head, rendered, latest
     if wait_s > 0 and FOLDING.wait(reader.session_id, reader.name, wait_s):
         return fresh_prompt(reader, budget, keep, target, bridge)
-    state = reader.live_state(head, keep)
-    if state.version != head.fold_version:
-        return fresh_prompt(reader, budget, keep, target, bridge)  # a fold landed meanwhile
     state = replace(state, budget=budget)
 
     def over(provisional: Sequence[Fold]) -> int:
