@@ -5,15 +5,17 @@ fewer) are replayed one message at a time into a fresh in-memory session, a
 ``ThreadRunner`` watching the view, budget a third of each run's tokens, and
 the view rendered after every append. Arms, all in one run:
 
-- ``offline``: the model-free preset;
+- ``offline``: the model-free preset, its folds made by the runner;
 - ``rolling``: the rolling summary on a model double that takes 1 s a call
   (``SlowModel``: the offline stand-in's answers after a pause);
 
 each with an append every 20 ms (``paced``) and back to back (``b2b``), with
 the bridge (render folds what it would cut, provisionally) and without it (the
 render of before: the cut). Figures per arm: renders; renders that left
-messages out with no fold in their place (``cut``, goal 0 with the bridge) and
-the messages so left out; provisional folds made; the time from a provisional
+messages out with no fold in their place (``cut_renders``, goal 0 with the
+bridge), of them those where no fold could have made the prompt fit
+(``cut_renders_no_fold_fits``: the system prompt, the latest user message and
+the newest unit alone leave no room for a fold), and the messages left out; provisional folds made; the time from a provisional
 fold to the committed fold that replaced it (p50/p99); render p50/p99 in ms.
 ``bridge_cost_p50`` / ``_p99`` divide the render times with the bridge by those
 without, per arm, within this run.
@@ -31,11 +33,13 @@ from _common import conversations, parse_args, report
 from contextfold import BudgetError, Event, Memory, ThreadRunner
 from contextfold.core.events import EventCallback
 from contextfold.core.folds import Fold
-from contextfold.memory.bridge import Bridge, Bridged
+from contextfold.memory.bridge import Bridge, Bridged, runs
 from contextfold.strategies.base import ViewState
 from contextfold.testing.models import SlowModel
 
 PACE_S = 0.02
+SMALLEST_FOLD = 40
+"""About the least a fold costs: its header and range label."""
 MODEL_S = 1.0
 
 
@@ -49,6 +53,18 @@ class NoBridge(Bridge):
         callbacks: list[EventCallback],
     ) -> Bridged:
         return Bridged((), False)
+
+
+def could_fit(state: ViewState) -> bool:
+    """Whether folds could make the view fit: what no bridge step may fold (system prompt,
+    committed folds, the latest user message, the newest unit), with a fold of
+    ``SMALLEST_FOLD`` tokens for each run of what it may, within the budget."""
+    spans = runs(state)
+    foldable = sum(
+        e.tokens for run in spans for first, last in run for e in state.entries[first : last + 1]
+    )
+    assert state.budget is not None
+    return state.tokens - foldable + SMALLEST_FOLD * len(spans) <= state.budget
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -75,7 +91,7 @@ def replay(
     events: list[Event] = []
     view.on_event.append(events.append)
     renders: list[float] = []
-    cut = left_out = 0
+    cut = left_out = unfit = 0
     with ThreadRunner(workers=1) as runner:
         runner.watch(view)
         for message in rest:
@@ -90,12 +106,14 @@ def replay(
             if rendered.omitted:
                 cut += 1
                 left_out += rendered.omitted
+                unfit += not could_fit(view.state())
             if pace:
                 time.sleep(max(0.0, pace - (time.perf_counter() - began)))
         runner.stop(timeout=0.1, drain=False)
     return {
         "renders": renders,
         "cut": cut,
+        "unfit": unfit,
         "left_out": left_out,
         "provisional": sum(1 for e in events if e.kind == "provisional"),
         "provisional_ms": [e.duration_s * 1000 for e in events if e.kind == "provisional"],
@@ -127,6 +145,7 @@ def main() -> None:
                 "refused_runs": len(results) - len(done),
                 "renders": len(renders),
                 "cut_renders": sum(r["cut"] for r in done),
+                "cut_renders_no_fold_fits": sum(r["unfit"] for r in done),
                 "messages_left_out": sum(r["left_out"] for r in done),
                 "provisional_folds": sum(r["provisional"] for r in done),
                 "provisional_ms_p50": round(
@@ -149,6 +168,11 @@ def main() -> None:
         figures[f"{base}_bridge_cost_p99"] = round(medians[True][1] / medians[False][1], 2)
     figures["cut_renders_with_bridge"] = sum(
         figures[f"{p}_{n}_bridge"]["cut_renders"] for p, n, _ in arms
+    )
+    figures["cut_renders_with_bridge_a_fold_could_fit"] = sum(
+        figures[f"{p}_{n}_bridge"]["cut_renders"]
+        - figures[f"{p}_{n}_bridge"]["cut_renders_no_fold_fits"]
+        for p, n, _ in arms
     )
     figures["mean_render_ms"] = round(
         statistics.mean(figures[f"{p}_{n}_bridge"]["render_ms_p50"] for p, n, _ in arms), 3
