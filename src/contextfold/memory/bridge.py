@@ -40,7 +40,9 @@ larger than that is a step of its own), and a fold's input is the fold before
 it plus one step. A render makes steps until ``DEADLINE_S`` has passed (one at
 least); the rest of a run then stands as one *digest* fold (each message's
 opening words, ``Rescue.digest``, microseconds), which is not cached as the
-prompt: the next render makes more steps in its place. Render's cut remains
+prompt: the next render makes more steps in its place. The step right before
+the newest unit still grows with each append; when it is needed it stands as
+such a digest too, and is extracted once a later step follows it. Render's cut remains
 only for what no fold can fit (a newest unit and the latest user message
 larger than the room, say).
 
@@ -84,7 +86,9 @@ KEPT = 1024
 
 PROVISIONAL = Rescue(name=NAME)
 DIGEST = ":digest"
-"""The end of a digest fold's id."""
+"""The end of the id of a digest a render stood for steps past its deadline."""
+GROWING = ":growing"
+"""The end of the id of a digest of the step before the newest unit, which still grows."""
 
 Span = tuple[int, int]
 """Entries ``first..last`` of a view state (indices, inclusive)."""
@@ -197,18 +201,23 @@ class Bridge:
         began = time.perf_counter()
         made = stopped = False
         taken: list[Fold] = []
+        growing = state.units[-1][0] - 1  # the last step before the newest unit still grows
         for run in runs(state):
             fold: Fold | None = None
             key: tuple[int, ...] = (room,)
             for first, last in run:
                 steps = state.entries[first : last + 1]
+                if last == growing:
+                    taken.extend([] if fold is None else [fold])
+                    fold = digest_fold(state, steps, room, GROWING)
+                    break
                 key = (*key, *(e.start for e in steps))
                 with self._lock:
                     known = self._made.get(key)
                 if known is None and made and time.perf_counter() - began > DEADLINE_S:
                     stopped = True
                     taken.extend([] if fold is None else [fold])
-                    fold = digest_fold(state, state.entries[first : run[-1][1] + 1], room)
+                    fold = digest_fold(state, state.entries[first : run[-1][1] + 1], room, DIGEST)
                     break
                 if known is None:
                     made = True
@@ -343,14 +352,15 @@ def shortened(fold: Fold, tokens: int, counter: TokenCounter) -> Fold | None:
     )
 
 
-def digest_fold(state: ViewState, entries: Sequence[Entry], room: int) -> Fold:
+def digest_fold(state: ViewState, entries: Sequence[Entry], room: int, suffix: str) -> Fold:
     """Each message's opening words over ``entries``, provisional: what stands for steps
-    a render had no time left to extract."""
+    a render had no time left to extract (``DIGEST``), or for the step that still grows
+    with each append (``GROWING``), extracted once it is whole."""
     job = _job(state, tuple(entries), room)
     (fold,) = PROVISIONAL.digest(job, state.counter)
     return replace(
         fold,
-        id=f"{NAME}:{job.start}-{job.end}:{room}{DIGEST}",
+        id=f"{NAME}:{job.start}-{job.end}:{room}{suffix}",
         created_at=0.0,
         data={**fold.data, "provisional": True, "steps": 0, "made_s": 0.0},
     )
