@@ -105,7 +105,7 @@ def session() -> Session:
     return chat
 
 
-def test_recalled_block_sits_right_after_the_latest_user_message(session: Session) -> None:
+def test_recalled_block_sits_after_the_folds_before_the_recent_messages(session: Session) -> None:
     fold = folded(session, "v", 2, 30)
     view = session.view("v", preset="disabled", recall=True)
     session.append(said("user", "What was the name of Quillon's greyhound?"))
@@ -113,11 +113,10 @@ def test_recalled_block_sits_right_after_the_latest_user_message(session: Sessio
     found = block_of(rendered)
     assert found is not None
     at, block = found
+    assert rendered.messages[:at] == [{"role": "system", "content": "You help."}, fold.messages[0]]
     history = session.history()
-    head = [{"role": "system", "content": "You help."}, fold.messages[0]]
-    assert rendered.messages[:at] == head + [for_model(m) for m in history[30:]]
-    assert rendered.messages[at + 1 :] == []
-    assert rendered.recall_at == len(head)
+    assert rendered.messages[at + 1 :] == [for_model(m) for m in history[30:]]
+    assert rendered.recall_at == at
     assert 2 in rendered.recalled and rendered.recalled == tuple(seqs_in(rendered))
     content = str(block["content"])
     assert (
@@ -128,13 +127,13 @@ def test_recalled_block_sits_right_after_the_latest_user_message(session: Sessio
     assert session.counter.messages(rendered.messages) == rendered.tokens
 
 
-def test_the_block_stays_in_its_turn_so_each_prompt_extends_the_last(session: Session) -> None:
+def test_the_block_stays_for_its_turn_so_each_prompt_extends_the_last(session: Session) -> None:
     folded(session, "v", 2, 30)
     view = session.view("v", preset="disabled", recall=True, budget=4000)
     session.append(said("user", "When does the zanzibar ferry leave?"))
     asked = view.render_report()
     at, _ = block_of(asked) or (None, None)
-    assert at == len(asked.messages) - 1 and {4, 5, 6} <= set(asked.recalled)
+    assert at is not None and {4, 5, 6} <= set(asked.recalled)
     previous = asked.messages
     for message in (
         call("lookup", '{"what": "ferry times"}', "c9"),
@@ -150,10 +149,9 @@ def test_the_block_stays_in_its_turn_so_each_prompt_extends_the_last(session: Se
     assert tool_unit_faults(previous) == []
     session.append(said("user", "And the name of Quillon's greyhound?"))
     nxt = view.render_report()
-    # A new question changes the prompt from the old block on, not from the folds on.
+    # A new question changes the block, after the folds: what comes before it stays.
     assert nxt.messages[:at] == asked.messages[:at]
-    assert block_of(nxt) is not None and block_of(nxt)[0] == len(nxt.messages) - 1  # type: ignore[index]
-    assert 2 in nxt.recalled
+    assert block_of(nxt) is not None and 2 in nxt.recalled
 
 
 def test_a_tool_call_is_recalled_with_all_its_results_or_not_at_all(session: Session) -> None:
@@ -450,11 +448,7 @@ def test_a_turn_searches_once_for_its_user_message_and_keeps_the_block() -> None
     grown = view.render_report()
     assert grown.recalled == first.recalled and store.searches == 1
     assert grown.messages[:-1] == first.messages
-    folded(chat, "v", 31, 50)  # a fold lands: the block still fits and is kept, unsearched
-    landed = view.render_report()
-    assert landed.recalled == first.recalled and store.searches == 1
-    assert landed.messages != grown.messages and not set(landed.recalled) & set(landed.shown)
-    view.binding.prompts = PromptCache()  # emptied: the same question searches again
+    view.binding.prompts = PromptCache()  # emptied (a fold landed, say): the same question
     again = view.render_report()
     assert again.recalled == first.recalled and store.searches == 2
     reads = store.fold_reads

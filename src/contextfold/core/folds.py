@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
 from contextfold.core.errors import InvalidInput
+from contextfold.core.log import json_copy
 from contextfold.core.messages import Message
 
 Placement = Literal["in_place", "facts"]
@@ -257,3 +258,9 @@ def active_facts(folds: Sequence[Fold]) -> Fold | None:
         if f.placement == "facts" and f.superseded_by is None:
             return f
     return None
+
+
+def fold_copy(fold: Fold) -> Fold:
+    """The fold as a store hands it out: read back through its JSON form (checked like a
+    stored row), sharing nothing mutable."""
+    return Fold.from_dict(json_copy(fold.to_dict()))

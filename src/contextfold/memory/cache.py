@@ -86,10 +86,7 @@ class _Grown(Generic[T]):
 class PromptCache:
     """The last whole prompt of one view, keyed by fold version, config version and budget,
     without its recall block; and the block last recalled for it, with the user message
-    it answered, keyed by config version and budget only: a fold landing shows less of the
-    log, never more, so the block still recalls nothing the prompt shows, and the caller
-    keeps it while it fits (``contextfold.memory.recall.still_fits``) instead of searching
-    the log again."""
+    it answered."""
 
     def __init__(self) -> None:
         self._grown: _Grown[Rendered] = _Grown()
@@ -125,15 +122,15 @@ class PromptCache:
         return None if grown is None else _copy(grown)
 
     def recalled(self, head: Head, budget: int | None, asked: int) -> tuple[bool, Block | None]:
-        """The block last recalled at this config version and budget for the user message
-        at seq ``asked``: (found, block); a block is kept while the turn goes on."""
+        """The block last recalled at these versions and budget for the user message at seq
+        ``asked``: (found, block); a block is kept while the turn goes on."""
         kept = self._block
-        if kept is None or kept[0] != (head.view_version, budget, asked):
+        if kept is None or kept[0] != (head.fold_version, head.view_version, budget, asked):
             return False, None
         return True, kept[1]
 
     def keep_block(self, head: Head, budget: int | None, asked: int, block: Block | None) -> None:
-        self._block = ((head.view_version, budget, asked), block)
+        self._block = ((head.fold_version, head.view_version, budget, asked), block)
 
 
 class StateCache:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from contextfold.core.entries import Entry, entries_of
 from contextfold.core.events import EventCallback
-from contextfold.core.folds import Fold, active_facts, active_in_place
-from contextfold.core.log import LoggedMessage, json_copy
+from contextfold.core.folds import Fold, active_facts, active_in_place, fold_copy
+from contextfold.core.log import LoggedMessage
 from contextfold.core.tokens import TokenCounter
 from contextfold.core.units import whole_units
 from contextfold.memory.cache import StateCache
@@ -28,11 +28,6 @@ from contextfold.strategies.base import ViewState
 PAGE = 256
 """Messages read at once when the log is read backwards."""
 _SYSTEM_PAGE = 8
-
-
-def fold_copy(fold: Fold) -> Fold:
-    """The fold as a store hands it out: through its JSON form, sharing nothing mutable."""
-    return Fold.from_dict(json_copy(fold.to_dict()))
 
 
 def system_end(system: list[LoggedMessage]) -> int:
@@ -68,6 +63,7 @@ class ViewReader:
         self.counter = counter
         self.caches = caches
         self.callbacks = callbacks
+        self._system: tuple[LoggedMessage, ...] | None = None
 
     def head(self) -> Head:
         return self.store.head(self.session_id, self.name)
@@ -77,12 +73,16 @@ class ViewReader:
         return self.store.messages(self.session_id, after + 1)
 
     def system(self) -> list[LoggedMessage]:
-        """The leading system messages of the log: never folded, always rendered."""
+        """The leading system messages of the log: never folded, always rendered. Once
+        another message follows them they can never change, so they are read once."""
+        if self._system is not None:
+            return list(self._system)
         out: list[LoggedMessage] = []
         while True:
             page = self.store.messages(self.session_id, len(out) + 1, len(out) + _SYSTEM_PAGE)
             for logged in page:
                 if logged.role not in ("system", "developer"):
+                    self._system = tuple(out)
                     return out
                 out.append(logged)
             if len(page) < _SYSTEM_PAGE:

@@ -17,9 +17,9 @@ OpenAI function-tool schemas (``definitions``) and answers their calls
 Every fold names its range in the prompt (``[folded: seq 12-40]``,
 ``contextfold.core.folds.range_label``), so a model knows what to expand.
 
-The filters are applied after the store's search, which loses nothing: a
-search ranks at most ``search.CANDIDATES`` messages (its rarest words' ones),
-and the tool asks for all of them. A time bound is first turned into a seq
+The role and seq bounds go to the store's search, which applies them before it
+keeps its ``search.CANDIDATES`` best messages, so a rare role behind many
+matches of another is still found. A time bound is first turned into a seq
 bound (seqs are logged in time order), so a search ``before`` a time ranks the
 newest matches before it, as a search ``before`` a seq does.
 

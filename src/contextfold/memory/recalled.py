@@ -18,9 +18,12 @@ Written as text, in log order, a recalled tool call and its results are lines,
 not protocol messages: nothing re-emitted out of order can split a tool unit
 or answer a call twice. A unit (a tool call and all its results, or one
 message) is recalled whole or not at all; the best-ranked units are taken
-first and shown in log order. The block goes in the newest turn, right after
-the latest user message (``place_of``), where changing it with each user
-message leaves the prompt's beginning as a provider's cache holds it.
+first and shown in log order. The block goes where render left room for it
+(``Rendered.recall_at``): after the folds, before the recent raw messages. In
+the newest turn it would leave more of the prompt to a provider's prefix cache,
+but framework adapters hand the prompt back as their history and read the
+latest user message as the turn's last: a block after it would be taken for
+it, and one before it for where their own history resumes.
 """
 
 from __future__ import annotations
@@ -188,28 +191,10 @@ def _header_tokens(counter: TokenCounter) -> int:
     return counter.message(block_of([]))
 
 
-def place_of(rendered: Rendered) -> int:
-    """Where the block goes in ``rendered.messages``: right after the latest user message
-    when the run of recent raw messages that ends the prompt holds it, else at the start
-    of that run (``Rendered.recall_at``).
-
-    A provider's prefix cache serves a prompt's unchanged beginning. A block before
-    the recent messages, chosen anew for each user message, would change the prompt
-    from the folds on at every user turn; in the newest turn it changes only that
-    turn, and it stays in place while the turn's tool calls go on. A user message
-    opens no tool unit and sits inside none, so the block splits none.
-    """
-    run = len(rendered.messages) if rendered.recall_at is None else rendered.recall_at
-    for at in range(len(rendered.messages) - 1, run - 1, -1):
-        if rendered.messages[at]["role"] == "user":
-            return at + 1
-    return run
-
-
 def with_block(rendered: Rendered, block: Block) -> Rendered:
-    """``rendered`` with ``block`` at its place (``place_of``), counted in its tokens; the
+    """``rendered`` with ``block`` at its ``recall_at`` place, counted in its tokens; the
     block's message is a copy, so editing a prompt never edits a block kept for the turn."""
-    at = place_of(rendered)
+    at = len(rendered.messages) if rendered.recall_at is None else rendered.recall_at
     messages = [*rendered.messages[:at], dict(block.message), *rendered.messages[at:]]
     return replace(
         rendered, messages=messages, tokens=rendered.tokens + block.tokens, recalled=block.seqs

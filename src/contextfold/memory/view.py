@@ -25,7 +25,7 @@ from typing import Protocol, Unpack
 from contextfold.core.checks import check_budget
 from contextfold.core.errors import InvalidInput
 from contextfold.core.events import EventCallback
-from contextfold.core.folds import Fold
+from contextfold.core.folds import Fold, fold_copy
 from contextfold.core.messages import Message
 from contextfold.core.provider_items import COMPACTION_PROVIDERS, refused_fold
 from contextfold.core.render import Rendered, floor
@@ -41,7 +41,7 @@ from contextfold.memory.cycle import CompactionReport, SessionSide, run_cycle
 from contextfold.memory.figures import log_tokens
 from contextfold.memory.filters import MessageFilter
 from contextfold.memory.leases import held_lease
-from contextfold.memory.reading import ReadCaches, ViewReader, fold_copy, system_end
+from contextfold.memory.reading import ReadCaches, ViewReader, system_end
 from contextfold.memory.rendering import view_prompt
 from contextfold.store.tree import check_seq
 from contextfold.store.wake import LocalWake

@@ -340,17 +340,16 @@ export async function showSession(root, sid) {
         rejob();
       }),
     );
+    // Provisional folds are shown in the prompt and its report line, not in the notice:
+    // a view bridged at every render would otherwise hide what the notice must say.
     source.addEventListener("provisional", (event) => {
       if (viewOf(event) !== state.view) return;
-      const data = JSON.parse(event.data);
-      say(`A provisional fold stands for #${data.start}–#${data.end} until the view's fold lands`);
+      rerender();
     });
     source.addEventListener(
       "replaced",
       guarded(async (event) => {
         if (viewOf(event) !== state.view) return;
-        const data = JSON.parse(event.data);
-        say(`The view's fold replaced the provisional fold of #${data.start}–#${data.end} after ${data.duration_s.toFixed(1)} s`);
         await loadFolds();
         rerender();
       }),

@@ -9,8 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from contextfold.core.errors import DamagedFold, InvalidInput
-from contextfold.core.folds import Fold
-from contextfold.core.log import json_copy
+from contextfold.core.folds import Fold, fold_copy
 
 
 def readable(
@@ -69,8 +68,3 @@ def fold_id_of(item: Any, index: int) -> str:
     """A stored fold's id, or where it lies when it has none to read."""
     fold_id = item.get("id") if isinstance(item, Mapping) else getattr(item, "id", None)
     return fold_id if isinstance(fold_id, str) else f"#{index}"
-
-
-def fold_copy(fold: Fold) -> Fold:
-    """The fold read back through ``Fold.from_dict``: checked like a stored row, and a copy."""
-    return Fold.from_dict(json_copy(fold.to_dict()))

@@ -17,7 +17,7 @@ from typing import Any
 
 from contextfold.core.branches import BranchPath, walk
 from contextfold.core.errors import FoldConflict, InvalidInput, NotFound
-from contextfold.core.folds import Fold, plan_commit
+from contextfold.core.folds import Fold, fold_copy, plan_commit
 from contextfold.core.log import (
     LoggedMessage,
     NewMessage,
@@ -36,7 +36,7 @@ from contextfold.store.checks import (
     resumed,
     system_prompt,
 )
-from contextfold.store.ram.folds import fold_copy, fold_id_of, readable
+from contextfold.store.ram.folds import fold_id_of, readable
 from contextfold.store.ram.keys import KeyRing
 from contextfold.store.ram.log import calls_of, tail_of
 from contextfold.store.ram.views import ViewShelf
