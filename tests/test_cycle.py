@@ -11,6 +11,7 @@ from contextfold import BudgetError, Memory, ModelError
 from contextfold.core.events import Event
 from contextfold.core.messages import Message
 from contextfold.core.units import tool_unit_faults
+from contextfold.memory.bridge import settled
 from contextfold.memory.cache import PromptCache, StateCache
 from contextfold.memory.cycle import RESCUE, plan, run_cycle
 from contextfold.memory.recalled import HEADER
@@ -154,6 +155,10 @@ def test_cached_prompts_and_states_equal_fresh_ones(preset: str) -> None:
             if rng.random() < 0.3:
                 view.compact()
             cached = view.render_report()
+            for _ in range(100):  # a digest a render stood past its deadline is not cached
+                if settled(cached.folds):
+                    break
+                cached = view.render_report()
             state = view.state()
             view.binding.prompts = PromptCache()
             view.binding.reading.states = StateCache()

@@ -178,7 +178,7 @@ def test_render_keeps_every_invariant_on_real_data(preset: str, share: int) -> N
 def test_one_marker_counts_the_old_messages_left_out() -> None:
     messages = chat(40)
     session = session_of(messages)
-    view = session.view("default")
+    view = session.view("default", preset="disabled")
     per_round = session.counter.messages(messages[1:3]) - REPLY_PRIMING
     budget = required_tokens(session) + 6 * per_round
     prompt = view.render(budget)
@@ -197,7 +197,9 @@ def test_marker_counts_stay_right_around_a_pinned_latest_user() -> None:
     session = session_of(messages)
     user_index = 21
     assert messages[user_index]["role"] == "user"
-    report = session.view("default").render_report(required_tokens(session) + 1200)
+    report = session.view("default", preset="disabled").render_report(
+        required_tokens(session) + 1200
+    )
     prompt = report.messages
     found = markers(prompt)
     assert [i for i, _ in found] == [1, 3]
@@ -222,7 +224,7 @@ def test_marker_counts_stay_right_around_a_pinned_latest_user() -> None:
 def test_exact_budget_renders_everything_and_one_less_cuts() -> None:
     messages = chat(12)
     session = session_of(messages)
-    view = session.view("default")
+    view = session.view("default", preset="disabled")
     full = session.counter.messages(messages)
     assert view.render(full) == messages
     smaller = view.render_report(full - 1)
@@ -306,7 +308,8 @@ def test_render_reads_grow_with_what_it_returns_not_with_history() -> None:
         for folded in (False, True):
             name = "folded" if folded else "raw"
             store.read_before = store.read_range = 0
-            report = view.render_report(2000) if folded else session.view(name).render_report(2000)
+            raw = session.view(name, preset="disabled")  # never folds: render cuts, not bridges
+            report = view.render_report(2000) if folded else raw.render_report(2000)
             assert report.tokens <= 2000
             # The first read of the summary fold checks the log at its two edges (memory/heal).
             assert store.read_range <= 8 + 2 * folded

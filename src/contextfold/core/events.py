@@ -8,7 +8,11 @@ folds and may be over budget until a later attempt succeeds) and
 is kept out of the view; ``data`` names the fold and the reason). Workers
 (``contextfold.workers``) add ``retried`` (a failed job is sent again after a
 pause) and ``parked`` (the view failed too often in a row; no job is queued for
-it until its configuration changes or a compaction is asked for).
+it until its configuration changes or a compaction is asked for). Render adds
+``provisional`` (it made a provisional fold where it would have cut, without a
+model; ``duration_s`` is what making it took) and ``replaced`` (a committed fold
+now lies over a provisional one; ``duration_s`` is how long it stood, ``data``
+names both folds) (``contextfold.memory.bridge``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ EventKind = Literal[
     "quarantined",
     "retried",
     "parked",
+    "provisional",
+    "replaced",
 ]
 
 

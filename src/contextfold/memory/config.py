@@ -72,7 +72,11 @@ class ViewChanges(TypedDict, total=False):
     low_water: float
     local: bool
     recall: Mapping[str, Any] | bool | None
+    wait_for_fold_s: float
 
+
+MAX_WAIT_S = 60.0
+"""The longest a render may wait for a fold (``ViewConfig.wait_for_fold_s``)."""
 
 SETTINGS: tuple[str, ...] = tuple(ViewChanges.__annotations__)
 """The names of a view's stored settings, in the order a record lists them."""
@@ -147,6 +151,10 @@ class ViewConfig:
     """Recall from the log (``contextfold.memory.recall``): true, false, or
     ``{"share": 0.4, "limit": 16}``; None takes the preset's default (on for
     ``chat`` and ``offline``)."""
+    wait_for_fold_s: float = 0.0
+    """How long a render that would leave messages out waits for a fold job of the view
+    running in this process before it bridges them (``contextfold.memory.bridge``); 0
+    bridges at once."""
     _built: Pipeline | None = field(default=None, init=False, repr=False, compare=False)
     _recall: RecallSettings | None = field(default=None, init=False, repr=False, compare=False)
     _filter: MessageFilter | None = field(default=None, init=False, repr=False, compare=False)
@@ -166,6 +174,15 @@ class ViewConfig:
                 raise InvalidInput(f"{name} is a share of the budget in (0, 1]", field=name)
         if self.low_water >= self.high_water:
             raise InvalidInput("low_water must be below high_water", field="low_water")
+        wait = self.wait_for_fold_s
+        if (
+            isinstance(wait, bool)
+            or not isinstance(wait, int | float)
+            or not 0 <= wait <= MAX_WAIT_S
+        ):
+            raise InvalidInput(
+                f"wait_for_fold_s is seconds from 0 to {MAX_WAIT_S:g}", field="wait_for_fold_s"
+            )
         # A record that cannot be built, or whose prompt templates, recall settings
         # or filter are wrong, is refused before it is stored. What is built is kept.
         pipeline = self._build()

@@ -15,7 +15,9 @@ Every job runs within a ``JobBudget`` (``llm.budget``): at most
 ``limits.deadline_s`` seconds, whatever the strategy and the adapter; a
 runner that gives the job up cancels it (``on_budget`` hands it each budget).
 After a failed job the cycle asks that model nothing more: the rescue, if
-one is needed, folds extractively.
+one is needed, folds extractively. Each job runs marked in ``FOLDING``, so a
+render of a view set to wait for its fold (``wait_for_fold_s``) knows one is
+in flight (``contextfold.memory.bridge``).
 
 Two choices are made here, once, outside every strategy. The model: the view's,
 or the offline stand-in when it has none. And the last resort: when the view's
@@ -41,6 +43,7 @@ from contextfold.llm.base import LLM
 from contextfold.llm.budget import DEFAULT_LIMITS, JobBudget, JobLimits, job_budget
 from contextfold.llm.guard import Guarded
 from contextfold.llm.offline import OfflineModel
+from contextfold.memory.bridge import FOLDING
 from contextfold.store.base import Store
 from contextfold.strategies.base import Job, Strategy, ViewState
 from contextfold.strategies.pipeline import Pipeline
@@ -157,7 +160,8 @@ def run_cycle(
             llm = None if failed and strategy is RESCUE else model
             bound = JobBudget(limits)
             on_budget(bound)
-            folds, reason = _step(view, strategy, job, llm, bound, run, may_commit, callbacks)
+            with FOLDING.running(view.session.id, view.name):
+                folds, reason = _step(view, strategy, job, llm, bound, run, may_commit, callbacks)
             if reason is not None:
                 failed.append(job.strategy)
                 reasons.append(reason)

@@ -33,6 +33,7 @@ from contextfold.llm.base import LLM
 from contextfold.llm.budget import DEFAULT_LIMITS, JobLimits
 from contextfold.llm.registry import get_model
 from contextfold.memory.branch_log import BranchLog
+from contextfold.memory.bridge import Bridge
 from contextfold.memory.cache import PromptCache
 from contextfold.memory.config import ViewChanges, ViewConfig
 from contextfold.memory.configuration import Configuration, Configured
@@ -68,6 +69,8 @@ class Binding:
     """Rendering's: the last prompt and recall block."""
     provider_prompts: dict[str, PromptCache] = field(default_factory=dict)
     """Rendering's, for prompts rendered for a provider (``for_provider``), by provider."""
+    bridge: Bridge = field(default_factory=Bridge)
+    """Rendering's: the provisional folds made for the view."""
     on_event: list[EventCallback] = field(default_factory=list)
     """Compaction's (and healing's): callbacks for this view's events."""
 
@@ -275,6 +278,7 @@ class View:
             budget=budget,
             query=query,
             target=for_provider,
+            bridge=self.binding.bridge,
         )
 
     def refuse_provider_items(self, fold_id: str, reason: str) -> Fold:

@@ -2,7 +2,9 @@
 
 Both are event callbacks: pass them in a runner's ``on_event`` (or a view's).
 ``Stats`` keeps counts and durations in process, for tests, benchmarks and a
-status page. ``PrometheusMetrics`` exports the same through
+status page; beside jobs, they time provisional folds: what making one took
+(``provisional``) and how long one stood before a committed fold replaced it
+(``replaced``, ``contextfold.memory.bridge``). ``PrometheusMetrics`` exports the same through
 ``prometheus_client``, an optional dependency (``contextfold[metrics]``); its
 labels are view and strategy names, never session ids, which are unbounded. A
 process serving others' views (``contextfold serve``) counts without the view
@@ -23,6 +25,8 @@ from contextfold.core.events import Event
 from contextfold.core.extras import needs_extra
 
 _JOB_KINDS = ("committed", "failed")
+_BRIDGE_KINDS = ("provisional", "replaced")
+"""A provisional fold's ``duration_s``: what making it took, and how long it stood."""
 OTHER = "other"
 """The label of a value outside a bounded set."""
 
@@ -45,13 +49,15 @@ class Stats:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.counts: Counter[str] = Counter()
-        self.durations: dict[str, Durations] = {kind: Durations() for kind in _JOB_KINDS}
+        self.durations: dict[str, Durations] = {
+            kind: Durations() for kind in (*_JOB_KINDS, *_BRIDGE_KINDS)
+        }
         self.tokens_saved = 0
 
     def __call__(self, event: Event) -> None:
         with self._lock:
             self.counts[event.kind] += 1
-            if event.kind in _JOB_KINDS and event.duration_s:
+            if event.kind in self.durations and event.duration_s:
                 self.durations[event.kind].add(event.duration_s)
             if event.kind == "committed":
                 self.tokens_saved += event.tokens_before - event.tokens_after
@@ -101,6 +107,13 @@ class PrometheusMetrics:
             [*views, "strategy", "outcome"],
             **where,
         )
+        self.provisional_seconds = prom.Histogram(
+            f"{namespace}_provisional_seconds",
+            "Provisional folds: the time to make one (made), and how long one stood "
+            "until a committed fold replaced it (stood).",
+            [*views, "phase"],
+            **where,
+        )
         self.tokens_saved = prom.Counter(
             f"{namespace}_tokens_saved_total",
             "Prompt tokens removed by committed folds.",
@@ -115,6 +128,9 @@ class PrometheusMetrics:
         self.events.labels(event.kind, *view, strategy).inc()
         if event.kind in _JOB_KINDS and event.duration_s:
             self.job_seconds.labels(*view, strategy, event.kind).observe(event.duration_s)
+        if event.kind in _BRIDGE_KINDS:
+            phase = "made" if event.kind == "provisional" else "stood"
+            self.provisional_seconds.labels(*view, phase).observe(event.duration_s)
         if event.kind == "committed":
             saved = max(0, event.tokens_before - event.tokens_after)
             self.tokens_saved.labels(*view, strategy).inc(saved)

@@ -24,6 +24,7 @@ from prometheus_client import (
 )
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from contextfold.memory.bridge import NAME as PROVISIONAL_NAME
 from contextfold.runtime.metrics import OTHER, PrometheusMetrics
 from contextfold.strategies.registry import registered_strategies
 
@@ -68,8 +69,9 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
 def strategy_names() -> frozenset[str]:
     """The names a strategy may be counted under: every registered type and the default
-    ``name`` of its class; any other (a name set in a view's pipeline) is ``other``."""
-    names = set()
+    ``name`` of its class, and the bridge's provisional folds; any other (a name set in a
+    view's pipeline) is ``other``."""
+    names = {PROVISIONAL_NAME}
     for type_name, cls in registered_strategies().items():
         names.add(type_name)
         for f in dataclasses.fields(cls):

@@ -148,6 +148,13 @@ class ViewIn(Closed):
     recall: bool | dict[str, Any] | None = Field(
         None, description='recall from the log: true, false or {"share": 0.4, "limit": 16}'
     )
+    wait_for_fold_s: StrictFloat | StrictInt | None = Field(
+        None,
+        ge=0,
+        le=60,
+        description="seconds a render that would leave messages out waits for the view's "
+        "fold in flight before it stands provisional folds there; 0 (the default) waits not",
+    )
     expected_version: StrictInt | None = Field(
         None, ge=0, description="refuse the update (409) unless the view is at this version"
     )
@@ -214,6 +221,12 @@ class ViewList(BaseModel):
     views: list[ViewOut]
 
 
+class ProvisionalOut(BaseModel):
+    id: str
+    start: int
+    end: int
+
+
 class RenderReport(BaseModel):
     tokens: int
     budget: int | None
@@ -222,6 +235,11 @@ class RenderReport(BaseModel):
     clipped: list[int] = Field(description="seq of the messages shortened to fit")
     whole: bool = Field(description="nothing left out or shortened")
     recalled: list[int] = Field(description="seq of the logged messages recalled into the prompt")
+    provisional: list[ProvisionalOut] = Field(
+        default_factory=list,
+        description="provisional folds in the prompt: made at render, without a model, where "
+        "the budget would have cut, until the view's own fold lands",
+    )
 
 
 class RenderOut(BaseModel):

@@ -35,7 +35,17 @@ if TYPE_CHECKING:
     from contextfold.workers.runner import CeleryRunner
 
 STREAMED = frozenset(
-    {"planned", "committed", "failed", "degraded", "quarantined", "retried", "parked"}
+    {
+        "planned",
+        "committed",
+        "failed",
+        "degraded",
+        "quarantined",
+        "retried",
+        "parked",
+        "provisional",
+        "replaced",
+    }
 )
 _HANDLES = 4096
 RELAYED_DETAIL = 2000

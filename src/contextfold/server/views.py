@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from contextfold.core.checks import MAX_BUDGET
 from contextfold.core.errors import InvalidInput, NotFound
 from contextfold.core.log import ViewRecord
+from contextfold.memory.bridge import standing
 from contextfold.memory.session import Session
 from contextfold.memory.view import View
 from contextfold.server.auth import Tenant
@@ -156,6 +157,9 @@ async def render_body(
             "clipped": list(prompt.clipped),
             "whole": prompt.whole,
             "recalled": list(prompt.recalled),
+            "provisional": [
+                {"id": i, "start": start, "end": end} for i, start, end in standing(prompt.folds)
+            ],
         }
         return {"messages": prompt.messages, "report": report}
 

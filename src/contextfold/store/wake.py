@@ -163,7 +163,7 @@ class PollingWake(LocalWake):
         """As ``LocalWake.listen``; appends from the moment it returns wake ``callback``
         (the session's last seq is read now, not at the first poll)."""
         try:
-            last: int | None = self._last_seq(session_id)
+            last: int | None = self._last_seqs([session_id]).get(session_id)
         except Exception as exc:
             log.debug("reading session %s's last seq failed: %s", session_id, exc)
             last = None

@@ -64,12 +64,25 @@ export class Prompt {
     this.list.replaceChildren(
       ...data.messages.map((message, index) => {
         const fold = byText.get(unlabelled(textOf(message.content)));
+        const standIn = fold ? null : provisionalOf(message, report.provisional || []);
+        if (standIn) {
+          const label = `provisional fold #${standIn.start}–#${standIn.end} · until the view's fold lands`;
+          return el("li", { dataset: { index } }, messageCard(message, { label, attrs: { "data-provisional": standIn.id } }));
+        }
         const label = fold ? `fold #${fold.start}–#${fold.end} · ${fold.kind}` : null;
         const onLabel = fold ? () => this.onFold(fold) : undefined;
         return el("li", { dataset: { index } }, messageCard(message, { label, onLabel, attrs: fold ? { "data-fold": fold.id } : {} }));
       }),
     );
   }
+}
+
+// A provisional fold (made at render, without a model, where the budget would cut) is
+// known by the range its message names to the model: [folded: seq A-B].
+function provisionalOf(message, provisional) {
+  const found = /\[folded: seq (\d+)-(\d+)\]$/.exec(textOf(message.content));
+  if (!found) return null;
+  return provisional.find((p) => p.start === Number(found[1]) && p.end === Number(found[2])) || null;
 }
 
 function plural(n, word) {
@@ -80,6 +93,8 @@ function plural(n, word) {
 export function reportParts(messages, report) {
   const parts = [plural(messages, "message"), plural(report.folds.length, "fold")];
   if (report.whole) parts.push("nothing left out or clipped");
+  const standing = (report.provisional || []).length;
+  if (standing) parts.push(`${plural(standing, "provisional fold")} standing in until the view's fold lands`);
   if (report.omitted) parts.push(`${plural(report.omitted, "logged message")} left out by the budget`);
   if (report.clipped.length) parts.push(`clipped to fit: ${report.clipped.map((seq) => "#" + seq).join(", ")}`);
   if (!report.whole && !report.omitted && !report.clipped.length) parts.push("a fold clipped to fit");

@@ -340,6 +340,21 @@ export async function showSession(root, sid) {
         rejob();
       }),
     );
+    source.addEventListener("provisional", (event) => {
+      if (viewOf(event) !== state.view) return;
+      const data = JSON.parse(event.data);
+      say(`A provisional fold stands for #${data.start}–#${data.end} until the view's fold lands`);
+    });
+    source.addEventListener(
+      "replaced",
+      guarded(async (event) => {
+        if (viewOf(event) !== state.view) return;
+        const data = JSON.parse(event.data);
+        say(`The view's fold replaced the provisional fold of #${data.start}–#${data.end} after ${data.duration_s.toFixed(1)} s`);
+        await loadFolds();
+        rerender();
+      }),
+    );
     for (const [kind, text] of Object.entries(TROUBLE)) {
       source.addEventListener(
         kind,
