@@ -122,7 +122,7 @@ def test_a_server_process_that_dies_is_reported_and_started_again(tmp_path: Path
             lambda: len(servers_of(served)) == 2 and victim not in servers_of(served),
             "a new server process in the dead one's place",
         )
-        assert not alive([victim])
+        eventually(lambda: not alive([victim]), "the killed server process gone")
         log = served.log.read_text()
         assert f"server process {victim} ended unexpectedly (killed by SIGKILL)" in log
         for _ in range(10):
