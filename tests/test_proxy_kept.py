@@ -30,7 +30,7 @@ def _session(tmp_path: Path, name: str = "s") -> Session:
 
 def test_unchanged_messages_get_their_kept_meta_and_nothing_else_does(tmp_path: Path) -> None:
     session = _session(tmp_path)
-    view = session.view("v", preset="offline", budget=400)
+    view = session.view("v", preset="disabled", budget=400)  # cut, never bridged
     rendered = view.render_report(400)
     prompt = with_kept(
         rendered, KeptMeta().of(session, session.last_seq(), "responses"), "responses", 1
