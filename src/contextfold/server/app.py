@@ -17,12 +17,12 @@ from fastapi import APIRouter, FastAPI, Response
 from fastapi.middleware.cors import CORSMiddleware
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contextfold.server import docs, errors, page, proxy, sessions, views
 from contextfold.server.errors import ServiceError, error_body
 from contextfold.server.hosts import LoopbackHosts
-from contextfold.server.hot import HotRoutes
+from contextfold.server.hot import HotRoutes, replaying
 from contextfold.server.metrics import RequestMetrics
 from contextfold.server.service import Service, ServiceDep
 from contextfold.server.settings import Settings
@@ -64,16 +64,7 @@ class BodyLimit:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(b"".join(chunks), receive), send)
 
     def _message(self) -> str:
         return f"the request body is over the limit of {self.limit} bytes"

@@ -100,7 +100,7 @@ class HotRoutes:
         parsed = _messages(scope, body)
         who = None if parsed is None else await self._tenant(scope, receive)
         if parsed is None or who is None:
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, replaying(body, receive), send)
             return
         scope["route"] = Template(APPEND_ROUTE)
         answer: JSONResponse
@@ -140,8 +140,9 @@ async def _body(receive: Receive) -> bytes | None:
             return b"".join(chunks)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """``receive`` giving ``body`` first, then what the connection sends next."""
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """``receive`` giving ``body`` first, then what the connection sends next: a body a
+    middleware read is handed on as if unread."""
     given = False
 
     async def replay() -> Message:
