@@ -84,6 +84,36 @@ def add_eval_command(sub: Any) -> None:
         "2 calls per arm plus 2 for the full context",
     )
     cmd.add_argument(
+        "--probes",
+        type=_count,
+        metavar="N",
+        help="at most N probes a conversation (recall, artifact, continuation, decision "
+        "questions made from the folded part; agent runs too): graded offline by exact match "
+        "in each prompt, or with --model and --judge asked and judged (default 0: off; with "
+        "--judge, 8 on a conversation without questions); adds keep-recent as the baseline",
+    )
+    cmd.add_argument(
+        "--timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="seconds an answer or a grade may take (default: 60 plus the prompt's tokens at "
+        "50 a second); a call that fails is counted, never fatal",
+    )
+    cmd.add_argument(
+        "--results",
+        type=Path,
+        metavar="FILE",
+        help="write every replay, answer and grade to FILE (JSONL) as it comes; run again with "
+        "the same FILE to resume: what is done is read back, not asked again",
+    )
+    cmd.add_argument(
+        "--hand-grades",
+        type=Path,
+        metavar="FILE",
+        help='JSONL of {"id": AUDIT_ID, "correct": true|false}: the judge\'s agreement '
+        "with your own grades on them",
+    )
+    cmd.add_argument(
         "--suggest",
         action="store_true",
         help="recommend a preset and a budget, and say why; needs questions with gold answers "
@@ -104,6 +134,28 @@ def add_eval_command(sub: Any) -> None:
     )
     cmd.add_argument("--json", action="store_true", help="print one JSON object of all results")
     cmd.set_defaults(command=run_eval)
+
+
+def _count(text: str) -> int:
+    """A whole number, 0 or more (an argparse ``type``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """Seconds above 0 (an argparse ``type``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    return value
 
 
 def _presets(text: str) -> list[str]:
@@ -132,6 +184,10 @@ def run_eval(args: argparse.Namespace, out: Console, err: Console) -> None:
         questions=args.questions,
         suggest=args.suggest,
         report=args.report is not None,
+        probes=args.probes,
+        timeout=args.timeout,
+        results=args.results,
+        hand_grades=args.hand_grades,
     )
     if args.report is not None:
         require_matplotlib()

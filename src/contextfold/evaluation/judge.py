@@ -9,18 +9,18 @@ WRONG. The prompts are fixed here so that figures from two runs compare. A
 verdict that says neither counts as wrong and is counted as unclear.
 
 The question is added to a copy of the rendered prompt: the replayed log is
-never changed, so the next arm renders the same conversation.
+never changed, so the next arm renders the same conversation. Probes
+(``probes``) are graded the same way, the judge reading also the messages the
+probe was made from, taken from the full log.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from contextfold.core.messages import Message
-from contextfold.evaluation.metered import MeteredModel
+from contextfold.core.messages import Message, text_of
 
 JUDGED_CATEGORIES = frozenset({1, 2, 3, 4})
 ANSWER_TOKENS = 64
@@ -59,36 +59,28 @@ def parse_verdict(text: str) -> bool | None:
     return None if found is None else found.group(1) == "CORRECT"
 
 
-@dataclass
-class QAJudge:
-    """The answering model and the judge, each metered, and how many verdicts were unclear."""
+def answer_messages(prompt: Sequence[Message], question: str) -> list[Message]:
+    """``prompt`` with ``question`` as the latest user message (a copy: the log is unchanged)."""
+    asked: Message = {"role": "user", "content": ANSWER_PROMPT.format(question=question)}
+    return [*prompt, asked]
 
-    model: MeteredModel
-    judge: MeteredModel
-    unclear: int = 0
 
-    def grade(self, prompt: Sequence[Message], question: Mapping[str, Any]) -> bool:
-        """Whether the model, given ``prompt`` and then ``question``, answers it correctly."""
-        asked: Message = {
-            "role": "user",
-            "content": ANSWER_PROMPT.format(question=question["question"]),
-        }
-        answer = self.model.complete([*prompt, asked], max_tokens=ANSWER_TOKENS).text
-        verdict = self.judge.complete(
-            [
-                {"role": "system", "content": JUDGE_SYSTEM},
-                {
-                    "role": "user",
-                    "content": JUDGE_PROMPT.format(
-                        question=question["question"],
-                        gold=question["answer"],
-                        answer=answer.strip() or "(no answer)",
-                    ),
-                },
-            ],
-            max_tokens=VERDICT_TOKENS,
-        ).text
-        correct = parse_verdict(verdict)
-        if correct is None:
-            self.unclear += 1
-        return bool(correct)
+def judge_messages(question: str, gold: str, answer: str | None) -> list[Message]:
+    """What the judge reads to grade ``answer`` to a question against its ``gold`` answer."""
+    content = JUDGE_PROMPT.format(
+        question=question, gold=gold, answer=(answer or "").strip() or "(no answer)"
+    )
+    return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": content}]
+
+
+def probe_judge_messages(
+    question: str, gold: str, sources: Sequence[Message], answer: str | None
+) -> list[Message]:
+    """What the judge reads to grade a probe's answer: the messages the probe was made from,
+    from the full log (not the compacted prompt), then the probe, its gold and the answer
+    last, so grades of one probe across arms share their prefix."""
+    said = "\n".join(f"{m.get('role', '?')}: {text_of(m)}" for m in sources)
+    content = f"The conversation said:\n{said}\n\n" + JUDGE_PROMPT.format(
+        question=question, gold=gold, answer=(answer or "").strip() or "(no answer)"
+    )
+    return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": content}]

@@ -28,6 +28,11 @@ must hold: a short chat at a share budget, or a long first message) skips the
 whole conversation, with the reason in ``ArmResult.skipped``: the pooled
 figures leave it out (its earlier turns too), and one short chat no longer
 stops a whole run.
+
+Questions and probes are asked after the replay (``grading``), of the prompts
+it hands back: ``ConversationResult.prompts`` (what each arm answers a question
+from) and ``full_prompt``; ``folded`` is how many messages no arm shows raw at
+the end, the part probes are made from.
 """
 
 from __future__ import annotations
@@ -40,7 +45,6 @@ from typing import Any
 from contextfold.core.errors import BudgetError
 from contextfold.core.messages import Message
 from contextfold.evaluation.budgets import Budget
-from contextfold.evaluation.judge import QAJudge, judged_questions
 from contextfold.evaluation.metered import MeteredModel
 from contextfold.evaluation.retention import keyed_questions, prompt_words, recall
 from contextfold.llm.base import LLM
@@ -51,6 +55,9 @@ from contextfold.memory.view import View
 
 StepCallback = Callable[[], None]
 """Called once per sampled turn and once per graded question (for a progress bar)."""
+
+Asked = Callable[[Mapping[str, Any]], list[Message]]
+"""The prompt an arm answers a question (``{"question": ...}``) from."""
 
 BUDGET_TOO_SMALL = "budget under system prompt + last user message"
 """Why an arm skips a conversation when its budget is below what every render must hold."""
@@ -82,6 +89,12 @@ class ArmResult:
     """The judge's verdict on each graded question (empty without a judge)."""
     skipped: str | None = None
     """Why this arm could not be measured on the conversation (None: it was)."""
+    raw_from: int = 0
+    """0-based index of the first message of the raw run that ends the final prompt."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.preset}@{self.budget}"
 
 
 @dataclass
@@ -99,6 +112,13 @@ class ConversationResult:
     """The full context's tokens at each sampled turn."""
     full_correct: list[bool] = field(default_factory=list)
     title: str | None = None
+    folded: int = 0
+    """Messages no arm shows raw at the end of the replay: what probes are made from."""
+    audit: list[dict[str, Any]] = field(default_factory=list)
+    """Every answer and verdict on a question or probe (``grading``), failures included."""
+    full_prompt: list[Message] = field(default_factory=list)
+    prompts: list[Asked | None] = field(default_factory=list)
+    """Each arm's ``Asked`` (None: skipped); not kept in the results file."""
 
 
 def _count_stand_in(arm: ArmResult, usage: Mapping[str, Any] | None) -> None:
@@ -120,14 +140,9 @@ def replay(
     samples: int = 10,
     encoding: str = "o200k_base",
     llm: LLM | None = None,
-    qa: QAJudge | None = None,
-    questions: int = 20,
     on_step: StepCallback | None = None,
 ) -> ConversationResult:
-    """Replay ``conversation`` through every preset x budget; see the module docstring.
-
-    With ``qa``, the first ``questions`` judged questions are graded on every arm's
-    final prompt and on the full context."""
+    """Replay ``conversation`` through every preset x budget; see the module docstring."""
     memory = Memory(encoding=encoding)
     whole = memory.session("full")
     whole.extend(conversation.messages)
@@ -143,6 +158,7 @@ def replay(
         [recall(k, full_words) for _, k in keyed],
         [],
         title=conversation.title,
+        full_prompt=full_prompt,
     )
 
     growing = memory.session("growing")
@@ -158,7 +174,7 @@ def replay(
             meters.append(meter)
             name = f"{preset}@{budget.label}"
             views.append(session.view(name, preset=preset, budget=tokens, llm=meter))
-    prompts: list[Callable[[Mapping[str, Any]], list[Message]] | None] = [None] * len(views)
+    prompts: list[Asked | None] = [None] * len(views)
     logged = 0
     for cut in sample_turns(len(conversation.messages), samples):
         session.extend(conversation.messages[logged:cut])
@@ -169,21 +185,16 @@ def replay(
         for i, (arm, view) in enumerate(zip(result.arms, views, strict=True)):
             if arm.skipped is None:
                 prompts[i] = _sample(
-                    arm, view, final=cut == len(conversation.messages), keyed=keyed
+                    arm, view, final=cut == len(conversation.messages), keyed=keyed, logged=cut
                 )
         if on_step is not None:
             on_step()
     for arm, meter in zip(result.arms, meters, strict=True):
         if meter is not None:
             arm.model_calls, arm.model_tokens = meter.calls, meter.tokens
-    if qa is not None:
-        for question in judged_questions(conversation.questions, questions):
-            result.full_correct.append(qa.grade(full_prompt, question))
-            for arm, asked in zip(result.arms, prompts, strict=True):
-                if asked is not None:
-                    arm.correct.append(qa.grade(asked(question), question))
-            if on_step is not None:
-                on_step()
+    result.prompts = prompts
+    measured = [arm.raw_from for arm in result.arms if arm.skipped is None]
+    result.folded = min(measured, default=0)
     return result
 
 
@@ -193,7 +204,8 @@ def _sample(
     *,
     final: bool,
     keyed: Sequence[tuple[Mapping[str, Any], set[str]]],
-) -> Callable[[Mapping[str, Any]], list[Message]] | None:
+    logged: int,
+) -> Asked | None:
     """Compact and render ``view`` at one sampled turn into ``arm``; at the ``final`` turn,
     score the questions and return what each is asked of. A budget too small to render
     at all marks the arm skipped."""
@@ -217,9 +229,20 @@ def _sample(
         return None
     arm.tokens_after = rendered.tokens
     arm.folds = len(view.folds())
+    arm.raw_from = _raw_from(rendered.shown, logged)
     asked = _asker(view, rendered.messages, arm.budget_tokens)
     arm.recalls = [recall(k, prompt_words(asked(q))) for q, k in keyed]
     return asked
+
+
+def _raw_from(shown: Sequence[int], last: int) -> int:
+    """The 0-based index where the run of raw messages ending the prompt starts (seqs
+    count from 1 in a log replayed in order)."""
+    seqs = set(shown)
+    first = last + 1
+    while first - 1 in seqs:
+        first -= 1
+    return first - 1
 
 
 def asked_prompt(view: View, question: str, budget: int) -> list[Message] | None:
@@ -233,9 +256,7 @@ def asked_prompt(view: View, question: str, budget: int) -> list[Message] | None
         return None
 
 
-def _asker(
-    view: View, final: list[Message], budget: int
-) -> Callable[[Mapping[str, Any]], list[Message]]:
+def _asker(view: View, final: list[Message], budget: int) -> Asked:
     """The prompt each question is answered from (see the module docstring)."""
     if view.config.recall_settings is None:
         return lambda question: final

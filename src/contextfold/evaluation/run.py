@@ -8,23 +8,41 @@ asked for. An arm that cannot run on a conversation skips it (counted by reason
 in its row); the run fails only when no arm ran on any conversation, or when
 ``--suggest`` is asked of data with no question to measure retention by.
 Everything is computed before anything is printed or written, so an error
-leaves no partial report.
+leaves no partial report; only the ``--results`` file (``ledger``) is written
+as the run goes, so that a stopped run resumes where it stopped.
+
+With probes on (``--probes N``, or ``--judge`` on a conversation without
+questions), keep-recent is added as an arm when not given: plain trimming is
+the baseline a preset's probe scores are read against.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
+from contextfold.core.messages import Message
+from contextfold.core.tokens import get_counter
+from contextfold.evaluation.asking import Asker
 from contextfold.evaluation.budgets import Budget
+from contextfold.evaluation.grading import FULL, Grading, grade_probes, grade_questions
 from contextfold.evaluation.inputs import Inputs
-from contextfold.evaluation.judge import QAJudge, judged_questions
-from contextfold.evaluation.metered import MeteredModel
-from contextfold.evaluation.replay import StepCallback, replay, sample_turns
+from contextfold.evaluation.judge import judged_questions
+from contextfold.evaluation.ledger import Ledger
+from contextfold.evaluation.probes import Probe, make_probes
+from contextfold.evaluation.replay import (
+    ArmResult,
+    ConversationResult,
+    StepCallback,
+    replay,
+    sample_turns,
+)
 from contextfold.evaluation.results import summarize
+from contextfold.evaluation.scores import agreement, probe_scores, read_hand_grades
 from contextfold.evaluation.suggest import HOW_TO_MEASURE, NO_MEASURE, require_measure, suggest
 from contextfold.llm.base import LLM
 from contextfold.llm.registry import get_model
@@ -48,6 +66,29 @@ class EvalSettings:
     report: bool = False
     """``--report``: the report carries the suggestion when something measured retention, and
     says why there is none otherwise."""
+    probes: int | None = None
+    """``--probes N``: at most N probes a conversation; None: ``JUDGED_PROBES`` with a judge on
+    a conversation without questions, else none."""
+    timeout: float | None = None
+    """``--timeout``: seconds an answer or a grade may take (None: sized to its prompt)."""
+    results: Path | None = None
+    """``--results FILE``: written as the run goes, read back to resume."""
+    hand_grades: Path | None = None
+    """``--hand-grades FILE``: the judge's agreement with a reader, on the ids graded there."""
+
+    def probes_for(self, conversation_has_questions: bool) -> int:
+        if self.probes is not None:
+            return self.probes
+        return JUDGED_PROBES if self.judge is not None and not conversation_has_questions else 0
+
+    def arms(self, probing: bool) -> list[str]:
+        """The presets run: keep-recent added as the baseline when probes are on."""
+        presets = list(self.presets)
+        return [*presets, BASELINE] if probing and BASELINE not in presets else presets
+
+
+JUDGED_PROBES = 8
+BASELINE = "keep-recent"
 
 
 def _model(spec: str, flag: str) -> LLM:
@@ -60,7 +101,7 @@ def _model(spec: str, flag: str) -> LLM:
 def total_steps(inputs: Inputs, settings: EvalSettings) -> int:
     """How many times ``evaluate`` calls ``on_step``: sampled turns, then graded questions."""
     steps = sum(len(sample_turns(len(c.messages), settings.samples)) for c in inputs.conversations)
-    if settings.judge is not None:
+    if settings.judge is not None and settings.model is not None:
         steps += sum(
             len(judged_questions(c.questions, settings.questions)) for c in inputs.conversations
         )
@@ -79,25 +120,34 @@ def evaluate(
     if settings.suggest:
         require_measure(inputs, judged=settings.judge is not None, path=path)
     started = time.perf_counter()
+    hand = None if settings.hand_grades is None else read_hand_grades(settings.hand_grades)
     llm = None if settings.model is None else _model(settings.model, "--model")
-    qa = None
-    if settings.judge is not None:
-        assert llm is not None
-        qa = QAJudge(MeteredModel(llm), MeteredModel(_model(settings.judge, "--judge")))
-    results = [
-        replay(
-            conversation,
-            settings.presets,
-            settings.budgets,
-            samples=settings.samples,
-            encoding=settings.encoding,
-            llm=llm,
-            qa=qa,
-            questions=settings.questions,
-            on_step=on_step,
-        )
-        for conversation in inputs.conversations
-    ]
+    judge = None if settings.judge is None else _model(settings.judge, "--judge")
+    probing = any(settings.probes_for(bool(c.questions)) for c in inputs.conversations)
+    presets = settings.arms(probing)
+    ledger = Ledger(
+        settings.results,
+        {
+            "model": settings.model,
+            "judge": settings.judge,
+            "encoding": settings.encoding,
+            "samples": settings.samples,
+            "probes": settings.probes,
+        },
+    )
+    grading = Grading(
+        Asker(ledger, get_counter(settings.encoding), settings.timeout),
+        llm if judge is not None else None,
+        judge,
+        on_step,
+    )
+    try:
+        results = [
+            _conversation(index, conversation, presets, settings, llm, grading, ledger)
+            for index, conversation in enumerate(inputs.conversations)
+        ]
+    finally:
+        ledger.close()
     summary = summarize(results)
     if not any(row["conversations"] for row in summary["results"]):
         raise InvalidInput(_nothing_measured(summary), field="budgets")
@@ -105,28 +155,144 @@ def evaluate(
         path=path,
         format=inputs.format,
         skipped=inputs.skipped,
-        presets=list(settings.presets),
+        presets=presets,
         budgets=[b.label for b in settings.budgets],
         samples=settings.samples,
         encoding=settings.encoding,
         model=settings.model,
         judge=settings.judge,
     )
-    if qa is not None:
+    audit = [entry for result in results for entry in result.audit]
+    if settings.judge is not None:
+        answers = [e for e in audit if e["calls"]]
         summary.update(
             questions_per_conversation=settings.questions,
-            qa_model_calls=qa.model.calls,
-            qa_model_tokens=qa.model.tokens,
-            judge_calls=qa.judge.calls,
-            judge_tokens=qa.judge.tokens,
-            unclear_verdicts=qa.unclear,
+            qa_model_calls=sum(e["calls"] for e in answers),
+            qa_model_tokens=sum(e["tokens"] for e in answers),
+            judge_calls=sum(e.get("judge_calls", 0) for e in audit),
+            judge_tokens=sum(e.get("judge_tokens", 0) for e in audit),
+            unclear_verdicts=sum(bool(e.get("unclear")) for e in audit),
+            agreement=agreement(audit, hand),
         )
+    if probing:
+        arms = [FULL, *(f"{row['preset']}@{row['budget']}" for row in summary["results"])]
+        summary["probes"] = {
+            "grading": "judge" if grading.judged else "exact match in the prompt",
+            "made": sum(1 for e in audit if e.get("kind") == "probe" and e["arm"] == FULL),
+            "arms": probe_scores(audit, arms),
+        }
+    summary.update(
+        timeout=settings.timeout,
+        results_file=None if settings.results is None else str(settings.results),
+        resumed=ledger.resumed,
+        audit=audit,
+    )
     if settings.suggest or settings.report:
         summary["suggestion"] = suggest(summary)
         if settings.suggest and summary["suggestion"]["measure"] is None:
             raise InvalidInput(f"{path}: {NO_MEASURE} {HOW_TO_MEASURE}", field="suggest")
     summary["seconds"] = round(time.perf_counter() - started, 3)
     return summary
+
+
+def _conversation(
+    index: int,
+    conversation: Any,
+    presets: Sequence[str],
+    settings: EvalSettings,
+    llm: Any,
+    grading: Grading,
+    ledger: Ledger,
+) -> ConversationResult:
+    """Replay one conversation (or read its replay back when every item of it is done),
+    then ask and grade its questions and probes."""
+    key = f"{index + 1}:{conversation.id}"
+    names = [f"{p}@{b.label}" for p in presets for b in settings.budgets]
+    questions = (
+        judged_questions(conversation.questions, settings.questions) if grading.judged else []
+    )
+    cached = ledger.done(f"replay|{key}")
+    if cached is not None and [a["preset"] + "@" + a["budget"] for a in cached["arms"]] != names:
+        cached = None
+    result = None
+    if cached is not None:
+        probes = [Probe.from_dict(p) for p in cached["probes"]]
+        restored = _restored(cached)
+        if all(
+            ledger.done(k) is not None for k in _items(key, restored, questions, probes, grading)
+        ):
+            result = restored
+            for _ in questions:
+                if grading.on_step is not None:
+                    grading.on_step()
+    if result is None:
+        result = replay(
+            conversation,
+            presets,
+            settings.budgets,
+            samples=settings.samples,
+            encoding=settings.encoding,
+            llm=llm,
+            on_step=grading.on_step,
+        )
+        if cached is None:
+            limit = settings.probes_for(bool(conversation.questions))
+            probes = make_probes(conversation.messages, result.folded, limit)
+        ledger.write(
+            {
+                "kind": "replay",
+                "key": f"replay|{key}",
+                "error": None,
+                **_kept(result),
+                "probes": [p.to_dict() for p in probes],
+            }
+        )
+    if questions:
+        grade_questions(key, result, conversation.messages, questions, grading)
+    if probes:
+        grade_probes(key, result, conversation.messages, probes, grading)
+    return result
+
+
+_NOT_KEPT = ("audit", "full_prompt", "prompts", "full_correct")
+
+
+def _kept(result: ConversationResult) -> dict[str, Any]:
+    """The replay's figures as the results file keeps them (no prompts, no verdicts)."""
+    data = {k: v for k, v in asdict(result).items() if k not in _NOT_KEPT}
+    for arm in data["arms"]:
+        del arm["correct"]
+    return data
+
+
+def _restored(record: dict[str, Any]) -> ConversationResult:
+    fields = {k: v for k, v in record.items() if k not in ("kind", "key", "error", "probes")}
+    arms = [ArmResult(**arm) for arm in fields.pop("arms")]
+    result = ConversationResult(**fields, arms=arms)
+    result.prompts = [_replay_needed] * len(arms)
+    result.full_prompt = []
+    return result
+
+
+def _replay_needed(question: Any) -> list[Message]:
+    raise RuntimeError("a prompt was asked of a conversation read back without its replay")
+
+
+def _items(
+    key: str,
+    result: ConversationResult,
+    questions: Sequence[Any],
+    probes: Sequence[Probe],
+    grading: Grading,
+) -> list[str]:
+    """The results-file keys a conversation's questions and probes are done with."""
+    arms = [FULL, *(a.name for a in result.arms if a.skipped is None)]
+    items = [f"q{n}" for n in range(1, len(questions) + 1)]
+    kinds = ("answer", "grade")
+    keys = [f"{kind}|{key}/{arm}/{item}" for arm in arms for item in items for kind in kinds]
+    probe_kinds = kinds if grading.judged else ("exact",)
+    keys += [f"{kind}|{key}/{arm}/{p.id}" for arm in arms for p in probes for kind in probe_kinds]
+    return keys
 
 
 def _nothing_measured(summary: dict[str, Any]) -> str:

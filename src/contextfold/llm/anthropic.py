@@ -170,7 +170,7 @@ class AnthropicModel(Model):
     def sdk_errors(self) -> AbstractContextManager[None]:
         """Translate every exception of the SDK into ModelError or RetryableError."""
         sdk = self.provider.sdk
-        return translated_errors(self.name, self.timeout, sdk, sdk.AnthropicError)
+        return translated_errors(self.name, self.call_timeout(), sdk, sdk.AnthropicError)
 
     def _read(self, response: Any) -> Completion:
         """Text, usage and model from a response, refusing any body that is not a message."""

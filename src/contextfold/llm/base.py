@@ -21,6 +21,7 @@ cannot reach a paid API by accident.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import email.utils
 import json
 import math
@@ -28,7 +29,8 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -140,6 +142,33 @@ class RetryPolicy:
         return random.uniform(0, min(self.max_delay, self.base_delay * 2**attempt))
 
 
+@dataclass(frozen=True)
+class CallLimits:
+    """What the caller of one model call asks of it, over the model's own settings: its
+    timeout in seconds and how many attempts it may make (None: the model's own)."""
+
+    timeout: float | None = None
+    attempts: int | None = None
+
+
+_CALL_LIMITS: contextvars.ContextVar[CallLimits | None] = contextvars.ContextVar(
+    "contextfold_call_limits", default=None
+)
+
+
+@contextmanager
+def call_limits(*, timeout: float | None = None, attempts: int | None = None) -> Iterator[None]:
+    """Within the block, every ``Model`` call takes ``timeout`` seconds an attempt and at
+    most ``attempts`` attempts (a job's deadline still bounds them): for a caller that
+    knows one call's size, like ``contextfold eval`` asking a long prompt, while the other
+    callers of the same model keep its settings."""
+    token = _CALL_LIMITS.set(CallLimits(timeout, attempts))
+    try:
+        yield
+    finally:
+        _CALL_LIMITS.reset(token)
+
+
 WALL_GRACE_S = 1.0
 """How long past its own timeout an attempt may run before it is left behind."""
 
@@ -169,7 +198,7 @@ class Model:
         """``call`` (one HTTP attempt) under the retry policy and the job's budget:
         its result, the last attempt's seconds and the attempts made."""
         budget = current_budget()
-        for attempt in range(self.retry.attempts):
+        for attempt in range(self._attempts()):
             check_allowed(self)
             if budget is not None:
                 budget.charge(self.name)
@@ -197,7 +226,7 @@ class Model:
     ) -> Completion:
         cap = self._cap(max_tokens)
         budget = current_budget()
-        for attempt in range(self.retry.attempts):
+        for attempt in range(self._attempts()):
             check_allowed(self)
             if budget is not None:
                 budget.charge(self.name)
@@ -236,9 +265,16 @@ class Model:
             raise RetryableError(f"{self.name}: no answer within {seconds:.3g} s") from None
 
     def call_timeout(self) -> float:
-        """Seconds one attempt may take: ``timeout``, never past the running job's deadline."""
+        """Seconds one attempt may take: ``timeout`` (or the caller's, ``call_limits``),
+        never past the running job's deadline."""
+        asked = _CALL_LIMITS.get()
+        own = (asked.timeout if asked is not None else None) or self.timeout
         budget = current_budget()
-        return self.timeout if budget is None else budget.timeout(self.timeout)
+        return own if budget is None else budget.timeout(own)
+
+    def _attempts(self) -> int:
+        asked = _CALL_LIMITS.get()
+        return (asked.attempts if asked is not None else None) or self.retry.attempts
 
     def _cap(self, max_tokens: int | None) -> int:
         """The call's token cap: what was asked, never above the model's own."""
@@ -246,7 +282,7 @@ class Model:
 
     def _backoff(self, attempt: int, exc: RetryableError) -> float:
         """Seconds to wait before the next attempt; re-raises after the last one."""
-        if attempt + 1 >= self.retry.attempts:
+        if attempt + 1 >= self._attempts():
             raise exc
         return self.retry.delay(attempt, exc.retry_after)
 

@@ -177,7 +177,7 @@ class OpenAIModel(Model):
     def sdk_errors(self) -> AbstractContextManager[None]:
         """Translate every exception of the SDK into ModelError or RetryableError."""
         sdk = self.provider.sdk
-        return translated_errors(self.name, self.timeout, sdk, sdk.OpenAIError)
+        return translated_errors(self.name, self.call_timeout(), sdk, sdk.OpenAIError)
 
     def _read(self, response: Any) -> Completion:
         """Text, usage and model from a response, refusing any body that is not a completion."""
