@@ -24,7 +24,15 @@ from contextfold.core.errors import InvalidInput
 from contextfold.evaluation.budgets import parse_budgets
 from contextfold.evaluation.inputs import load_conversations
 from contextfold.evaluation.plots import require_matplotlib
-from contextfold.evaluation.report import column_notes, table_rows, write_report
+from contextfold.evaluation.report import (
+    agreement_notes,
+    column_notes,
+    cost_notes,
+    probe_notes,
+    probe_rows,
+    table_rows,
+    write_report,
+)
 from contextfold.evaluation.run import EvalSettings, evaluate, total_steps
 from contextfold.options import positive_int
 from contextfold.strategies.presets import preset_names
@@ -216,17 +224,25 @@ def run_eval(args: argparse.Namespace, out: Console, err: Console) -> None:
         return
     out.print(_table(summary))
     out.print(Text(_notes(summary)))
+    if summary.get("probes"):
+        out.print(_table(summary, probe_rows(summary), "probes"))
+        out.print(Text(probe_notes(summary)))
+    if agreement_notes(summary):
+        out.print(Text(agreement_notes(summary)))
     if "suggestion" in summary:
         out.print(Text(f"suggestion: {summary['suggestion']['reason']}"))
 
 
-def _table(summary: dict[str, Any]) -> Table:
-    table = Table(
-        title="contextfold eval", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
-    )
-    header, rows = table_rows(summary)
+def _table(
+    summary: dict[str, Any],
+    cells: tuple[list[str], list[list[str]]] | None = None,
+    title: str = "contextfold eval",
+) -> Table:
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    header, rows = table_rows(summary) if cells is None else cells
+    labels = 2 if cells is None else 1
     for i, name in enumerate(header):
-        table.add_column(name, justify="left" if i < 2 else "right", no_wrap=True)
+        table.add_column(name, justify="left" if i < labels else "right", no_wrap=True)
     for row in rows:
         table.add_row(*row)
     return table
@@ -263,4 +279,6 @@ def _notes(summary: dict[str, Any]) -> str:
             )
             + "."
         )
+        if summary.get("full") and not summary.get("probes"):
+            notes += " " + cost_notes(summary)
     return notes

@@ -4,7 +4,9 @@
   suggestion's floor and keep-recent (plain trimming, the baseline a preset must
   beat) drawn as references: what survives compaction as the budget shrinks;
 - prompt tokens per turn over one replayed conversation at one budget, one line
-  per preset and one for the full context: how each keeps the prompt flat.
+  per preset and one for the full context: how each keeps the prompt flat;
+- probe scores per type, one bar per arm (the full context first) with its 95%
+  interval as a whisker: what kind of thing each arm keeps.
 
 Each says what a reader needs to compare without the table beside it: the
 budget in both units (a share of each conversation's tokens, and tokens), the
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from contextfold.core.extras import needs_extra
+from contextfold.evaluation.probes import PROBE_TYPES
 from contextfold.evaluation.results import skip_summary
 from contextfold.evaluation.suggest import FLOOR
 
@@ -181,6 +184,49 @@ def tokens_figure(summary: Mapping[str, Any], budget: str) -> Any | None:
         "the budget (render cuts what the folds leave over)."
     )
     _finish(fig, ax, caption)
+    return fig
+
+
+def probes_figure(summary: Mapping[str, Any]) -> Any | None:
+    """Probe scores per type, a bar per arm with its 95% interval (None: no probes)."""
+    probes = summary.get("probes")
+    if not probes or not probes["made"]:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=_SIZE, dpi=_DPI)
+    arms = probes["arms"]
+    width = 0.8 / len(arms)
+    for i, arm in enumerate(arms):
+        xs, ys, below, above = [], [], [], []
+        for x, kind in enumerate(PROBE_TYPES):
+            figure = arm["by_type"][kind]
+            if figure["n"]:
+                xs.append(x - 0.4 + width * (i + 0.5))
+                ys.append(figure["score"])
+                below.append(figure["score"] - figure["low"])
+                above.append(figure["high"] - figure["score"])
+        style: dict[str, Any] = {"label": arm["arm"]}
+        if arm["arm"] == "full":
+            style = {"label": "full context", "color": "black"}
+        elif arm["arm"].startswith(f"{BASELINE}@"):
+            style = {"label": f"{arm['arm']} (plain trimming)", "color": "dimgrey", "hatch": "//"}
+        ax.bar(xs, ys, width, yerr=[below, above], capsize=2, **style)
+    counts = [arms[0]["by_type"][kind]["n"] for kind in PROBE_TYPES]
+    ax.set_xticks(
+        range(len(PROBE_TYPES)), [f"{k}\n(n={n})" for k, n in zip(PROBE_TYPES, counts, strict=True)]
+    )
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("share of probes answered correctly")
+    ax.set_title(
+        f"Probe scores by type: {probes['made']} probes over {summary['conversations']} "
+        f"conversations, graded by {probes['grading']}"
+    )
+    _finish(
+        fig,
+        ax,
+        "Whiskers: 95% Wilson intervals. Probes are made from the part of each conversation "
+        "no arm shows verbatim at its end; a type with no bar had no probe or no verdict.",
+    )
     return fig
 
 

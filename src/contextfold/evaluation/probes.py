@@ -41,6 +41,10 @@ ARTIFACT_KINDS = ("path", "url", "identifier", "ticket", "code", "hex")
 BLANK = "____"
 _CONTEXT_WORDS = 12
 """Words either side of a blanked item a question shows."""
+_SENTENCE_WORDS = 5
+"""A fact's sentence has at least this many words (a heading gives no context to ask by)."""
+_LEAD_WORDS = 3
+"""A decision's question shows at least this many words before the blank."""
 
 _DECISION = re.compile(
     r"\b(decided|decide to|chose|choose|chosen|instead of|instead|because|going with|"
@@ -165,6 +169,8 @@ def _blanked(sentence: str, start: int, end: int) -> str:
 def _recall(part: Sequence[Message]) -> list[Draft]:
     drafts: list[Draft] = []
     for i, sentence in _spoken(part):
+        if len(sentence.split()) < _SENTENCE_WORDS:
+            continue
         facts = [a for a in find_artifacts(sentence, _FACT_KINDS) if a.kind != "code"]
         spans = [(a.start, a.start + len(a.text)) for a in facts]
         if not spans:
@@ -219,7 +225,7 @@ def _decision(part: Sequence[Message]) -> list[Draft]:
             continue
         lead = " ".join(sentence[: found.end()].split()[-_CONTEXT_WORDS:])
         rest = sentence[found.end() :].strip()
-        if not (word_set(rest) - STOPWORDS):
+        if len(lead.split()) < _LEAD_WORDS or not (word_set(rest) - STOPWORDS):
             continue
         question = (
             f'What was chosen, and why? Our conversation said: "{lead} {BLANK}" - complete it.'

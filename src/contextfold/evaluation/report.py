@@ -15,10 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from contextfold.core.errors import InvalidInput
-from contextfold.evaluation.plots import caption_of, retention_figure, save_png, tokens_figure
+from contextfold.evaluation.plots import (
+    caption_of,
+    probes_figure,
+    retention_figure,
+    save_png,
+    tokens_figure,
+)
+from contextfold.evaluation.probes import PROBE_TYPES
 from contextfold.evaluation.results import skip_summary
 
 RETENTION_PNG = "retention.png"
+PROBES_PNG = "probes.png"
 TOKENS_PNG = "tokens.png"
 _STYLE = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}
 table{border-collapse:collapse}td,th{padding:.25rem .6rem;border-bottom:1px solid #ddd}
@@ -52,6 +60,10 @@ def write_report(directory: Path, summary: Mapping[str, Any]) -> list[Path]:
         caption = caption_of(figure)
         path = save_png(figure, directory / TOKENS_PNG)
         images.append((f"Prompt tokens per turn at {budget}", caption, path))
+    figure = probes_figure(summary)
+    if figure is not None:
+        caption = caption_of(figure)
+        images.append(("Probe scores per type", caption, save_png(figure, directory / PROBES_PNG)))
     page = directory / "report.html"
     page.write_text(_page(summary, images), "utf-8")
     return [*written, *(p for _, _, p in images), page]
@@ -80,6 +92,17 @@ def _page(summary: Mapping[str, Any], images: list[tuple[str, str, Path]]) -> st
         cells.extend(f"<td class=n>{e(c)}</td>" for c in row[2:])
         parts.append(f"<tr>{''.join(cells)}</tr>")
     parts.append(f"</table><p>{e(column_notes(summary))}</p>")
+    if summary.get("probes"):
+        header, rows = probe_rows(summary)
+        parts.append("<h2>Probes</h2><table><tr>")
+        parts.extend(f"<th>{e(h)}</th>" for h in header)
+        parts.append("</tr>")
+        for row in rows:
+            cells = [f"<td>{e(row[0])}</td>", *(f"<td class=n>{e(c)}</td>" for c in row[1:])]
+            parts.append(f"<tr>{''.join(cells)}</tr>")
+        parts.append(f"</table><p>{e(probe_notes(summary))}</p>")
+    if agreement_notes(summary):
+        parts.append(f"<p>{e(agreement_notes(summary))}</p>")
     for title, caption, path in images:
         data = base64.b64encode(path.read_bytes()).decode("ascii")
         parts.append(
@@ -149,13 +172,15 @@ def table_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
         columns.append(("retention", lambda r: _number(r["retention"], "{:.2f}")))
     if summary.get("full_qa_accuracy") is not None:
         columns.append(("QA acc", lambda r: _number(r["qa_accuracy"], "{:.2f}")))
+    if any(r.get("failed") for r in results):
+        columns.append(("calls failed", lambda r: str(sum(r["failed"].values()))))
     return [name for name, _ in columns], [
         [cell(r) if r["conversations"] or name in _UNMEASURED else "-" for name, cell in columns]
         for r in results
     ]
 
 
-_UNMEASURED = frozenset({"preset", "budget", "skip", "model calls/tok"})
+_UNMEASURED = frozenset({"preset", "budget", "skip", "model calls/tok", "calls failed"})
 """The columns a row that ran on no conversation still fills (its calls were paid for)."""
 
 
@@ -182,7 +207,85 @@ _NOTES = {
     "ms p50/p99": "render times at the sampled turns",
     "retention": "answer recall in the prompt over the full conversation's",
     "QA acc": "answers the judge graded correct",
+    "calls failed": "answers and grades whose call failed (timeout, HTTP error, refusal, "
+    "connection), left out of the scores and asked again by a run resumed with --results",
 }
+
+
+def probe_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The probe scores as text cells: per arm, each type's score with its 95% interval
+    (n in the header, and in a cell only where failed calls made it smaller), and all
+    types together."""
+    arms = summary["probes"]["arms"]
+    kinds = [*PROBE_TYPES, "all"]
+    most = {k: max(_figure(a, k)["n"] for a in arms) for k in kinds}
+    header = ["arm", *(f"{k}\nn={most[k]}" for k in kinds)]
+    if any(a["failed"] for a in arms):
+        header.append("failed")
+    rows = []
+    for arm in arms:
+        cells = [arm["arm"], *(_score(_figure(arm, k), most[k]) for k in kinds)]
+        if "failed" in header[-1:]:
+            cells.append(str(arm["failed"]))
+        rows.append(cells)
+    return header, rows
+
+
+def _figure(arm: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    figure: Mapping[str, Any] = arm["all"] if kind == "all" else arm["by_type"][kind]
+    return figure
+
+
+def _score(figure: Mapping[str, Any], most: int) -> str:
+    if not figure["n"]:
+        return "-"
+    text = f"{figure['score']:.2f}\n{figure['low']:.2f}-{figure['high']:.2f}"
+    return text if figure["n"] == most else f"{text}\nn={figure['n']}"
+
+
+def probe_notes(summary: Mapping[str, Any]) -> str:
+    """What the probe table rests on, and what the answers and grades cost per arm."""
+    probes = summary["probes"]
+    notes = (
+        f"Probes: {probes['made']} made from the folded part of the conversations, graded by "
+        f"{probes['grading']}; each cell the share correct and its 95% Wilson interval; full is the whole "
+        "conversation as the prompt, keep-recent plain trimming."
+    )
+    return notes + (" " + cost_notes(summary) if summary.get("full") else "")
+
+
+def cost_notes(summary: Mapping[str, Any]) -> str:
+    """Calls and tokens the answers and grades cost per arm (the full context first)."""
+    arms = [("full", summary["full"])] + [
+        (f"{r['preset']}@{r['budget']}", r) for r in summary["results"] if "answer_calls" in r
+    ]
+    spent = [a for a in arms if a[1]["answer_calls"] or a[1]["grade_calls"]]
+    if not spent:
+        return ""
+    return (
+        "Answers + grades per arm: "
+        + "; ".join(
+            f"{name} {c['answer_calls']}+{c['grade_calls']} calls, "
+            f"{c['answer_tokens'] + c['grade_tokens']:,} tokens"
+            for name, c in spent
+        )
+        + "."
+    )
+
+
+def agreement_notes(summary: Mapping[str, Any]) -> str:
+    """The judge's agreement with exact match (and with hand grades), in one sentence."""
+    found = summary.get("agreement") or {}
+    parts = []
+    for name, label in (("exact", "exact match"), ("hand", "your hand grades")):
+        figure = found.get(name)
+        if figure and figure["n"]:
+            parts.append(
+                f"with {label} {figure['agreement']:.2f} on {figure['n']} answers "
+                f"({figure['judge_correct_other_wrong']} judge CORRECT/{label} WRONG, "
+                f"{figure['judge_wrong_other_correct']} judge WRONG/{label} CORRECT)"
+            )
+    return f"Judge agreement {'; '.join(parts)}." if parts else ""
 
 
 def column_notes(summary: Mapping[str, Any]) -> str:

@@ -42,7 +42,12 @@ from contextfold.evaluation.replay import (
     sample_turns,
 )
 from contextfold.evaluation.results import summarize
-from contextfold.evaluation.scores import agreement, probe_scores, read_hand_grades
+from contextfold.evaluation.scores import (
+    agreement,
+    arm_costs,
+    probe_scores,
+    read_hand_grades,
+)
 from contextfold.evaluation.suggest import HOW_TO_MEASURE, NO_MEASURE, require_measure, suggest
 from contextfold.llm.base import LLM
 from contextfold.llm.registry import get_model
@@ -163,6 +168,10 @@ def evaluate(
         judge=settings.judge,
     )
     audit = [entry for result in results for entry in result.audit]
+    if audit:
+        for row in summary["results"]:
+            row.update(arm_costs(audit, f"{row['preset']}@{row['budget']}"))
+        summary["full"] = arm_costs(audit, FULL)
     if settings.judge is not None:
         answers = [e for e in audit if e["calls"]]
         summary.update(
