@@ -2,11 +2,12 @@
 
 The file is JSONL, one record a line, flushed as it is written, so a run that
 is stopped (killed, a model gone) keeps everything it had. Each record has a
-``kind`` (``run``, ``replay``, ``answer``, ``grade``) and a ``key`` naming the
+``kind`` (``run``, ``replay``, ``answer``, ``grade``, ``exact``) and a ``key`` naming the
 item; read back, the last record of a key wins, and an answer or grade that
 failed is not done, so a re-run with the same file asks again only what is
 missing or failed. The ``run`` record holds the settings the answers depend
-on (model, judge, encoding, samples); a file from other settings is refused
+on (the model and judge by name, not by URL: a restarted server may move;
+the encoding, samples and probes); a file from other settings is refused
 rather than mixed in. Without a file the ledger only keeps records in memory.
 """
 

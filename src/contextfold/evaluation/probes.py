@@ -43,7 +43,7 @@ _CONTEXT_WORDS = 12
 """Words either side of a blanked item a question shows."""
 _SENTENCE_WORDS = 5
 """A fact's sentence has at least this many words (a heading gives no context to ask by)."""
-_LEAD_WORDS = 3
+_LEAD_WORDS = 2
 """A decision's question shows at least this many words before the blank."""
 
 _DECISION = re.compile(

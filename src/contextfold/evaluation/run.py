@@ -133,8 +133,8 @@ def evaluate(
     ledger = Ledger(
         settings.results,
         {
-            "model": settings.model,
-            "judge": settings.judge,
+            "model": _named(settings.model),
+            "judge": _named(settings.judge),
             "encoding": settings.encoding,
             "samples": settings.samples,
             "probes": settings.probes,
@@ -202,6 +202,11 @@ def evaluate(
             raise InvalidInput(f"{path}: {NO_MEASURE} {HOW_TO_MEASURE}", field="suggest")
     summary["seconds"] = round(time.perf_counter() - started, 3)
     return summary
+
+
+def _named(spec: str | None) -> str | None:
+    """The model a spec names, without the server's URL (a restarted server may move)."""
+    return None if spec is None else spec.rsplit("#", 1)[-1]
 
 
 def _conversation(
