@@ -189,7 +189,7 @@ def test_probes_are_asked_arm_by_arm_then_graded_through_the_cli(
     assert len(asked[made][:-1]) < len(asked[0][:-1])
     # Grades of one probe across arms together; the judge reads the source from the full log.
     entries = {e["id"]: e for e in data["audit"]}
-    first = [e for e in data["audit"] if e["arm"] == "full"][0]
+    first = next(e for e in data["audit"] if e["arm"] == "full")
     assert first["question"] in judged[0] and first["question"] in judged[2]
     source = project_chat()[first["sources"][0]]["content"]
     assert all(source in text for text in judged[:3])
