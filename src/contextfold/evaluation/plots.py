@@ -225,7 +225,7 @@ def probes_figure(summary: Mapping[str, Any]) -> Any | None:
         fig,
         ax,
         "Whiskers: 95% Wilson intervals. Probes are made from the part of each conversation "
-        "no arm shows verbatim at its end; a type with no bar had no probe or no verdict.",
+        "at least one arm folded; a type with no bar had no probe or no verdict.",
     )
     return fig
 

@@ -1,9 +1,10 @@
 """Probes: questions made from a conversation itself, for chats and agent runs without gold ones.
 
 A probe is made without a model, deterministically, from the folded part of a
-conversation: the messages before the raw tail of every arm's final prompt
-(what no arm shows verbatim at the end of the replay), so that it asks what
-compaction had to keep. Four types, each a question, a gold answer and the
+conversation: the messages before the shortest raw tail an arm's final prompt
+ends with (what at least one arm had to fold at its budget), so that it asks
+what compaction had to keep; an arm that still shows a probe's source raw
+keeps it, and scores it. Four types, each a question, a gold answer and the
 indexes of the messages it was made from:
 
 - ``recall``: a fact stated in a user or assistant sentence (a number, a date,

@@ -31,8 +31,8 @@ stops a whole run.
 
 Questions and probes are asked after the replay (``grading``), of the prompts
 it hands back: ``ConversationResult.prompts`` (what each arm answers a question
-from) and ``full_prompt``; ``folded`` is how many messages no arm shows raw at
-the end, the part probes are made from.
+from) and ``full_prompt``; ``folded`` is how many messages come before the
+shortest raw tail an arm ends with, the part probes are made from.
 """
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ class ConversationResult:
     full_correct: list[bool] = field(default_factory=list)
     title: str | None = None
     folded: int = 0
-    """Messages no arm shows raw at the end of the replay: what probes are made from."""
+    """Messages before the shortest raw tail an arm ends with (what at least one arm had to
+    fold): what probes are made from."""
     audit: list[dict[str, Any]] = field(default_factory=list)
     """Every answer and verdict on a question or probe (``grading``), failures included."""
     full_prompt: list[Message] = field(default_factory=list)
@@ -194,7 +195,7 @@ def replay(
             arm.model_calls, arm.model_tokens = meter.calls, meter.tokens
     result.prompts = prompts
     measured = [arm.raw_from for arm in result.arms if arm.skipped is None]
-    result.folded = min(measured, default=0)
+    result.folded = max(measured, default=0)
     return result
 
 
