@@ -98,6 +98,11 @@ def test_each_type_is_made_from_the_folded_part_of_a_chat_only() -> None:
     assert "gateway.yaml" in by_type["continuation"].gold
     assert "rerun the flaky suite" in by_type["continuation"].gold
     assert make_probes(messages, 0, 8) == [] and make_probes(messages, folded, 0) == []
+    # A code is an artifact, whole; never a name's fragment of it.
+    booked = [{"role": "user", "content": "My booking for the trip to Oslo is YAX4DR, thanks."}]
+    found = {(p.type, p.gold) for p in make_probes(booked, 1, 8)}
+    assert ("artifact", "YAX4DR") in found and ("recall", "Oslo") in found
+    assert all(gold != "YAX" for _, gold in found)
 
 
 def test_probes_are_made_from_an_agent_run_and_balanced_over_types() -> None:

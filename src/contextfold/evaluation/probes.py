@@ -55,7 +55,7 @@ _DECISION = re.compile(
 _NEXT_STEP = re.compile(
     r"\b(next|then|i'll|i will|let me|now i|going to|after that|plan is)\b", re.IGNORECASE
 )
-_NAME = re.compile(r"(?<=[a-z,;:] )[A-Z][a-zA-Z]{2,}(?: [A-Z][a-zA-Z]{2,})*")
+_NAME = re.compile(r"(?<=[a-z,;:] )[A-Z][a-zA-Z]{2,}\b(?: [A-Z][a-zA-Z]{2,}\b)*")
 _FACT_KINDS = ("date", "time", "money", "quantity", "number", "code")
 
 
