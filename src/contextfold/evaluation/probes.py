@@ -222,7 +222,7 @@ def _decision(part: Sequence[Message]) -> list[Draft]:
     drafts: list[Draft] = []
     for i, sentence in _spoken(part):
         found = _DECISION.search(sentence)
-        if found is None:
+        if found is None or sentence.endswith("?"):
             continue
         lead = " ".join(sentence[: found.end()].split()[-_CONTEXT_WORDS:])
         rest = sentence[found.end() :].strip()

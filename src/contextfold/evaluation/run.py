@@ -51,6 +51,7 @@ from contextfold.evaluation.scores import (
 from contextfold.evaluation.suggest import HOW_TO_MEASURE, NO_MEASURE, require_measure, suggest
 from contextfold.llm.base import LLM
 from contextfold.llm.registry import get_model
+from contextfold.memory.conversation_file import FileConversation
 
 
 @dataclass(frozen=True)
@@ -211,10 +212,10 @@ def _named(spec: str | None) -> str | None:
 
 def _conversation(
     index: int,
-    conversation: Any,
+    conversation: FileConversation,
     presets: Sequence[str],
     settings: EvalSettings,
-    llm: Any,
+    llm: LLM | None,
     grading: Grading,
     ledger: Ledger,
 ) -> ConversationResult:
@@ -236,7 +237,7 @@ def _conversation(
             ledger.done(k) is not None for k in _items(key, restored, questions, probes, grading)
         ):
             result = restored
-            for _ in questions:
+            for _ in [*result.turns, *questions]:
                 if grading.on_step is not None:
                     grading.on_step()
     if result is None:
