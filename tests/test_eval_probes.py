@@ -18,7 +18,10 @@ from fault_server import FaultServer
 from contextfold.cli import main
 from contextfold.core.messages import text_of
 from contextfold.evaluation.asking import BASE_TIMEOUT_S, READ_RATE, call_seconds
+from contextfold.evaluation.budgets import parse_budgets
+from contextfold.evaluation.inputs import load_conversations
 from contextfold.evaluation.probes import PROBE_TYPES, make_probes, matches
+from contextfold.evaluation.run import EvalSettings, evaluate
 from contextfold.evaluation.scores import agreement, wilson
 
 FILLER = [
@@ -399,3 +402,59 @@ def test_timeout_reaches_the_http_call_and_a_sized_timeout_grows_with_the_prompt
     assert all("0.3" in e["error"] for e in errors)
     assert all(0.25 < e["seconds"] < 1.5 for e in errors)
     assert data["probes"]["arms"][0]["failed"] == 1
+
+
+def test_a_killed_run_resumes_from_its_results_file(tmp_path: Path) -> None:
+    row = {
+        "id": "trip",
+        "messages": project_chat(),
+        "questions": [
+            {"question": "Who could not log in?", "answer": "Priya"},
+            {"question": "Where are sessions kept?", "answer": "Redis"},
+        ],
+    }
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    results = tmp_path / "results.jsonl"
+    inputs = load_conversations(path)
+
+    def settings(answers: FakeProvider, grades: FakeProvider) -> EvalSettings:
+        return EvalSettings(
+            presets=["offline"],
+            budgets=parse_budgets("300"),
+            samples=2,
+            model=spec(answers, "small"),
+            judge=spec(grades, "judge"),
+            results=results,
+        )
+
+    class Killed(BaseException):
+        """What a kill (SIGINT, SIGTERM) does to the run: it stops between two calls."""
+
+    steps = 0
+
+    def kill_after_the_first_question() -> None:
+        nonlocal steps
+        steps += 1
+        if steps == 3:  # two sampled turns, then the first question
+            raise Killed
+
+    with FakeProvider("openai") as answers, FakeProvider("openai") as grades:
+        answers.answer("POST", "/v1/chat/completions", answering("Priya"))
+        grades.answer("POST", "/v1/chat/completions", lambda r: openai_reply("CORRECT"))
+        with pytest.raises(Killed):
+            evaluate(
+                inputs,
+                settings(answers, grades),
+                path=str(path),
+                on_step=kill_after_the_first_question,
+            )
+        first = len(answers.requests)
+    assert first == 2  # the full context and the one arm, on the first question
+    with FakeProvider("openai") as answers, FakeProvider("openai") as grades:
+        answers.answer("POST", "/v1/chat/completions", answering("Priya"))
+        grades.answer("POST", "/v1/chat/completions", lambda r: openai_reply("CORRECT"))
+        summary = evaluate(inputs, settings(answers, grades), path=str(path))
+        asked = [r.body["messages"][-1]["content"] for r in answers.requests]
+    assert len(asked) == 2 and all("Where are sessions kept?" in a for a in asked)
+    assert summary["qa_questions"] == 2 and summary["qa_model_calls"] == 4
