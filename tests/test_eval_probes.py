@@ -21,6 +21,7 @@ from contextfold.evaluation.asking import BASE_TIMEOUT_S, READ_RATE, call_second
 from contextfold.evaluation.budgets import parse_budgets
 from contextfold.evaluation.inputs import load_conversations
 from contextfold.evaluation.probes import PROBE_TYPES, make_probes, matches
+from contextfold.evaluation.report import agreement_notes, probe_notes, probe_rows
 from contextfold.evaluation.run import EvalSettings, evaluate
 from contextfold.evaluation.scores import agreement, wilson
 
@@ -153,6 +154,16 @@ def test_offline_probe_scores_favour_a_preset_that_keeps_facts_over_plain_trimmi
     assert all(e["answer"] is None and e["calls"] == 0 for e in entries)  # no model, no cost
 
 
+def test_the_probe_table_is_printed_under_the_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["eval", str(write_chat(tmp_path)), *PROBING])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "probes" in out and "keep-recent@300" in out and "continuation" in out
+    assert "graded by exact match in the prompt" in " ".join(out.split())
+
+
 def test_wilson_interval() -> None:
     assert wilson(0, 0) is None
     low, high = wilson(5, 10) or (0.0, 0.0)
@@ -219,6 +230,12 @@ def test_probes_are_asked_arm_by_arm_then_graded_through_the_cli(
     offline = data["results"][0]
     assert (offline["answer_calls"], offline["grade_calls"], offline["failed"]) == (made, made, {})
     assert offline["answer_tokens"] == 104 * made
+    # What the table's notes say a user's run cost, and how far the judge is to be trusted.
+    assert f"offline@300 {made}+{made} calls" in probe_notes(data)
+    assert f"with exact match 0.00 on {3 * made} answers" in agreement_notes(data)
+    header, rows = probe_rows(data)
+    assert header[0] == "arm" and [r[0] for r in rows] == arms
+    assert rows[0][-1] == "1.00\n0.51-1.00"  # all 4 correct: 4/(4 + 1.96²) the lower bound
 
 
 def test_agreement_counts_both_disagreements_and_hand_grades() -> None:
