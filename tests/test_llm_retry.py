@@ -20,6 +20,7 @@ from contextfold.llm import Completion, Model, OpenAIModel, OpenAIProvider, Retr
 from contextfold.llm.base import (
     BLOCK_ENV,
     RetryableError,
+    call_limits,
     parse_json,
     retry_after,
     status_error,
@@ -96,6 +97,19 @@ def test_the_last_retryable_failure_is_raised_when_attempts_run_out(
             model.complete(USER)
     assert info.value is errors[-1]
     assert len(sleeps) == 2  # no wait after the last attempt
+
+
+def test_call_limits_set_one_callers_timeout_and_attempts_and_no_one_elses(
+    sleeps: list[float],
+) -> None:
+    model = flaky(RetryableError("503"), RetryableError("503"), "ok", attempts=3, timeout=60.0)
+    with call_limits(timeout=2.5, attempts=1):
+        assert model.call_timeout() == 2.5
+        with pytest.raises(RetryableError):
+            model.complete(USER)
+    assert len(model.outcomes) == 2  # one attempt made, not three
+    assert model.call_timeout() == 60.0  # outside the block, the model's own settings
+    assert model.complete(USER).usage.calls == 2
 
 
 def test_a_model_error_is_not_retried(sleeps: list[float]) -> None:
