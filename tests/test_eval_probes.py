@@ -154,14 +154,18 @@ def test_offline_probe_scores_favour_a_preset_that_keeps_facts_over_plain_trimmi
     assert all(e["answer"] is None and e["calls"] == 0 for e in entries)  # no model, no cost
 
 
-def test_the_probe_table_is_printed_under_the_results(
+def test_the_probe_table_is_printed_under_the_results_and_drawn_in_the_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["eval", str(write_chat(tmp_path)), *PROBING])
+    report = tmp_path / "report"
+    code = main(["eval", str(write_chat(tmp_path)), *PROBING, "--report", str(report)])
     out = capsys.readouterr().out
     assert code == 0
     assert "probes" in out and "keep-recent@300" in out and "continuation" in out
     assert "graded by exact match in the prompt" in " ".join(out.split())
+    page = (report / "report.html").read_text("utf-8")
+    assert (report / "probes.png").stat().st_size > 0
+    assert "<h2>Probes</h2>" in page and "Probe scores per type" in page
 
 
 def test_wilson_interval() -> None:

@@ -56,6 +56,8 @@ BASELINE_LABEL = f"{BASELINE} (plain trimming)"
 FULL_LABEL = "full context (1.0)"
 _REFERENCE = {"color": "dimgrey", "linestyle": "--", "marker": "s"}
 _CAPTION_WIDTH = 150
+_GREYS = ("dimgrey", "darkgrey", "silver", "gainsboro")
+"""keep-recent's bars, one shade a budget."""
 
 
 def _style(preset: str) -> dict[str, Any]:
@@ -196,6 +198,7 @@ def probes_figure(summary: Mapping[str, Any]) -> Any | None:
     fig, ax = plt.subplots(figsize=_SIZE, dpi=_DPI)
     arms = probes["arms"]
     width = 0.8 / len(arms)
+    baselines = 0
     for i, arm in enumerate(arms):
         xs, ys, below, above = [], [], [], []
         for x, kind in enumerate(PROBE_TYPES):
@@ -209,7 +212,9 @@ def probes_figure(summary: Mapping[str, Any]) -> Any | None:
         if arm["arm"] == "full":
             style = {"label": "full context", "color": "black"}
         elif arm["arm"].startswith(f"{BASELINE}@"):
-            style = {"label": f"{arm['arm']} (plain trimming)", "color": "dimgrey", "hatch": "//"}
+            grey = _GREYS[baselines % len(_GREYS)]
+            baselines += 1
+            style = {"label": f"{arm['arm']} (plain trimming)", "color": grey, "hatch": "//"}
         ax.bar(xs, ys, width, yerr=[below, above], capsize=2, **style)
     counts = [arms[0]["by_type"][kind]["n"] for kind in PROBE_TYPES]
     ax.set_xticks(
@@ -219,7 +224,7 @@ def probes_figure(summary: Mapping[str, Any]) -> Any | None:
     ax.set_ylabel("share of probes answered correctly")
     ax.set_title(
         f"Probe scores by type: {probes['made']} probes over {summary['conversations']} "
-        f"conversations, graded by {probes['grading']}"
+        f"conversations,\ngraded by {probes['grading']}"
     )
     _finish(
         fig,

@@ -141,6 +141,20 @@ def _settings(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
                 f"(at most {summary['questions_per_conversation']} a conversation)",
             )
         )
+    if summary.get("probes"):
+        settings.append(
+            (
+                "probes",
+                f"{summary['probes']['made']} made, graded by {summary['probes']['grading']}",
+            )
+        )
+    if summary.get("results_file"):
+        settings.append(
+            (
+                "results file",
+                f"{summary['results_file']} ({summary['resumed']} records read back)",
+            )
+        )
     settings.append(("wall time", f"{summary['seconds']:.1f} s"))
     return settings
 
