@@ -206,6 +206,27 @@ def label_tokens(job: Job, counter: TokenCounter) -> int:
     return counter.text("\n" + range_label(job.start, job.end))
 
 
+def keep_start(state: ViewState, room: int) -> int:
+    """Index of the first entry a fold leaves verbatim: the newest whole units within ``room``.
+
+    The last unit and the latest user message are kept even past it: the
+    first may be a call still waiting for its results, the second is the
+    request the next answer is for.
+    """
+    units = state.units
+    keep = units[-1][0]
+    used = 0
+    for first, last in reversed(units):
+        used += sum(e.tokens for e in state.entries[first : last + 1])
+        if used > room:
+            break
+        keep = first
+    user = state.latest_user
+    if user is not None and user < keep:
+        keep = next(first for first, last in units if first <= user <= last)
+    return keep
+
+
 def job_for(strategy: str, state: ViewState, first: int, last: int, **params: Any) -> Job:
     """A job over entries ``first..last`` (indices, inclusive) of ``state``."""
     entries = state.entries[first : last + 1]
