@@ -132,6 +132,7 @@ _BOLD_HEADING = re.compile(r"^\s*\*\*(?P<label>[^*\n]{1,60})\*\*\s*:?\s*(?P<rest
 _LABEL = re.compile(r"^\s*(?P<label>[^\W\d_](?:[^\W\d_]|[ '\u2019-]){0,40}?)\s*:\s*(?P<rest>.*)$")
 _BULLET = re.compile(r"^\s*(?:[-*•+]|\d{1,3}[.)])\s+")
 _LABEL_WORDS = 5
+_DESCRIBED = re.compile(r"\s*(?::\s|\s\(|\s[-\u2013\u2014]\s)")
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,11 @@ def _with_lists(state: TaskState, lists: Mapping[str, Sequence[str]]) -> TaskSta
 
 
 def artifact_key(item: str) -> str:
-    """What names an artifact item: its first path, URL or identifier, else its text."""
+    """What names an artifact item: what comes before its description (``src/a.py: edited``,
+    ``pytest -q (run_shell)``), else its first path, URL or identifier, else its text."""
+    head = _DESCRIBED.split(item, maxsplit=1)
+    if len(head) > 1 and head[0].strip():
+        return _norm(head[0])
     found = find_artifacts(item, _ARTIFACT_KINDS)
     return found[0].text if found else _norm(item)
 
