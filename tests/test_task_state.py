@@ -25,6 +25,7 @@ from contextfold.core.events import Event
 from contextfold.core.messages import Message
 from contextfold.core.tokens import get_counter
 from contextfold.extract.language import detect_language
+from contextfold.integrations.agent_views import agent_view_settings
 from contextfold.llm import OpenAIModel, OpenAIProvider, RetryPolicy
 from contextfold.server.app import create_app
 from contextfold.server.service import Service
@@ -411,3 +412,21 @@ def test_the_proxy_gives_agent_traffic_the_task_state(
                 assert view["preset"] == preset
         finally:
             service.close()
+
+
+@pytest.mark.parametrize(
+    ("given", "preset"),
+    [
+        ({"model": "openai:gpt-4o-mini", "budget": 8000}, "task-state"),
+        ({"model": "openai:gpt-4o-mini", "preset": "rolling"}, "rolling"),
+        ({"budget": 8000}, None),
+    ],
+)
+def test_agent_adapters_give_a_view_with_a_model_the_task_state(
+    given: dict[str, Any], preset: str | None
+) -> None:
+    settings = agent_view_settings(given)
+    assert settings.get("preset") == preset
+    assert {k: v for k, v in settings.items() if k != "preset"} == {
+        k: v for k, v in given.items() if k != "preset"
+    }

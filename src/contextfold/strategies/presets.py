@@ -298,8 +298,7 @@ register_preset(
 register_preset(
     "task-state",
     task_state,
-    description="An agent's task state: files, decisions, errors and the next step, merged "
-    "fold by fold; old tool output masked.",
+    description="An agent's task state (files, decisions, errors, next step), merged fold by fold.",
 )
 register_preset(
     "chat",

@@ -258,7 +258,7 @@ def rendered(state: TaskState) -> str:
     return "\n".join(lines)
 
 
-def within_tokens(
+def state_within(
     state: TaskState, tokens: int, count: Callable[[str], int]
 ) -> tuple[TaskState, int]:
     """``state`` whose rendering fits ``tokens``, and how many items it lost.

@@ -49,7 +49,7 @@ from contextfold.strategies.task_sections import (
     merged,
     parse_answer,
     rendered,
-    within_tokens,
+    state_within,
 )
 from contextfold.strategies.templates import fill, load_template
 from contextfold.strategies.transcript import material, transcript
@@ -150,7 +150,7 @@ class TaskStateSummary:
         update = parse_answer(answer.text, language)
         state = merged(previous, update)
         state, pinned = _pinned(state, new)
-        state, dropped = within_tokens(state, state_tokens, counter.text)
+        state, dropped = state_within(state, state_tokens, counter.text)
         state = replace(
             state, user_words=_user_words(previous, new, job.params["user_tokens"], counter)
         )
