@@ -132,6 +132,7 @@ _BOLD_HEADING = re.compile(r"^\s*\*\*(?P<label>[^*\n]{1,60})\*\*\s*:?\s*(?P<rest
 _LABEL = re.compile(r"^\s*(?P<label>[^\W\d_](?:[^\W\d_]|[ '\u2019-]){0,40}?)\s*:\s*(?P<rest>.*)$")
 _BULLET = re.compile(r"^\s*(?:[-*•+]|\d{1,3}[.)])\s+")
 _LABEL_WORDS = 5
+_FENCE = re.compile(r"^`{3,}\w*$")
 _DESCRIBED = re.compile(r"\s*(?::\s|\s\(|\s[-\u2013\u2014]\s)")
 
 
@@ -347,7 +348,7 @@ def _from_prose(text: str, language: str) -> StateUpdate:
             current, headed = label, True
             line = rest
         content = _BULLET.sub("", line).strip()
-        if content and current is not None and not _unusable(content):
+        if content and current is not None and not _FENCE.match(content) and not _unusable(content):
             sections.setdefault(current, []).append(content)
     if not headed:
         return StateUpdate(progress=" ".join(text.split()))
@@ -369,8 +370,10 @@ def _heading(line: str, language: str) -> tuple[str | None, str]:
 def _items(value: Any) -> list[str]:
     """A section's value as items: lines of a text, a list's entries, an object's values."""
     if isinstance(value, str):
+        if _unusable(value):
+            return []
         lines = (_BULLET.sub("", line).strip() for line in value.splitlines())
-        return [line for line in lines if line and not _unusable(line)]
+        return [line for line in lines if line and not _FENCE.match(line) and not _unusable(line)]
     if isinstance(value, Mapping):
         joined = ": ".join(str(v).strip() for v in value.values() if str(v).strip())
         return [joined] if joined and not _unusable(joined) else []

@@ -28,7 +28,7 @@ to write the sections' contents in it; the anchors stay English.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -41,11 +41,13 @@ from contextfold.core.tokens import TokenCounter
 from contextfold.extract.artifacts import find_facts, missing_artifacts
 from contextfold.extract.language import detect_language, language_name
 from contextfold.llm.base import LLM, Completion, Usage
+from contextfold.strategies.answers import Expected, error_wording, material_of, strings
 from contextfold.strategies.base import Job, ViewState, job_for, keep_start, one_message_fold
 from contextfold.strategies.checked import CheckedAnswer, SummaryRejected, summarize_checked
 from contextfold.strategies.task_sections import (
     StateUpdate,
     TaskState,
+    json_object,
     merged,
     parse_answer,
     rendered,
@@ -205,7 +207,7 @@ class TaskStateSummary:
                 ask_schema=schema,
                 attempts=1,
                 pin=False,
-                accept=_accept(language),
+                accept=_accept(language, prompt),
                 tokens_before=job.tokens_before,
                 counter=counter,
             )
@@ -227,8 +229,18 @@ class TaskStateSummary:
             return replace(answer, usage=_total(first.usage, answer.usage) or answer.usage), "short"
 
 
-def _accept(language: str) -> Any:
+def _accept(language: str, prompt: str) -> Callable[[Completion], str | None]:
+    """The task state's check: the answer holds a section, and, when it is JSON, its values
+    read as prose pass the judge's wording rule (the judge reads a JSON answer as its text
+    here, since prose is accepted too)."""
+    expected = Expected(material_of([{"role": "user", "content": prompt}]), 0, len)
+
     def accept(completion: Completion) -> str | None:
+        data = json_object(completion.text)
+        if data is not None:
+            wording = error_wording("\n".join(strings(data)), lambda: expected.material_words)
+            if wording is not None:
+                return wording
         if parse_answer(completion.text, language).empty:
             return "answer holds no section of the task state"
         return None
