@@ -20,7 +20,7 @@ from fake_openai import openai_reply
 from fake_providers import FakeProvider, Request
 from server_harness import running
 
-from contextfold import Memory, Session, View
+from contextfold import JobLimits, Memory, Session, View
 from contextfold.core.events import Event
 from contextfold.core.messages import Message
 from contextfold.core.tokens import get_counter
@@ -273,6 +273,16 @@ def test_a_second_bad_answer_fails_the_job_and_folds_nothing(
     assert view.folds() == []
     assert len(server.requests) == 2
     assert server.requests[0].body != server.requests[1].body
+
+
+def test_the_retry_stays_within_the_jobs_call_budget(server: FakeProvider) -> None:
+    server.add(openai_reply("I'm sorry, but I can't help with that."))
+    session = Memory().session("s", system="You are a coding agent.")
+    view = task_view(session, model_of(server))
+    grow(session, view, 0)
+    report = view.compact(limits=JobLimits(max_calls=1))
+    assert report.failed == ("task-state",) and view.folds() == []
+    assert len(server.requests) == 1
 
 
 def test_the_latest_user_messages_are_quoted_verbatim_within_user_share(

@@ -80,7 +80,8 @@ def add_commands(sub: Any) -> None:
     )
     serve.add_argument(
         "--preset",
-        help="preset of the views the proxy creates (default offline; chat with --model)",
+        help="preset of the views the proxy creates (default offline; with --model, task-state "
+        "for agent traffic, chat for the rest)",
     )
     serve.add_argument(
         "--budget",
