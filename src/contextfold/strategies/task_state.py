@@ -58,8 +58,9 @@ from contextfold.strategies.transcript import material, transcript
 from contextfold.strategies.triggers import Trigger
 
 KIND = "task_state"
-SEED_THRESHOLD = 3000
-"""The level a view without a budget or ``threshold_tokens`` fires at."""
+UNBUDGETED_LEVEL = 3000
+"""The level a view with neither a budget nor ``threshold_tokens`` fires at (the token
+budget's)."""
 MIN_STATE_TOKENS = 128
 SHORT_TOOL_CHARS = 400
 """Tool output shown per result in the shorter request of a retry."""
@@ -114,7 +115,7 @@ class TaskStateSummary:
         if self.threshold_tokens is None and state.budget is not None:
             level = state.budget
             return level, state.high_mark(level), state.low_mark(level)
-        level = SEED_THRESHOLD if self.threshold_tokens is None else self.threshold_tokens
+        level = UNBUDGETED_LEVEL if self.threshold_tokens is None else self.threshold_tokens
         return level, level, state.low_mark(level)
 
     def plan(self, state: ViewState) -> Job | None:
