@@ -440,3 +440,39 @@ def test_agent_adapters_give_a_view_with_a_model_the_task_state(
     assert {k: v for k, v in settings.items() if k != "preset"} == {
         k: v for k, v in given.items() if k != "preset"
     }
+
+
+def tool_loop(start: int, steps: int) -> list[Message]:
+    """An agent's steps: a call and its result, then a word on it."""
+    out: list[Message] = []
+    for i in range(start, start + steps):
+        out.append(call(i, "read_file", {"path": f"src/mod_{i}.py"}))
+        words = " ".join(NATO[(i + k) % len(NATO)] for k in range(40))
+        out.append({"role": "tool", "tool_call_id": f"c{i}", "content": words})
+        out.append({"role": "assistant", "content": f"Read mod {NATO[i % len(NATO)]}: {words}"})
+    return out
+
+
+@pytest.mark.parametrize("earlier", [False, True])
+def test_the_request_being_worked_on_stays_verbatim_beside_the_state(earlier: bool) -> None:
+    session = Memory().session("s", system="You are a coding agent.")
+    if earlier:
+        session.extend([*chatter(0), *chatter(1), *chatter(2)])
+    request = "Refactor every module under src/ to drop the global cache."
+    session.append({"role": "user", "content": request})
+    session.extend(tool_loop(0, 14))
+    view = task_view(session, None)
+    assert not view.compact().failed
+    folds = sorted(view.folds(), key=lambda f: f.start)
+    kinds = [f.kind for f in folds]
+    prompt = view.render()
+    assert request in [m.get("content") for m in prompt]  # raw, never folded
+    request_seq = next(m.seq for m in session.messages() if m.message.get("content") == request)
+    if earlier:
+        # The state precedes the request; the work since it is a marker pointing to it.
+        assert kinds == ["task_state", "task_state_marker"]
+        assert folds[0].end == request_seq - 1 and folds[1].start == request_seq + 1
+    else:
+        assert kinds == ["task_state"] and folds[0].start == request_seq + 1
+    state = TaskState.from_data(folds[0].data["state"])
+    assert any(a.startswith("src/mod_0.py") for a in state.artifacts)

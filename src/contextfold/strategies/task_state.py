@@ -42,7 +42,14 @@ from contextfold.extract.artifacts import find_facts, missing_artifacts
 from contextfold.extract.language import detect_language, language_name
 from contextfold.llm.base import LLM, Completion, Usage
 from contextfold.strategies.answers import Expected, error_wording, material_of, strings
-from contextfold.strategies.base import Job, ViewState, job_for, keep_start, one_message_fold
+from contextfold.strategies.base import (
+    Job,
+    ViewState,
+    job_for,
+    keep_start,
+    one_message_fold,
+    sub_job,
+)
 from contextfold.strategies.checked import CheckedAnswer, SummaryRejected, summarize_checked
 from contextfold.strategies.task_sections import (
     StateUpdate,
@@ -58,6 +65,9 @@ from contextfold.strategies.transcript import material, transcript
 from contextfold.strategies.triggers import Trigger
 
 KIND = "task_state"
+MARKER_KIND = "task_state_marker"
+MARKER = "[The work done on this request is folded into the task state above.]"
+"""What stands for the agent's work since the latest request when the state precedes it."""
 UNBUDGETED_LEVEL = 3000
 """The level a view with neither a budget nor ``threshold_tokens`` fires at (the token
 budget's)."""
@@ -123,22 +133,29 @@ class TaskStateSummary:
         fired = self.trigger(state) if self.trigger is not None else state.tokens > fire
         if not state.entries or not fired:
             return None
-        previous = _own_state(state.entries[0], self.name)
-        fresh = 1 if previous is not None else 0
         room = max(level - state.fixed, 0)
         state_tokens = max(min(self.max_tokens, int(room * self.state_share)), MIN_STATE_TOKENS)
         user_tokens = int(room * self.user_share)
-        beside = state.tokens - sum(e.tokens for e in state.entries[fresh:])
-        keep = keep_start(state, low - beside - state_tokens - user_tokens)
-        if keep <= fresh:
+        own = [i for i, e in enumerate(state.entries) if _own(e, self.name)]
+        beside = state.tokens - sum(e.tokens for i, e in enumerate(state.entries) if i not in own)
+        keep = keep_start(state, low - beside - state_tokens - user_tokens, keep_user=False)
+        spans = _spans(state.latest_user, keep)
+        fresh = [
+            i
+            for first, last in spans
+            for i in range(first, last + 1)
+            if not _own(state.entries[i], self.name)
+        ]
+        if not spans or not fresh:
             return None
+        previous = next((state.entries[i].fold for i in own if i < keep), None)
         return job_for(
             self.name,
             state,
             0,
             keep - 1,
+            spans=spans,
             previous=dict(previous.data["state"]) if previous is not None else None,
-            fresh=fresh,
             state_tokens=state_tokens,
             user_tokens=user_tokens,
         )
@@ -146,7 +163,11 @@ class TaskStateSummary:
     def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
         previous_data = job.params["previous"]
         previous = TaskState.from_data(previous_data) if previous_data else TaskState()
-        new = job.entries[job.params["fresh"] :]
+        spans: list[tuple[int, int]] = [tuple(s) for s in job.params["spans"]]
+        # What the model reads: every entry of the job but this strategy's own folds, the
+        # latest user request (which stays verbatim) among them.
+        new = [e for e in job.entries if not _own(e, self.name)]
+        folded = [e for first, last in spans for e in job.entries[first : last + 1]]
         language = detect_language(_said(previous, new))
         state_tokens: int = job.params["state_tokens"]
         answer, request = self._ask(job, new, previous, language, state_tokens, llm, counter)
@@ -154,28 +175,37 @@ class TaskStateSummary:
         state = merged(previous, update)
         state, pinned = _pinned(state, new)
         state, dropped = state_within(state, state_tokens, counter.text)
+        fresh_folded = [e for e in folded if not _own(e, self.name)]
         state = replace(
-            state, user_words=_user_words(previous, new, job.params["user_tokens"], counter)
+            state,
+            user_words=_user_words(previous, fresh_folded, job.params["user_tokens"], counter),
         )
         message: Message = {"role": "user", "content": rendered(state)}
-        return [
+        data = {
+            "state": state.to_data(),
+            "language": language,
+            "request": request,
+            "attempts": answer.attempts,
+            "pinned": pinned,
+            "items_dropped": dropped,
+        }
+        first, last = spans[0]
+        folds = [
             one_message_fold(
-                job,
+                sub_job(job, first, last),
                 self.name,
                 message,
                 counter,
                 kind=KIND,
-                data={
-                    "state": state.to_data(),
-                    "language": language,
-                    "request": request,
-                    "attempts": answer.attempts,
-                    "pinned": pinned,
-                    "items_dropped": dropped,
-                },
+                data=data,
                 usage=answer.usage.to_dict(),
             )
         ]
+        for first, last in spans[1:]:
+            part = sub_job(job, first, last)
+            note: Message = {"role": "assistant", "content": MARKER}
+            folds.append(one_message_fold(part, self.name, note, counter, kind=MARKER_KIND))
+        return folds
 
     def _ask(
         self,
@@ -249,12 +279,24 @@ def _accept(language: str, prompt: str) -> Callable[[Completion], str | None]:
     return accept
 
 
-def _own_state(entry: Entry, strategy: str) -> Fold | None:
-    """The state fold the view's folded part opens with, if this strategy made it."""
+def _own(entry: Entry, strategy: str) -> bool:
+    """Whether ``entry`` is a fold this strategy made: a state, or the marker beside one."""
     fold = entry.fold
-    if fold is not None and fold.strategy == strategy and fold.kind == KIND:
-        return fold
-    return None
+    return fold is not None and fold.strategy == strategy and fold.kind in (KIND, MARKER_KIND)
+
+
+def _spans(user: int | None, keep: int) -> list[tuple[int, int]]:
+    """The ranges folded below entry ``keep``: the state's first, then the marker's.
+
+    The latest user request (entry ``user``) is never folded (render shows it).
+    When it lies in the range, the state takes what precedes it and a marker
+    the agent's work since; a request that opens the range has the state after it.
+    """
+    if user is None or user >= keep:
+        return [(0, keep - 1)] if keep > 0 else []
+    before = [(0, user - 1)] if user > 0 else []
+    after = [(user + 1, keep - 1)] if user + 1 < keep else []
+    return [*before, *after]
 
 
 def _pinned(state: TaskState, new: Sequence[Entry]) -> tuple[TaskState, list[str]]:
