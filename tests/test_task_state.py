@@ -476,3 +476,14 @@ def test_the_request_being_worked_on_stays_verbatim_beside_the_state(earlier: bo
         assert kinds == ["task_state"] and folds[0].start == request_seq + 1
     state = TaskState.from_data(folds[0].data["state"])
     assert any(a.startswith("src/mod_0.py") for a in state.artifacts)
+    # The next cycle merges into that state and supersedes both folds.
+    session.extend(tool_loop(14, 14))
+    assert not view.compact().failed
+    again = sorted(view.folds(), key=lambda f: f.start)
+    assert [f.kind for f in again] == kinds and again[-1].end > folds[-1].end
+    merged_state = TaskState.from_data(again[0].data["state"])
+    # Earlier items go only when the state passes its share, the oldest first, and say so.
+    lost = set(state.artifacts) - set(merged_state.artifacts)
+    assert len(lost) <= again[0].data["items_dropped"]
+    newer = {f"src/mod_{i}.py" for i in range(14, 28)}
+    assert any(a.split()[0] in newer for a in merged_state.artifacts)

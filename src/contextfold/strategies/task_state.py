@@ -308,7 +308,7 @@ def _pinned(state: TaskState, new: Sequence[Entry]) -> tuple[TaskState, list[str
     """
     talk = find_facts(transcript([e for e in new if e.role != "tool"]))
     errors = [f for f in find_facts(transcript(new)) if f.kind == "error"]
-    facts = [f for f in [*talk, *errors] if f.kind in _PINNED_KINDS and not f.key]
+    facts = [f for f in [*talk, *errors] if f.kind in _PINNED_KINDS]
     missing = set(missing_artifacts([f.text for f in facts], rendered(state)))
     added: dict[str, list[str]] = {}
     for fact in facts:
