@@ -16,7 +16,10 @@ It fires like the token budget: above ``high_water`` of the view's budget (or
 newest units verbatim. The user's latest messages in the folded range are
 quoted verbatim in the intent section, within ``user_share`` of the room: a
 fold covers one contiguous range, so they cannot stay behind as raw messages
-inside it.
+inside it. The request being worked on (the latest user message) is never
+folded: when it lies in the range, the state takes what precedes it and a
+marker the agent's work since; when it opens the range (an agent run: one
+task, then many steps), the state follows it.
 
 Small models are expected: the JSON asked for may come back partial, fenced,
 inside prose, as headed prose or as plain prose (``task_sections.parse_answer``).
