@@ -140,9 +140,12 @@ class TaskStateSummary:
         state_tokens = max(min(self.max_tokens, int(room * self.state_share)), MIN_STATE_TOKENS)
         user_tokens = int(room * self.user_share)
         own = [i for i, e in enumerate(state.entries) if _own(e, self.name)]
-        beside = state.tokens - sum(e.tokens for i, e in enumerate(state.entries) if i not in own)
+        # Beside the new state: the system prompt, facts, and the request, which stays.
+        user = state.latest_user
+        beside = state.tokens - sum(e.tokens for e in state.entries)
+        beside += state.entries[user].tokens if user is not None else 0
         keep = keep_start(state, low - beside - state_tokens - user_tokens, keep_user=False)
-        spans = _spans(state.latest_user, keep)
+        spans = _spans(user, keep)
         fresh = [
             i
             for first, last in spans
