@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import NATO
+from conftest import NATO, load_rows
 from fake_openai import openai_reply
 from fake_providers import FakeProvider, Request
 from server_harness import running
@@ -24,6 +24,7 @@ from contextfold import JobLimits, Memory, Session, View
 from contextfold.core.events import Event
 from contextfold.core.messages import Message
 from contextfold.core.tokens import get_counter
+from contextfold.extract.artifacts import extract_artifacts
 from contextfold.extract.language import detect_language
 from contextfold.integrations.agent_views import agent_view_settings
 from contextfold.llm import OpenAIModel, OpenAIProvider, RetryPolicy
@@ -365,6 +366,30 @@ def test_without_a_model_the_stand_in_writes_a_real_state_of_an_agent_run() -> N
     assert state.next_step.startswith("Noted")  # the assistant's last statement in the range
     assert any(i.startswith("Never touch src/legacy/compat.py") for i in state.intent)
     assert state.user_words and all(w in str(agent_run()) for w in state.user_words)
+
+
+def test_the_stand_in_state_of_a_recorded_agent_run_names_its_files_and_next_step() -> None:
+    messages = load_rows("openhands_example", limit=1)[0]["messages"]
+    session = Memory().session("s")
+    session.extend(messages)
+    view = session.view("v", preset="task-state", budget=4000)
+    assert not view.compact().failed
+    (fold,) = [f for f in view.folds() if f.kind == "task_state"]
+    state = TaskState.from_data(fold.data["state"])
+    folded = [m for m in messages[fold.start - 1 : fold.end]]
+    called = {
+        path
+        for m in folded
+        for c in m.get("tool_calls") or ()
+        for path in extract_artifacts(c["function"]["arguments"], ("path",))
+    }
+    assert called and all(p in fold.text for p in called)
+    said = [
+        " ".join(str(m.get("content") or "").split()) for m in folded if m["role"] == "assistant"
+    ]
+    # The assistant's last statement in the range, its sentences as it wrote them.
+    last = next(s for s in reversed(said) if s)
+    assert state.next_step and state.next_step.split(" [...]")[0] in last
 
 
 def test_merged_state_renders_every_anchor_once() -> None:

@@ -41,7 +41,7 @@ from contextfold.core.errors import InvalidInput
 from contextfold.core.folds import Fold
 from contextfold.core.messages import Message, text_of
 from contextfold.core.tokens import TokenCounter
-from contextfold.extract.artifacts import find_facts, missing_artifacts
+from contextfold.extract.artifacts import missing_artifacts
 from contextfold.extract.language import detect_language, language_name
 from contextfold.llm.base import LLM, Completion, Usage
 from contextfold.strategies.answers import Expected, error_wording, material_of, strings
@@ -53,7 +53,12 @@ from contextfold.strategies.base import (
     one_message_fold,
     sub_job,
 )
-from contextfold.strategies.checked import CheckedAnswer, SummaryRejected, summarize_checked
+from contextfold.strategies.checked import (
+    CheckedAnswer,
+    SummaryRejected,
+    must_keep_facts,
+    summarize_checked,
+)
 from contextfold.strategies.task_sections import (
     StateUpdate,
     TaskState,
@@ -64,7 +69,7 @@ from contextfold.strategies.task_sections import (
     state_within,
 )
 from contextfold.strategies.templates import fill, load_template
-from contextfold.strategies.transcript import material, transcript
+from contextfold.strategies.transcript import material, message_block, transcript
 from contextfold.strategies.triggers import Trigger
 
 KIND = "task_state"
@@ -308,13 +313,21 @@ def _spans(user: int | None, keep: int) -> list[tuple[int, int]]:
 def _pinned(state: TaskState, new: Sequence[Entry]) -> tuple[TaskState, list[str]]:
     """``state`` with the folded range's paths, URLs and error lines it lacks, and those items.
 
-    Paths and URLs are taken from what the user and the agent said and called,
-    not from tool output (a directory listing is not work done); error lines
-    from everything.
+    Paths and URLs are taken from what the user and the agent said and called
+    (a masked unit's call too), not from tool output (a directory listing is
+    not work done) nor from other folds' text (a clipped preview); error lines
+    from the whole range.
     """
-    talk = find_facts(transcript([e for e in new if e.role != "tool"]))
-    errors = [f for f in find_facts(transcript(new)) if f.kind == "error"]
-    facts = [f for f in [*talk, *errors] if f.kind in _PINNED_KINDS]
+    names: dict[str, str] = {}
+    talk = "\n\n".join(
+        message_block(m, names)
+        for e in new
+        if e.fold is None or e.fold.kind == "masked"
+        for m in e.messages
+        if m["role"] != "tool"
+    )
+    errors = [f for f in must_keep_facts(transcript(new)) if f.kind == "error"]
+    facts = [f for f in [*must_keep_facts(talk), *errors] if f.kind in _PINNED_KINDS]
     missing = set(missing_artifacts([f.text for f in facts], rendered(state)))
     added: dict[str, list[str]] = {}
     for fact in facts:
