@@ -159,7 +159,9 @@ class TaskStateSummary:
         ]
         if not spans or not fresh:
             return None
-        previous = next((state.entries[i].fold for i in own if i < keep), None)
+        previous = next(
+            (f for i in own if i < keep and (f := state.entries[i].fold) and f.kind == KIND), None
+        )
         return job_for(
             self.name,
             state,
