@@ -29,6 +29,7 @@ from contextfold.extract.language import detect_language
 from contextfold.integrations.agent_views import agent_view_settings
 from contextfold.llm import OpenAIModel, OpenAIProvider, RetryPolicy
 from contextfold.server.app import create_app
+from contextfold.server.proxy_request import agent_traffic
 from contextfold.server.service import Service
 from contextfold.server.settings import Settings
 from contextfold.strategies import Pipeline, TaskStateSummary, default_preset, get_preset
@@ -512,3 +513,19 @@ def test_the_request_being_worked_on_stays_verbatim_beside_the_state(earlier: bo
     assert len(lost) <= again[0].data["items_dropped"]
     newer = {f"src/mod_{i}.py" for i in range(14, 28)}
     assert any(a.split()[0] in newer for a in merged_state.artifacts)
+
+
+@pytest.mark.parametrize(
+    ("wire", "body", "messages", "agent"),
+    [
+        ("chat_completions", {}, [{"role": "user", "content": "hi"}], False),
+        ("chat_completions", {"tools": [TOOL]}, [{"role": "user", "content": "hi"}], True),
+        ("chat_completions", {}, [call(1, "read_file", {"path": "a.py"})], True),
+        ("messages", {}, [{"role": "user", "content": "hi"}], True),
+        ("responses", {}, [{"role": "user", "content": "hi"}], True),
+    ],
+)
+def test_agent_traffic_is_told_by_tools_calls_or_route(
+    wire: str, body: dict[str, Any], messages: list[Message], agent: bool
+) -> None:
+    assert agent_traffic(wire, body, messages) is agent
