@@ -27,7 +27,13 @@ With a ``schema`` the answer is JSON filled generically, by type:
   fields between ``unknown``. TaskWeaver's
   ``Variables: [{name, type, description}]`` comes out as ``{df, unknown,
   "df = pd.read_csv(...)"}``. Any other array of objects is ``[]``;
-* number, integer, boolean, null: ``0``, ``0``, ``false``, ``null``.
+* number, integer, boolean, null: ``0``, ``0``, ``false``, ``null``;
+* a string or array of strings whose schema names an extraction with
+  ``"x-extract"`` (``extract.task_items.EXTRACTORS``: ``requests``,
+  ``statement``, ``errors``, ``touched``, ``reasons``, ``open``, ``none``):
+  what that extraction reads from the material, within the field's share of
+  the cap, not of ``ratio`` (a string joins the items by lines, or opens the
+  first when it is too long). The task state asks so for each section.
 
 A prompt that summarizes several ranges at once gives each its own
 ``<history>`` block; an object schema with one string field for each of its
@@ -52,6 +58,7 @@ from contextfold.core.messages import Message, text_of
 from contextfold.core.tokens import TokenCounter, get_counter
 from contextfold.extract.artifacts import extract_artifacts
 from contextfold.extract.salience import key_sentences
+from contextfold.extract.task_items import EXTRACTORS
 from contextfold.llm.base import HISTORY_CLOSE, HISTORY_OPEN, LLM, Completion, Usage
 
 OFFLINE = "offline"
@@ -67,6 +74,8 @@ _ASSIGNMENT = re.compile(
 _JSON_STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
 _STRING: Mapping[str, Any] = {"type": "string"}
 _SHRINK = 0.8
+EXTRACT = "x-extract"
+"""The schema keyword naming the extraction that fills a field (``EXTRACTORS``)."""
 _FITS = 4
 
 
@@ -213,16 +222,18 @@ def fill_schema(
     texts, rows = _slots(schema)
     skeleton = counter.text(json.dumps(_Filler(source, counter, 0, 0, 0).value(schema)))
     left = max(max_tokens - skeleton, 0)
-    text_share = left // max(texts + rows, 1)
+    text_share = extract_share = left // max(texts + rows, 1)
     if text_tokens is not None and texts:
         text_share = min(text_share, text_tokens // texts)
     row_share = (left - text_share * texts) // rows if rows else 0
     data = None
     for _ in range(_FITS):
-        data = _Filler(source, counter, text_share, texts, row_share).value(schema)
+        filler = _Filler(source, counter, text_share, texts, row_share, extract_share)
+        data = filler.value(schema)
         if counter.text(json.dumps(data, ensure_ascii=False)) <= max_tokens:
             return data
         text_share, row_share = int(text_share * _SHRINK), int(row_share * _SHRINK)
+        extract_share = int(extract_share * _SHRINK)
     return _Filler(source, counter, 0, 0, 0).value(schema)
 
 
@@ -304,12 +315,20 @@ class _Filler:
     """Fills one schema; string fields draw in turn from one selection of sentences."""
 
     def __init__(
-        self, source: str, counter: TokenCounter, share: int, slots: int, row_share: int
+        self,
+        source: str,
+        counter: TokenCounter,
+        share: int,
+        slots: int,
+        row_share: int,
+        extract_share: int = 0,
     ) -> None:
         self.source = source
         self.counter = counter
         self.share = share
         self.row_share = row_share
+        # Extractions are already a choice, not a summary: the material's ``ratio`` is not theirs.
+        self.extract_share = extract_share
         self.pool: deque[str] = deque(
             key_sentences(source, share * slots, counter).splitlines() if share > 0 else ()
         )
@@ -320,6 +339,17 @@ class _Filler:
         if isinstance(enum, list) and enum:
             return enum[0]
         kind = _type(schema)
+        extraction = EXTRACTORS.get(str(schema.get(EXTRACT)))
+        if extraction is not None and kind in ("string", "array"):
+            items = self.within(extraction(self.source), self.extract_share)
+            if not items and self.extract_share > 0 and kind == "string":
+                found = extraction(self.source)  # one item too long for the share: its opening
+                items = (
+                    [found[0][: self.extract_share * 3].rsplit(" ", 1)[0] + " [...]"]
+                    if found
+                    else []
+                )
+            return "\n".join(items) if kind == "string" else items
         if kind == "object":
             properties = schema.get("properties") or {}
             return {name: self.value(sub) for name, sub in properties.items()}

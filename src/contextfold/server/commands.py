@@ -80,7 +80,8 @@ def add_commands(sub: Any) -> None:
     )
     serve.add_argument(
         "--preset",
-        help="preset of the views the proxy creates (default offline; chat with --model)",
+        help="preset of the views the proxy creates (default offline; with --model, task-state "
+        "for agent traffic, chat for the rest)",
     )
     serve.add_argument(
         "--budget",
@@ -280,7 +281,12 @@ def proxy_views(settings: Settings) -> str:
         if settings.budget is not None
         else "budget: the window of the request's model less room for the answer"
     )
-    return f"views: preset {settings.view_preset}, model {model}, {budget}"
+    presets = (
+        settings.view_preset(agent=False)
+        if settings.view_preset(agent=False) == settings.view_preset(agent=True)
+        else f"{settings.view_preset(agent=False)} (agents: {settings.view_preset(agent=True)})"
+    )
+    return f"views: preset {presets}, model {model}, {budget}"
 
 
 def _best(module: str, fallback: str) -> Any:

@@ -216,12 +216,14 @@ def upstream_count(upstream: Upstream, path: str = "/messages/count_tokens") -> 
     return count
 
 
-def create_view(service: Service, session: Session, name: str, fitted: Fit) -> None:
-    """The proxy's view on first use, with the server's preset and model and ``fitted``'s
-    budget before the tools; how that budget was found, and what the request's tools take
-    of it on every call, go to the log and the session's stream."""
+def create_view(service: Service, session: Session, name: str, fitted: Fit, *, agent: bool) -> None:
+    """The proxy's view on first use, with the server's preset (for an ``agent``'s traffic
+    or a chat's) and model and ``fitted``'s budget before the tools; how that budget was
+    found, and what the request's tools take of it on every call, go to the log and the
+    session's stream."""
     settings = service.settings
-    session.view(name, preset=settings.view_preset, budget=fitted.room, model=settings.model)
+    preset = settings.view_preset(agent=agent)
+    session.view(name, preset=preset, budget=fitted.room, model=settings.model)
     level = logging.WARNING if fitted.source == "fallback" else logging.INFO
     log.log(level, "view %s of %s: budget %s", name, session.id, fitted.describe())
     data = {

@@ -57,6 +57,7 @@ from contextfold.server.proxy_recall import (
     with_recall_tools,
 )
 from contextfold.server.proxy_request import (
+    agent_traffic,
     check_json_type,
     check_new,
     read_body,
@@ -158,6 +159,7 @@ def _prepare(
     fitted: Fit,
     keeps: str | None = None,
     target: ProviderName | None = None,
+    agent: bool = False,
 ) -> _Turn:
     """Match and append the client's new messages, then render the view (for ``target``:
     a fold keeping that provider's own compaction shows its items).
@@ -188,7 +190,7 @@ def _prepare(
     ready = (view_name, id(service.runner))
     if ready not in log.views:
         if session.view(view_name).version == 0:
-            create_view(service, session, view_name, fitted)
+            create_view(service, session, view_name, fitted, agent=agent)
         service.watch(session, view_name)
         log.views.add(ready)
     view = session.view(view_name)
@@ -256,6 +258,9 @@ class Asked:
     fitted: Fit
     recall: bool = False
     """Whether the call wants the recall tools (its header, else the server's setting)."""
+    agent: bool = False
+    """Whether the call is an agent's (``proxy_request.agent_traffic``): the view it
+    creates gets the agent's default preset."""
 
 
 async def read_call(call: Call, wire: Wire) -> Asked:
@@ -273,7 +278,8 @@ async def read_call(call: Call, wire: Wire) -> Asked:
     fitted = fit(settings.budget, settings.model_windows, sized, calibration)
     conversation = wire.conversation(body)
     store_id = call.service.store_id(call.tenant, sid)
-    return Asked(body, conversation, store_id, view_name, budget, fitted, recall)
+    agent = agent_traffic(wire.name, body, conversation.messages)
+    return Asked(body, conversation, store_id, view_name, budget, fitted, recall, agent)
 
 
 async def serve(call: Call, wire: Wire) -> Response:
@@ -297,6 +303,7 @@ async def serve(call: Call, wire: Wire) -> Response:
             fitted,
             wire.keeps,
             wire.provider,
+            asked.agent,
         )
 
         async def plain() -> list[Message]:

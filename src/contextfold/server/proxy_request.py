@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from contextfold.core.checks import check_budget
 from contextfold.core.errors import InvalidInput
-from contextfold.core.messages import check_json
+from contextfold.core.messages import Message, check_json
 from contextfold.server.errors import ServiceError
 from contextfold.server.ids import check_api_name
 from contextfold.server.models import MAX_MESSAGES
 
+AGENT_WIRES = frozenset({"messages", "responses"})
+"""The wire formats agent CLIs speak (Claude Code, Codex): their traffic is an agent's."""
 MAX_CONVERSATION = 20_000
 """Messages one proxy request may carry, the logged ones it repeats included."""
 
@@ -109,3 +112,13 @@ def check_new(count: int) -> None:
             f"{MAX_MESSAGES} one request may append",
             field="messages",
         )
+
+
+def agent_traffic(wire: str, body: dict[str, Any], messages: Sequence[Message]) -> bool:
+    """Whether a request is an agent's: it offers tools, its conversation holds tool calls
+    or results, or it comes by a wire format agent CLIs speak (``AGENT_WIRES``)."""
+    return (
+        wire in AGENT_WIRES
+        or bool(body.get("tools"))
+        or any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
+    )

@@ -11,7 +11,7 @@ from contextfold.llm.registry import provider_names
 from contextfold.llm.windows import Window
 from contextfold.redact import redact
 from contextfold.server.proxy_upstream import parse_upstream
-from contextfold.strategies.presets import DEFAULT_PRESET, check_preset
+from contextfold.strategies.presets import check_preset, default_preset
 
 DEFAULT_DATABASE = "contextfold.db"
 DEFAULT_HOST = "127.0.0.1"
@@ -96,12 +96,12 @@ class Settings:
     """Server processes sharing the port (``contextfold.server.processes``), each with its
     own service and runner; more than one needs a store they share (not ``memory://``)."""
 
-    @property
-    def view_preset(self) -> str:
-        """The preset of the views the proxy creates."""
+    def view_preset(self, *, agent: bool) -> str:
+        """The preset of the views the proxy creates: ``preset`` when set, else the default
+        for a view with the served model or none, for an agent's traffic or a chat's."""
         if self.preset is not None:
             return self.preset
-        return "chat" if self.model is not None else DEFAULT_PRESET
+        return default_preset(model=self.model is not None, agent=agent)
 
     @property
     def upstreams(self) -> dict[str, str]:

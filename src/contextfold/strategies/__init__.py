@@ -19,6 +19,7 @@ from contextfold.strategies.pipeline import Pipeline
 from contextfold.strategies.presets import (
     DEFAULT_PRESET,
     PresetInfo,
+    default_preset,
     describe_presets,
     get_preset,
     preset_names,
@@ -28,6 +29,7 @@ from contextfold.strategies.provider_compaction import ProviderCompaction
 from contextfold.strategies.registry import register_strategy, register_type
 from contextfold.strategies.rolling import RollingCompactor
 from contextfold.strategies.round_compressor import RoundCompressor
+from contextfold.strategies.task_state import TaskStateSummary
 from contextfold.strategies.threshold import ThresholdSummarization
 from contextfold.strategies.token_budget import TokenBudget
 from contextfold.strategies.tool_calls import ToolCallSummarization
@@ -67,6 +69,7 @@ __all__ = [
     "RoundCompressor",
     "Rounds",
     "Strategy",
+    "TaskStateSummary",
     "ThresholdSummarization",
     "TokenBudget",
     "Tokens",
@@ -75,6 +78,7 @@ __all__ = [
     "UnfoldedRounds",
     "ViewState",
     "WholeHistory",
+    "default_preset",
     "describe_presets",
     "get_preset",
     "preset_names",

@@ -206,6 +206,28 @@ def label_tokens(job: Job, counter: TokenCounter) -> int:
     return counter.text("\n" + range_label(job.start, job.end))
 
 
+def keep_start(state: ViewState, room: int, *, keep_user: bool = True) -> int:
+    """Index of the first entry a fold leaves verbatim: the newest whole units within ``room``.
+
+    The last unit and (with ``keep_user``) the latest user message are kept
+    even past it: the first may be a call still waiting for its results, the
+    second is the request the next answer is for. A strategy whose fold quotes
+    that request verbatim says ``keep_user=False``.
+    """
+    units = state.units
+    keep = units[-1][0]
+    used = 0
+    for first, last in reversed(units):
+        used += sum(e.tokens for e in state.entries[first : last + 1])
+        if used > room:
+            break
+        keep = first
+    user = state.latest_user if keep_user else None
+    if user is not None and user < keep:
+        keep = next(first for first, last in units if first <= user <= last)
+    return keep
+
+
 def job_for(strategy: str, state: ViewState, first: int, last: int, **params: Any) -> Job:
     """A job over entries ``first..last`` (indices, inclusive) of ``state``."""
     entries = state.entries[first : last + 1]

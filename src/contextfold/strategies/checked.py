@@ -72,6 +72,7 @@ def summarize_checked(
     source: str,
     max_tokens: int,
     schema: Mapping[str, Any] | None = None,
+    ask_schema: Mapping[str, Any] | None = None,
     attempts: int = 3,
     pin: bool = True,
     pin_chars: int | None = None,
@@ -84,6 +85,9 @@ def summarize_checked(
     ``accept`` adds a strategy's own check (it returns a reason to reject);
     ``tokens_before`` is what the folded range costs, which no answer may
     exceed. Tokens are ``counter``'s, or about four characters each without one.
+    ``ask_schema`` is JSON the model is asked for but not held to: a strategy that
+    also reads prose from a small model passes its schema here, and its ``accept``
+    reads whatever comes back.
     """
     expected = Expected(
         material_of(messages),
@@ -98,7 +102,9 @@ def summarize_checked(
     asked = list(messages)
     for attempt in range(1, attempts + 1):
         try:
-            completion = llm.complete(asked, max_tokens=max_tokens, schema=schema)
+            completion = llm.complete(
+                asked, max_tokens=max_tokens, schema=schema if schema is not None else ask_schema
+            )
         except ModelError as exc:
             reasons.append(f"call failed: {exc}")
             continue

@@ -34,6 +34,7 @@ from contextfold.strategies.provider_compaction import TYPE_NAME, ProviderCompac
 from contextfold.strategies.registry import register_strategy, register_type
 from contextfold.strategies.rolling import RollingCompactor
 from contextfold.strategies.round_compressor import RoundCompressor
+from contextfold.strategies.task_state import TaskStateSummary
 from contextfold.strategies.threshold import ThresholdSummarization
 from contextfold.strategies.token_budget import TokenBudget, token_budget
 from contextfold.strategies.tool_calls import ToolCallSummarization
@@ -42,6 +43,10 @@ from contextfold.strategies.triggers import OverBudget
 PresetFactory = Callable[..., Pipeline]
 DEFAULT_PRESET = "offline"
 """The preset of a view created without ``preset=`` or ``pipeline=``: folds with no model."""
+AGENT_PRESET = "task-state"
+"""The preset of an agent's view with a model, when none is named (``default_preset``)."""
+CHAT_PRESET = "chat"
+"""The preset of a chat's view with a model, when none is named (``default_preset``)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,19 @@ def preset_names() -> list[str]:
     return sorted(_PRESETS)
 
 
+def default_preset(*, model: bool, agent: bool) -> str:
+    """The preset a view gets when its creator names none.
+
+    Without a model, ``offline``. With one, an agent (tools, tool calls, an
+    agent framework) gets ``task-state``, which keeps what it was doing, and a
+    chat gets ``chat``, which recalls what was said. ``Memory.view()`` alone
+    keeps ``DEFAULT_PRESET``; the proxy and the agent adapters choose here.
+    """
+    if not model:
+        return DEFAULT_PRESET
+    return AGENT_PRESET if agent else CHAT_PRESET
+
+
 def offline(
     *, keep_last: int = 5, exclude_tools: tuple[str, ...] = (), **extractive: Any
 ) -> Pipeline:
@@ -108,6 +126,23 @@ def offline(
             ExtractiveSummary(**extractive),
         ],
         name="offline",
+        recall=True,
+    )
+
+
+def task_state(
+    *, keep_last: int = 5, exclude_tools: tuple[str, ...] = (), **options: Any
+) -> Pipeline:
+    """An agent's setup: mask old tool output, keep one task state of the folded work
+    (``TaskStateSummary``), and recall what was folded."""
+    return Pipeline(
+        [
+            ObservationMasking(
+                keep_last=keep_last, exclude_tools=exclude_tools, trigger=OverBudget()
+            ),
+            TaskStateSummary(**options),
+        ],
+        name="task-state",
         recall=True,
     )
 
@@ -165,6 +200,7 @@ for _type_name, _cls in {
     "goal-batch": GoalBatchCompaction,
     "token-budget": TokenBudget,
     "whole-history": WholeHistory,
+    "task-state": TaskStateSummary,
     "retrieve-facts": RetrieveFacts,
     TYPE_NAME: ProviderCompaction,
 }.items():
@@ -258,6 +294,11 @@ register_preset(
     "taskweaver",
     single(RollingCompactor, "taskweaver"),
     description="The TaskWeaver compactor design under its own name (the rolling compactor).",
+)
+register_preset(
+    "task-state",
+    task_state,
+    description="An agent's task state (files, decisions, errors, next step), merged fold by fold.",
 )
 register_preset(
     "chat",

@@ -40,7 +40,7 @@ from contextfold.core.messages import Message
 from contextfold.core.tokens import TokenCounter
 from contextfold.extract.artifacts import missing_artifacts
 from contextfold.llm.base import LLM, Completion
-from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
+from contextfold.strategies.base import Job, ViewState, job_for, keep_start, one_message_fold
 from contextfold.strategies.checked import newest_within, summarize_checked, with_pins
 from contextfold.strategies.pipeline import Pipeline
 from contextfold.strategies.templates import fill, load_template
@@ -227,7 +227,7 @@ class TokenBudget:
         previous = self._previous_summary(state.entries[0])
         fresh = 1 if previous is not None else 0
         fixed = state.tokens - sum(e.tokens for e in state.entries[fresh:])
-        keep = self._keep_start(state, min(self.keep_tokens, low - fixed))
+        keep = keep_start(state, min(self.keep_tokens, low - fixed))
         if keep <= fresh:
             return None
         facts = state.facts
@@ -329,26 +329,6 @@ class TokenBudget:
                 )
             )
         return folds
-
-    def _keep_start(self, state: ViewState, room: int) -> int:
-        """Index of the first entry kept verbatim: the newest whole units within ``room`` tokens.
-
-        The last unit and the latest user message are kept even past it: the
-        first may be a call still waiting for its results, the second is the
-        request the next answer is for.
-        """
-        units = state.units
-        keep = units[-1][0]
-        used = 0
-        for first, last in reversed(units):
-            used += sum(e.tokens for e in state.entries[first : last + 1])
-            if used > room:
-                break
-            keep = first
-        user = state.latest_user
-        if user is not None and user < keep:
-            keep = next(first for first, last in units if first <= user <= last)
-        return keep
 
     def _previous_summary(self, entry: Entry) -> Fold | None:
         fold = entry.fold

@@ -63,7 +63,8 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     ``view`` names the view and ``settings`` its stored settings (preset,
     budget, model, ...; stored on first use in this process, only those that
-    differ change). ``budget`` is the render budget (None: the view's).
+    differ change; a model without a preset folds with the agent's default,
+    ``task-state``). ``budget`` is the render budget (None: the view's).
     Without ``runner`` the view is compacted inline before each model call; a
     contextfold runner (``ThreadRunner``, ``AsyncioRunner``, ...) compacts it
     in the background instead, and the call renders the folds committed so far.
@@ -101,7 +102,7 @@ class ContextfoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.memory = memory
         self.session = session
         self.thread_session = thread_session
-        self.prompts = ViewPrompts(view, budget, settings or {}, runner)
+        self.prompts = ViewPrompts(view, budget, settings or {}, runner, agent=True)
         self.chats = ChatMessages()
         if not isinstance(recall_tools, bool):
             raise InvalidInput("recall_tools must be True or False", field="recall_tools")

@@ -22,6 +22,7 @@ from contextfold.core.checks import check_budget, check_name
 from contextfold.core.errors import InvalidInput
 from contextfold.core.messages import Message
 from contextfold.core.render import Rendered
+from contextfold.integrations.agent_views import agent_view_settings
 from contextfold.integrations.langchain.messages import chat_to_langchain
 from contextfold.memory.matching import digest
 from contextfold.memory.session import Session
@@ -41,6 +42,9 @@ class ViewPrompts:
     budget: int | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
     runner: Runner | None = None
+    agent: bool = False
+    """An agent's prompts: a view created with a model and no preset gets the agent's
+    default (``integrations.agent_views``)."""
     _ready: set[tuple[int, str, float]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -55,7 +59,8 @@ class ViewPrompts:
         """The view on ``branch`` (None: the newest), configured and watched once per session."""
         key = (id(session.memory), session.id, session.created_at)
         if key not in self._ready:
-            view = session.view(self.view, **self.settings)
+            settings = agent_view_settings(self.settings) if self.agent else self.settings
+            view = session.view(self.view, **settings)
             if self.runner is not None:
                 self.runner.watch(view)
             self._ready.add(key)

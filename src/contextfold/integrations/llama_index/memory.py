@@ -37,6 +37,7 @@ from typing import Any
 from contextfold.core.errors import InvalidInput
 from contextfold.core.extras import needs_extra
 from contextfold.core.messages import Message
+from contextfold.integrations.agent_views import agent_view_settings
 from contextfold.integrations.llama_index.messages import (
     CallsIn,
     calls_in_of,
@@ -130,7 +131,8 @@ class ContextfoldMemory(BaseMemory):
     ) -> ContextfoldMemory:
         """Open (or create) the session and the view (``tool_calls_in``: see the field);
         ``view_settings`` (``preset``,
-        ``budget``, ``model``, ...) are stored with the view as ``Session.view`` does.
+        ``budget``, ``model``, ...) are stored with the view as ``Session.view`` does; a
+        ``model`` without a ``preset`` folds with the agent's default, ``task-state``.
         ``budget`` is stored as the view's budget, the one ``get`` fits."""
         if not isinstance(memory, Memory):
             raise InvalidInput(
@@ -139,7 +141,7 @@ class ContextfoldMemory(BaseMemory):
             )
         session = memory.session(session_id, system=system)
         if view_settings or budget is not None:
-            session.view(view, budget=budget, **view_settings)
+            session.view(view, budget=budget, **agent_view_settings(view_settings))
         return cls(session, view=view, tool_calls_in=tool_calls_in)
 
     @classmethod
