@@ -505,9 +505,10 @@ def test_judge_grades_each_arm_and_the_full_context(
         {"question": "Third graded?", "answer": "no", "category": 2},  # over --questions 2
     ]
     path = write_jsonl(tmp_path / "t.jsonl", [row_data])
-    # Per question: the full context, then the arms in order (offline, keep-recent).
+    # Arm by arm (the full context, offline, keep-recent), each arm's two answers together;
+    # then the grades question by question, across the arms in that order.
     answers.add(*[openai_reply("an answer", prompt_tokens=50, completion_tokens=2)] * 6)
-    verdicts = ["CORRECT", "CORRECT", "WRONG", "CORRECT", "Correct.", "I think INCORRECT"]
+    verdicts = ["CORRECT", "CORRECT", "WRONG", "Correct.", "CORRECT", "I think INCORRECT"]
     grades.add(*[openai_reply(v, prompt_tokens=40, completion_tokens=1) for v in verdicts])
     code, out, err = run(
         capsys,
@@ -534,11 +535,12 @@ def test_judge_grades_each_arm_and_the_full_context(
     graded = grades.requests[0].body["messages"][-1]["content"]
     assert "Gold answer: Zanzibar" in graded and "Answer to grade: an answer" in graded
     # Each arm's prompt is its own render plus the question: the log was not changed.
-    assert len(answers.requests[1].body["messages"]) < len(answers.requests[0].body["messages"])
+    # (Requests: the full context's q1 and q2, then offline's, then keep-recent's.)
+    assert len(answers.requests[2].body["messages"]) < len(answers.requests[0].body["messages"])
     # keep-recent does not recall: both questions are asked of its one final prompt;
     # offline recalls by each question, so each question gets its own render.
-    assert answers.requests[2].body["messages"][:-1] == answers.requests[5].body["messages"][:-1]
-    recalled = [m["content"] for m in answers.requests[1].body["messages"] if m["role"] == "system"]
+    assert answers.requests[4].body["messages"][:-1] == answers.requests[5].body["messages"][:-1]
+    recalled = [m["content"] for m in answers.requests[2].body["messages"] if m["role"] == "system"]
     assert len(recalled) == 1 and "user: Last spring I travelled to Zanzibar" in recalled[0]
 
 

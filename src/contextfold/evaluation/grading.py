@@ -6,12 +6,12 @@ scores are read from the entries (``results``), so what is scored is exactly
 what can be audited. Arms are the full context (``full``: the whole
 conversation as the prompt) and each preset x budget that ran.
 
-- Questions (``--judge``): per question, the full context then each arm, an
-  answer and its grade in turn, as before probes existed.
-- Probes with ``--model`` and ``--judge``: all answers of one arm's prompt one
-  after another (a llama.cpp server's prefix cache keeps the prompt), the
-  grades after the answers, one probe's across arms together (the judge's
-  prompt starts with the probe's source messages).
+- Questions and probes with ``--model`` and ``--judge``: all answers of one
+  arm's prompt one after another, the full context first (a llama.cpp server
+  reads only what differs from its previous prompt, so each arm's prompt is
+  read once, not once a question), then the grades, one question's or probe's
+  across arms together (the judge's prompt starts with the question, or with
+  the probe's source messages). A question is a step once it is graded.
 - Probes without them: the offline grade, exact match of the gold's key words
   in the arm's prompt; no call, no cost.
 
@@ -138,11 +138,14 @@ def grade_questions(
     rare = max(3.0, 0.01 * len(messages))
     correct = {arm.name: arm.correct for arm in result.arms}
     correct[FULL] = result.full_correct
-    for number, question in enumerate(questions, 1):
-        item = f"q{number}"
-        text, gold = str(question["question"]), str(question["answer"])
-        keys = key_words(question, df, rare) if len(gold.split()) <= SHORT_GOLD_WORDS else set()
-        for arm, asked in _arms(result):
+    items = [(f"q{n}", q, str(q["question"]), str(q["answer"])) for n, q in enumerate(questions, 1)]
+    keys = {
+        item: key_words(question, df, rare) if len(gold.split()) <= SHORT_GOLD_WORDS else set()
+        for item, question, _, gold in items
+    }
+    answered: dict[str, list[tuple[str, dict[str, Any]]]] = {item: [] for item, *_ in items}
+    for arm, asked in _arms(result):
+        for item, question, text, gold in items:
             entry = _entry(key, result, arm, item, kind="question", question=text, gold=gold)
             result.audit.append(entry)
             record = grading.asker.call(
@@ -154,8 +157,11 @@ def grade_questions(
             )
             if not _answered(entry, record):
                 continue
-            if keys:
-                entry["exact"] = matches(keys, entry["answer"] or "")
+            if keys[item]:
+                entry["exact"] = matches(keys[item], entry["answer"] or "")
+            answered[item].append((arm, entry))
+    for item, _, text, gold in items:
+        for arm, entry in answered[item]:
             grade = grading.asker.call(
                 f"grade|{entry['id']}",
                 "grade",
