@@ -65,6 +65,7 @@ from _llama import (
     shipped_gguf,
 )
 
+from contextfold import preset_names
 from contextfold.evaluation.judge import judged_questions
 from contextfold.evaluation.split import rows_of
 
@@ -198,14 +199,12 @@ class Command:
 
 
 def command_offers() -> Command:
+    """Its flags from ``eval --help``; its presets from the library it runs."""
     helped = subprocess.run(
         [*contextfold_command(), "eval", "--help"], capture_output=True, text=True, check=True
     )
-    listed = subprocess.run(
-        [*contextfold_command(), "presets", "--json"], capture_output=True, text=True, check=True
-    )
     flags = {word.strip("[],") for word in helped.stdout.split() if word.startswith("--")}
-    return Command(frozenset(flags), frozenset(p["name"] for p in json.loads(listed.stdout)))
+    return Command(frozenset(flags), frozenset(preset_names()))
 
 
 def eval_arguments(

@@ -1,0 +1,168 @@
+"""bench/real_eval.py against a scripted OpenAI-compatible server: its figures are the answers'.
+
+The scripted model answers a question with its gold answer when the prompt it
+was given holds that answer, and says it does not know otherwise; as judge it
+says CORRECT when the gold answer is in the graded answer. So the full
+context answers every question, a prompt that dropped a fact misses it, and
+the bench's counts can be checked against the verdicts the server gave.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_openai import openai_reply
+from fake_providers import FakeProvider, Reply, Request
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+FACTS = [
+    ("What is the name of Ana's dog?", "Biscuit", "My dog is called Biscuit, he is two now."),
+    ("Which city did Ben move to?", "Tallinn", "I finally moved to Tallinn last spring."),
+    ("What instrument does Ana play?", "cello", "I have been practising the cello every night."),
+    (
+        "What did Ben bake on Sunday?",
+        "rye bread",
+        "On Sunday I baked rye bread for the neighbours.",
+    ),
+    ("Where did Ana go hiking?", "Picos de Europa", "We went hiking in the Picos de Europa."),
+    ("What car does Ben drive?", "a green Skoda", "I drive a green Skoda these days."),
+]
+FILLER = "That sounds lovely, tell me more about how the week went and what comes next."
+
+
+def chat(questions: int) -> dict[str, Any]:
+    """A two-person chat stating one fact every few turns, the facts' questions with evidence."""
+    messages: list[dict[str, Any]] = []
+    asked = []
+    for question, answer, said in FACTS[:questions]:
+        for _ in range(5):
+            messages.append({"role": "user", "name": "Ana", "content": FILLER})
+            messages.append({"role": "assistant", "name": "Ben", "content": FILLER})
+        asked.append(
+            {"question": question, "answer": answer, "evidence": [len(messages)], "category": 4}
+        )
+        messages.append({"role": "user", "name": "Ana", "content": said})
+        messages.append({"role": "assistant", "name": "Ben", "content": "Good to know!"})
+    return {"messages": messages, "questions": asked}
+
+
+def write_data(folder: Path) -> None:
+    """LoCoMo-shaped rows (the second, of the checking half, is the one measured) and the
+    agent runs of the test fixtures."""
+    with (folder / "locomo_dev.jsonl").open("w", encoding="utf-8") as fh:
+        for i in range(2):
+            fh.write(json.dumps({"id": f"chat-{i}", **chat(len(FACTS))}) + "\n")
+    for name in ("taubench_airline_dev", "openhands_example"):
+        with gzip.open(FIXTURES / f"{name}.jsonl.gz", "rt", encoding="utf-8") as fh:
+            (folder / f"{name}.jsonl").write_text(fh.read(), encoding="utf-8")
+
+
+def text(messages: list[Mapping[str, Any]]) -> str:
+    return "\n".join(str(m.get("content") or "") for m in messages)
+
+
+class Scripted:
+    """The model and the judge: answers from the prompt, verdicts from the gold."""
+
+    def __init__(self) -> None:
+        self.verdicts: list[bool] = []
+
+    def __call__(self, request: Request) -> Reply:
+        messages = request.body["messages"]
+        last = str(messages[-1].get("content") or "")
+        gold = re.search(r"^Gold answer: (.*)$", last, re.M)
+        if gold is not None:
+            graded = re.search(r"^Answer to grade: (.*)$", last, re.M)
+            correct = graded is not None and gold.group(1).lower() in graded.group(1).lower()
+            self.verdicts.append(correct)
+            return openai_reply("CORRECT" if correct else "WRONG")
+        asked = re.search(r"Question: (.*)$", last)
+        if asked is not None:
+            for question, answer, _ in FACTS:
+                if question == asked.group(1) and answer in text(messages[:-1]):
+                    return openai_reply(answer)
+            return openai_reply("I do not know.")
+        return openai_reply("The two talked about their week.")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Scripted]:
+    data = tmp_path_factory.mktemp("data")
+    write_data(data)
+    scripted = Scripted()
+    with FakeProvider("openai") as server:
+        server.answer("POST", "/v1/chat/completions", scripted)
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(BENCH / "real_eval.py"),
+                "--quick",
+                "--json",
+                "--base-url",
+                f"{server.url}#scripted",
+                "--questions",
+                "5",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+            env={"CONTEXTFOLD_DATA": str(data), "PATH": str(Path(sys.executable).parent)},
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "[qa] done in" in done.stderr
+    figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures, scripted
+
+
+def test_the_full_context_answers_every_question_it_was_asked(
+    run: tuple[dict[str, Any], Scripted],
+) -> None:
+    figures, _ = run
+    qa = figures["qa"]
+    assert qa["questions_asked"] == {"chat-1": 5}  # the measured half's row, 5 of its 6
+    full = qa["per_arm"]["full"]
+    assert (full["n"], full["correct"], full["accuracy"]) == (5, 5, 1.0)
+    assert full["ci95"][1] == 1.0 and 0.5 < full["ci95"][0] < 0.6
+
+
+def test_each_arm_counts_the_verdicts_the_judge_gave(run: tuple[dict[str, Any], Scripted]) -> None:
+    figures, scripted = run
+    arms = figures["qa"]["per_arm"]
+    assert set(arms) >= {"full", "offline@10%", "offline@20%", "keep-recent@10%"}
+    assert all(score["n"] == 5 for score in arms.values())
+    assert sum(score["correct"] for score in arms.values()) == sum(scripted.verdicts)
+    assert len(scripted.verdicts) == 5 * len(arms)
+    # Plain trimming at 10% keeps the last fact only: the earlier ones are gone.
+    assert arms["keep-recent@10%"]["correct"] < arms["full"]["correct"]
+    run_figures = figures["qa"]["run"]
+    assert run_figures["judge_calls"] == len(scripted.verdicts)
+    assert run_figures["answer_calls"] == len(scripted.verdicts)
+    assert run_figures["seconds"] > 0
+
+
+@pytest.mark.parametrize(
+    ("correct", "n", "low", "high"), [(3, 10, 0.1078, 0.6032), (0, 4, 0.0, 0.4899)]
+)
+def test_intervals_are_wilsons(correct: int, n: int, low: float, high: float) -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import real_eval
+    finally:
+        sys.path.remove(str(BENCH))
+    interval = real_eval.wilson(correct, n)
+    assert interval is not None
+    assert math.isclose(interval[0], low, abs_tol=1e-4)
+    assert math.isclose(interval[1], high, abs_tol=1e-4)
+    assert real_eval.wilson(0, 0) is None
