@@ -16,6 +16,7 @@ stalls the rest. On 2 busy cores one thread read a prompt 4x faster and wrote
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import tempfile
@@ -97,11 +98,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def llama_server(python: str, gguf: Path, n_ctx: int, threads: int | None = None) -> Iterator[str]:
+def llama_server(
+    python: str, gguf: Path, n_ctx: int, threads: int | None = None, log: Path | None = None
+) -> Iterator[str]:
     """Start llama.cpp's server on a free port; yield its base URL; always stop it.
 
     Its threads sleep while they wait (``OMP_WAIT_POLICY=PASSIVE``) instead of spinning on
-    cores the client needs."""
+    cores the client needs. Its log goes to ``log`` when given (``server_speed`` reads it)."""
     port = free_port()
     command = [
         python,
@@ -123,11 +126,11 @@ def llama_server(python: str, gguf: Path, n_ctx: int, threads: int | None = None
         str(threads or server_threads()),
     ]
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
-    with tempfile.TemporaryFile("w+") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    with log.open("w+") if log is not None else tempfile.TemporaryFile("w+") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             url = f"http://127.0.0.1:{port}/v1"
-            wait_ready(url, process, log)
+            wait_ready(url, process, out)
             yield url
         finally:
             process.terminate()
@@ -154,3 +157,29 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], log: IO[str]) -> None
             pass
         time.sleep(1.0)
     raise ServerError(f"llama.cpp's server did not answer {url}/models in {START_S:.0f} s")
+
+
+_REUSED = re.compile(r"(\d+) prefix-match hit, remaining (\d+) prompt tokens")
+_READ = re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
+_WRITTEN = re.compile(r"^\S*\s+eval time =\s*([\d.]+) ms /\s*(\d+) runs", re.M)
+
+
+def server_speed(log: str) -> dict[str, float | int]:
+    """What llama.cpp's server log says of its calls: prompt tokens read and tokens written,
+    with their seconds and rates, and the prompt tokens its cache spared it (the prefix a
+    prompt shared with the one before)."""
+    reused = sum(int(m.group(1)) for m in _REUSED.finditer(log))
+    read = [(float(m.group(1)) / 1000, int(m.group(2))) for m in _READ.finditer(log)]
+    written = [(float(m.group(1)) / 1000, int(m.group(2))) for m in _WRITTEN.finditer(log)]
+    read_s, read_n = sum(s for s, _ in read), sum(n for _, n in read)
+    written_s, written_n = sum(s for s, _ in written), sum(n for _, n in written)
+    return {
+        "calls": len(read),
+        "prompt_tokens_read": read_n,
+        "prompt_tokens_reused": reused,
+        "read_seconds": round(read_s, 1),
+        "read_tokens_per_s": round(read_n / read_s, 1) if read_s else 0.0,
+        "tokens_written": written_n,
+        "write_seconds": round(written_s, 1),
+        "write_tokens_per_s": round(written_n / written_s, 1) if written_s else 0.0,
+    }

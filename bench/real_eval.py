@@ -61,6 +61,7 @@ from _llama import (
     ServerError,
     llama_missing,
     llama_server,
+    server_speed,
     server_threads,
     shipped_gguf,
 )
@@ -100,12 +101,15 @@ class Sample:
 
 SAMPLES = {
     True: Sample(
-        conversations=1, questions=4, agent_runs=1, probes=4, samples=2, context=2500, timeout=300
+        conversations=1, questions=3, agent_runs=1, probes=3, samples=2, context=2000, timeout=300
     ),
     False: Sample(
-        conversations=2, questions=10, agent_runs=2, probes=8, samples=4, context=6000, timeout=600
+        conversations=2, questions=8, agent_runs=2, probes=6, samples=3, context=4000, timeout=600
     ),
 }
+"""Measured on 2 cores at a load average of 12 to 16 (six engineers' tests beside it), one
+server thread: the model read 36 prompt tokens/s and wrote 16/s (113 and 29 on a quieter
+machine); a LoCoMo question cost 2 minutes with the full context read again for it."""
 
 
 # -- the sample -----------------------------------------------------------------
@@ -294,44 +298,48 @@ def score(correct: int, n: int) -> dict[str, Any]:
     }
 
 
-def arm_name(entry: Mapping[str, Any]) -> str:
-    arm = entry.get("arm")
-    if isinstance(arm, str):
-        return arm
-    if entry.get("preset") is None:
-        return "full"
-    return f"{entry['preset']}@{entry['budget']}"
-
-
-def graded(entry: Mapping[str, Any]) -> bool | None:
-    """An audit entry's verdict: True, False, or None when it has none (a failed call)."""
-    verdict = entry.get("correct", entry.get("verdict"))
-    if isinstance(verdict, bool):
-        return verdict
-    if isinstance(verdict, str) and verdict.upper() in ("CORRECT", "WRONG", "INCORRECT"):
-        return verdict.upper() == "CORRECT"
-    return None
-
-
 def audit_scores(audit: Sequence[Mapping[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
-    """Per arm (and, for probes, per arm and type) the graded answers of one kind."""
+    """Per arm (and, for probes, per arm and type: ``offline@10%/recall``) the verdicts of one
+    kind of audit entry (``question`` or ``probe``); a failed call has no verdict and is left
+    out (``failed_calls`` counts it)."""
     counts: dict[str, list[int]] = {}
     for entry in audit:
-        is_probe = entry.get("kind") == "probe" or "probe_type" in entry or "probe" in entry
-        if is_probe != (kind == "probe"):
+        if entry.get("kind") != kind or entry.get("verdict") is None:
             continue
-        verdict = graded(entry)
-        if verdict is None:
-            continue
-        keys = [arm_name(entry)]
-        if kind == "probe":
-            kind_of = entry.get("probe_type") or entry.get("type") or "?"
-            keys.append(f"{keys[0]}/{kind_of}")
+        keys = [entry["arm"]] + ([f"{entry['arm']}/{entry['type']}"] if kind == "probe" else [])
         for key in keys:
             tally = counts.setdefault(key, [0, 0])
-            tally[0] += verdict
+            tally[0] += bool(entry["verdict"])
             tally[1] += 1
-    return {key: score(c, n) for key, (c, n) in sorted(counts.items())}
+    return {key: score(c, n) for key, (c, n) in counts.items()}
+
+
+def answer_seconds(audit: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per arm, the mean seconds of an answer and its grade, and the mean prompt tokens."""
+    per_arm: dict[str, list[tuple[float, int]]] = {}
+    for entry in audit:
+        if entry.get("kind") in ("question", "probe") and entry.get("calls"):
+            per_arm.setdefault(entry["arm"], []).append(
+                (entry["seconds"], entry.get("prompt_tokens") or 0)
+            )
+    return {
+        arm: {
+            "answers": len(pairs),
+            "mean_seconds": round(sum(s for s, _ in pairs) / len(pairs), 2),
+            "mean_prompt_tokens": round(sum(t for _, t in pairs) / len(pairs)),
+        }
+        for arm, pairs in per_arm.items()
+    }
+
+
+def failures(audit: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Failed answers and grades by reason."""
+    reasons: dict[str, int] = {}
+    for entry in audit:
+        if entry.get("error"):
+            reason = str(entry.get("reason") or entry["error"])[:80]
+            reasons[reason] = reasons.get(reason, 0) + 1
+    return dict(sorted(reasons.items()))
 
 
 def qa_scores(summary: Mapping[str, Any], asked: Mapping[str, int]) -> dict[str, dict[str, Any]]:
@@ -371,7 +379,8 @@ def run_costs(summary: Mapping[str, Any], seconds: float) -> dict[str, Any]:
         "judge_calls": summary.get("judge_calls"),
         "judge_tokens": summary.get("judge_tokens"),
         "unclear_verdicts": summary.get("unclear_verdicts"),
-        "failed_calls": summary.get("failed_calls", sum(r.get("failed", 0) for r in rows)),
+        "failed_calls": failures(summary.get("audit") or []),
+        "per_answer": answer_seconds(summary.get("audit") or []),
         "skipped": {
             f"{r['preset']}@{r['budget']}": sum(r["skipped"].values()) for r in rows if r["skipped"]
         },
@@ -381,7 +390,25 @@ def run_costs(summary: Mapping[str, Any], seconds: float) -> dict[str, Any]:
 # -- the run ----------------------------------------------------------------------
 
 
-def run_all(spec: str, model: str, args: argparse.Namespace) -> dict[str, Any]:
+class ServerLog:
+    """The llama server's log, read one eval run at a time."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.read_to = 0
+
+    def since_last(self) -> dict[str, Any] | None:
+        """``server_speed`` of what the server logged since the last call (None: no log)."""
+        if self.path is None:
+            return None
+        text = self.path.read_text(encoding="utf-8", errors="replace")
+        new, self.read_to = text[self.read_to :], len(text)
+        return server_speed(new)
+
+
+def run_all(
+    spec: str, model: str, args: argparse.Namespace, log: Path | None = None
+) -> dict[str, Any]:
     sample = SAMPLES[args.quick]
     if args.conversations is not None:
         sample = Sample(**{**asdict(sample), "conversations": args.conversations})
@@ -401,6 +428,8 @@ def run_all(spec: str, model: str, args: argparse.Namespace) -> dict[str, Any]:
             + [f for f in ("--probes", "--timeout", "--results") if f not in offers.flags]
         ),
     }
+    server = ServerLog(log)
+    server.since_last()  # the start's lines
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="real-eval-") as tmp:
         work = Path(tmp)
@@ -417,8 +446,9 @@ def run_all(spec: str, model: str, args: argparse.Namespace) -> dict[str, Any]:
         figures["qa"] = {
             "questions_asked": asked,
             "per_arm": qa_scores(summary, asked),
-            "judge_agreement": summary.get("judge_agreement"),
+            "judge_agreement": summary.get("agreement"),
             "run": run_costs(summary, seconds),
+            "server": server.since_last(),
         }
         if "--probes" in offers.flags and sample.agent_runs:
             write_jsonl(work / "probes.jsonl", agent_rows(sample.agent_runs, sample.context))
@@ -435,9 +465,11 @@ def run_all(spec: str, model: str, args: argparse.Namespace) -> dict[str, Any]:
                 work / "probes.results",
             )
             figures["probes"] = {
+                "made": summary.get("probes", {}).get("made"),
                 "per_arm": audit_scores(summary.get("audit") or [], "probe"),
-                "judge_agreement": summary.get("judge_agreement"),
+                "judge_agreement": summary.get("agreement"),
                 "run": run_costs(summary, seconds),
+                "server": server.since_last(),
             }
     figures["seconds_total"] = round(time.monotonic() - began, 1)
     return figures
@@ -465,6 +497,13 @@ def show(figures: Mapping[str, Any], as_json: bool) -> None:
             f"grades {run['judge_calls']} calls, compaction {run['compaction_calls']} calls, "
             f"{run['failed_jobs']} failed jobs (sample {sample})"
         )
+        speed = figures[part]["server"]
+        if speed is not None:
+            print(
+                f"  server: {speed['calls']} calls, read {speed['prompt_tokens_read']:,} prompt "
+                f"tokens at {speed['read_tokens_per_s']}/s ({speed['prompt_tokens_reused']:,} "
+                f"reused), wrote {speed['tokens_written']:,} at {speed['write_tokens_per_s']}/s"
+            )
         for arm, s in figures[part]["per_arm"].items():
             shown = "-" if s["accuracy"] is None else f"{s['accuracy']:.2f}"
             interval = "" if s["ci95"] is None else f" [{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}]"
@@ -520,8 +559,13 @@ def main() -> int:
             args.json,
         )
     try:
-        with llama_server(python, gguf, args.n_ctx, args.threads) as url:
-            figures = run_all(f"openai-compatible:{url}#{ALIAS}", gguf.name, args)
+        with (
+            tempfile.TemporaryDirectory(prefix="real-eval-server-") as tmp,
+            llama_server(python, gguf, args.n_ctx, args.threads, Path(tmp) / "log") as url,
+        ):
+            figures = run_all(
+                f"openai-compatible:{url}#{ALIAS}", gguf.name, args, Path(tmp) / "log"
+            )
     except ServerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

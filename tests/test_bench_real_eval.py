@@ -166,3 +166,31 @@ def test_intervals_are_wilsons(correct: int, n: int, low: float, high: float) ->
     assert math.isclose(interval[0], low, abs_tol=1e-4)
     assert math.isclose(interval[1], high, abs_tol=1e-4)
     assert real_eval.wilson(0, 0) is None
+
+
+LOG = """\
+Llama.generate: 4 prefix-match hit, remaining 1906 prompt tokens to eval
+llama_perf_context_print:        load time =      33.24 ms
+llama_perf_context_print: prompt eval time =   33887.58 ms /  1906 tokens (   17.78 ms per token)
+llama_perf_context_print:        eval time =     641.12 ms /    15 runs   (   42.74 ms per token)
+llama_perf_context_print:       total time =   34613.51 ms /  1921 tokens
+Llama.generate: 1910 prefix-match hit, remaining 94 prompt tokens to eval
+llama_perf_context_print: prompt eval time =    1112.42 ms /    94 tokens (   11.83 ms per token)
+llama_perf_context_print:        eval time =     358.88 ms /     5 runs   (   71.78 ms per token)
+llama_perf_context_print:       total time =    1471.30 ms /    99 tokens
+"""
+
+
+def test_the_server_log_gives_read_and_write_rates() -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        from _llama import server_speed
+    finally:
+        sys.path.remove(str(BENCH))
+    speed = server_speed(LOG)
+    assert speed["calls"] == 2
+    assert speed["prompt_tokens_read"] == 1906 + 94
+    assert speed["prompt_tokens_reused"] == 4 + 1910
+    assert speed["tokens_written"] == 20
+    assert speed["read_tokens_per_s"] == round(2000 / (33.88758 + 1.11242), 1)
+    assert speed["write_tokens_per_s"] == round(20 / (0.64112 + 0.35888), 1)
