@@ -50,7 +50,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -409,11 +409,13 @@ class ServerLog:
 def run_all(
     spec: str, model: str, args: argparse.Namespace, log: Path | None = None
 ) -> dict[str, Any]:
-    sample = SAMPLES[args.quick]
-    if args.conversations is not None:
-        sample = Sample(**{**asdict(sample), "conversations": args.conversations})
-    if args.questions is not None:
-        sample = Sample(**{**asdict(sample), "questions": args.questions})
+    chosen = SAMPLES[args.quick]
+    sample = replace(
+        chosen,
+        conversations=args.conversations or chosen.conversations,
+        questions=args.questions or chosen.questions,
+        context=min(chosen.context, args.n_ctx - HEADROOM),
+    )
     offers = command_offers()
     presets = [p for p in PRESETS if p in offers.presets]
     figures: dict[str, Any] = {
