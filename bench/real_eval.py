@@ -24,10 +24,14 @@ per-conversation accuracies times the questions this bench gave it); the
 judge's agreement when eval reports it; model calls, tokens, failed calls and
 seconds per run. ``--quick``: one conversation, one run, a few questions.
 
-The eval answers each arm's questions from one prompt: a llama.cpp server
-reads only what differs from its previous prompt, so the calls are ordered
-(when eval orders them: one arm's answers together, then the grades) and the
-full context is read once a conversation, not once a question.
+A llama.cpp server reads only the part of a prompt that differs from the one
+before, so the order of eval's calls sets the cost: its probes are asked one
+arm at a time (the arm's prompt read once), its questions one question at a
+time across the arms (each arm's prompt read again for each question). The
+figures include what the server's log says: prompt tokens read and reused,
+tokens written, and their rates. ``--keep DIR`` keeps eval's inputs and
+``--results`` files, so that a stopped run started again with the same DIR
+resumes.
 
 Where: ``--llama-python`` or ``$CONTEXTFOLD_LLAMA_PYTHON`` imports
 ``llama_cpp.server``; the model is ``--gguf``, ``$CONTEXTFOLD_GGUF``, or the
@@ -434,7 +438,8 @@ def run_all(
     server.since_last()  # the start's lines
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="real-eval-") as tmp:
-        work = Path(tmp)
+        work = Path(args.keep or tmp)
+        work.mkdir(parents=True, exist_ok=True)
         qa_rows = locomo_rows(sample.conversations, sample.questions, sample.context)
         write_jsonl(work / "qa.jsonl", qa_rows)
         asked = {r["id"]: len(judged_questions(r["questions"], sample.questions)) for r in qa_rows}
@@ -534,6 +539,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, help="the server's threads (default: cores - 1)")
     parser.add_argument("--conversations", type=int, help="LoCoMo conversations (at most 2)")
     parser.add_argument("--questions", type=int, help="questions graded a conversation")
+    parser.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="keep eval's inputs and --results files here: run again with the same DIR to "
+        "resume a stopped run (when eval has --results)",
+    )
 
 
 def main() -> int:

@@ -152,6 +152,22 @@ def test_each_arm_counts_the_verdicts_the_judge_gave(run: tuple[dict[str, Any], 
     assert run_figures["seconds"] > 0
 
 
+def test_without_a_llama_server_it_says_why_and_exits_0(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-python"
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "real_eval.py"), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={"CONTEXTFOLD_LLAMA_PYTHON": str(missing), "PATH": ""},
+    )
+    assert done.returncode == 0, done.stderr
+    last = json.loads(done.stdout.strip().splitlines()[-1])
+    assert last["skipped"] is True
+    assert str(missing) in last["reason"]
+
+
 @pytest.mark.parametrize(
     ("correct", "n", "low", "high"), [(3, 10, 0.1078, 0.6032), (0, 4, 0.0, 0.4899)]
 )
