@@ -73,26 +73,25 @@ def text(messages: list[Mapping[str, Any]]) -> str:
 
 
 class Scripted:
-    """The model and the judge: answers from the prompt, verdicts from the gold."""
+    """The model and the judge. Asked a question, the model repeats the prompt it was given,
+    so it is right exactly when that prompt holds the gold; the judge says CORRECT when the
+    gold is in the answer, and keeps its verdicts on questions and on probes apart."""
 
     def __init__(self) -> None:
-        self.verdicts: list[bool] = []
+        self.verdicts: dict[str, list[bool]] = {"question": [], "probe": []}
 
     def __call__(self, request: Request) -> Reply:
         messages = request.body["messages"]
         last = str(messages[-1].get("content") or "")
         gold = re.search(r"^Gold answer: (.*)$", last, re.M)
         if gold is not None:
-            graded = re.search(r"^Answer to grade: (.*)$", last, re.M)
+            graded = re.search(r"Answer to grade: (.*?)\n\nThe answer is CORRECT", last, re.S)
             correct = graded is not None and gold.group(1).lower() in graded.group(1).lower()
-            self.verdicts.append(correct)
+            kind = "probe" if last.startswith("The conversation said:") else "question"
+            self.verdicts[kind].append(correct)
             return openai_reply("CORRECT" if correct else "WRONG")
-        asked = re.search(r"Question: (.*)$", last)
-        if asked is not None:
-            for question, answer, _ in FACTS:
-                if question == asked.group(1) and answer in text(messages[:-1]):
-                    return openai_reply(answer)
-            return openai_reply("I do not know.")
+        if "Question: " in last:
+            return openai_reply(text(messages[:-1]))
         return openai_reply("The two talked about their week.")
 
 
@@ -142,13 +141,14 @@ def test_each_arm_counts_the_verdicts_the_judge_gave(run: tuple[dict[str, Any], 
     arms = figures["qa"]["per_arm"]
     assert set(arms) >= {"full", "offline@10%", "offline@20%", "keep-recent@10%"}
     assert all(score["n"] == 5 for score in arms.values())
-    assert sum(score["correct"] for score in arms.values()) == sum(scripted.verdicts)
-    assert len(scripted.verdicts) == 5 * len(arms)
+    verdicts = scripted.verdicts["question"]
+    assert sum(score["correct"] for score in arms.values()) == sum(verdicts)
+    assert len(verdicts) == 5 * len(arms)
     # Plain trimming at 10% keeps the last fact only: the earlier ones are gone.
     assert arms["keep-recent@10%"]["correct"] < arms["full"]["correct"]
     run_figures = figures["qa"]["run"]
-    assert run_figures["judge_calls"] == len(scripted.verdicts)
-    assert run_figures["answer_calls"] == len(scripted.verdicts)
+    assert run_figures["judge_calls"] == len(verdicts)
+    assert run_figures["answer_calls"] == len(verdicts)
     assert run_figures["seconds"] > 0
 
 
@@ -166,6 +166,28 @@ def test_without_a_llama_server_it_says_why_and_exits_0(tmp_path: Path) -> None:
     last = json.loads(done.stdout.strip().splitlines()[-1])
     assert last["skipped"] is True
     assert str(missing) in last["reason"]
+
+
+def test_probe_scores_per_arm_and_type_count_the_probe_verdicts(
+    run: tuple[dict[str, Any], Scripted],
+) -> None:
+    figures, scripted = run
+    if "probes" not in figures:
+        pytest.skip(f"this contextfold eval has no --probes ({figures['missing']})")
+    scores = figures["probes"]["per_arm"]
+    arms = {key: score for key, score in scores.items() if "/" not in key}
+    assert {"full", "keep-recent@10%", "offline@10%"} <= set(arms)
+    verdicts = scripted.verdicts["probe"]
+    assert sum(score["correct"] for score in arms.values()) == sum(verdicts)
+    assert sum(score["n"] for score in arms.values()) == len(verdicts) > 0
+    for arm, score in arms.items():
+        types = [s for key, s in scores.items() if key.startswith(f"{arm}/")]
+        assert sum(s["n"] for s in types) == score["n"]
+        assert sum(s["correct"] for s in types) == score["correct"]
+    # The full run holds every probe's gold; plain trimming at 10% holds fewer.
+    assert arms["full"]["correct"] == arms["full"]["n"]
+    assert arms["keep-recent@10%"]["correct"] < arms["full"]["correct"]
+    assert figures["probes"]["run"]["judge_calls"] == len(verdicts)
 
 
 @pytest.mark.parametrize(
