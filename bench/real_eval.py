@@ -25,13 +25,12 @@ judge's agreement when eval reports it; model calls, tokens, failed calls and
 seconds per run. ``--quick``: one conversation, one run, a few questions.
 
 A llama.cpp server reads only the part of a prompt that differs from the one
-before, so the order of eval's calls sets the cost: its probes are asked one
-arm at a time (the arm's prompt read once), its questions one question at a
-time across the arms (each arm's prompt read again for each question). The
-figures include what the server's log says: prompt tokens read and reused,
-tokens written, and their rates. ``--keep DIR`` keeps eval's inputs and
-``--results`` files, so that a stopped run started again with the same DIR
-resumes.
+before, so the order of eval's calls sets the cost: asked arm by arm, an arm's
+prompt is read once a conversation, not once a question. The figures include
+what the server's log says: prompt tokens read and reused (what the order
+saved), tokens written, and their rates. ``--keep DIR`` keeps eval's inputs
+and ``--results`` files, so that a stopped run started again with the same
+DIR resumes.
 
 Where: ``--llama-python`` or ``$CONTEXTFOLD_LLAMA_PYTHON`` imports
 ``llama_cpp.server``; the model is ``--gguf``, ``$CONTEXTFOLD_GGUF``, or the
