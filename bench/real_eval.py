@@ -107,12 +107,12 @@ SAMPLES = {
         conversations=1, questions=3, agent_runs=1, probes=3, samples=2, context=2000, timeout=300
     ),
     False: Sample(
-        conversations=2, questions=8, agent_runs=2, probes=6, samples=3, context=4000, timeout=600
+        conversations=2, questions=12, agent_runs=2, probes=8, samples=3, context=4000, timeout=600
     ),
 }
-"""Measured on 2 cores at a load average of 12 to 16 (six engineers' tests beside it), one
-server thread: the model read 36 prompt tokens/s and wrote 16/s (113 and 29 on a quieter
-machine); a LoCoMo question cost 2 minutes with the full context read again for it."""
+"""Sized by SmolLM2-135M on 2 cores, one server thread: it read 135 prompt tokens/s and wrote
+68/s on a quiet machine (36 and 16 at a load average of 14). Asked arm by arm, a question
+costs each arm a few seconds; the task-state summary's calls cost the most."""
 
 
 # -- the sample -----------------------------------------------------------------
