@@ -113,7 +113,7 @@ def test_only_the_latest_todo_list_comes_back_right_after_the_fold_verbatim() ->
 def test_a_rule_file_read_early_survives_the_fold() -> None:
     s = session()
     bare = folded(s.view("bare", preset="offline", budget=1200))
-    assert not any(RULES == c for c in contents(bare))
+    assert RULES not in contents(bare)
     prompt = folded(s.view("ruled", preset="offline", budget=1200, pins=["rules"]))
     assert RULES in contents(prompt)
     assert prompt.pinned[:2] == (3, 4)  # the Read call and its result, whole
@@ -258,6 +258,15 @@ def test_pins_over_http() -> None:
         assert bad.status_code == 422 and bad.json()["error"]["field"] == "pins[0].mode"
         assert client.put(url, json={"pins_share": 2.0}).status_code == 422
         assert client.get(url).json()["config"]["pins"] == ["todo", "rules"]
+        logged = client.post("/api/v1/sessions/s1/messages", json={"messages": agent_log()})
+        assert logged.status_code in (200, 201), logged.text
+        assert client.put(url, json={"preset": "offline", "budget": 1200}).status_code == 200
+        assert client.post(f"{url}/compact").status_code == 200
+        rendered = client.get(f"{url}/render").json()
+        pinned = rendered["report"]["pinned"]
+        assert pinned and [m["content"] for m in rendered["messages"]].count(RULES) == 1
+        seqs = [m["seq"] for m in client.get("/api/v1/sessions/s1/messages").json()["messages"]]
+        assert set(pinned) <= set(seqs)
 
 
 def pending_log() -> list[Message]:

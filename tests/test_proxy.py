@@ -523,6 +523,7 @@ def test_the_view_is_made_with_the_servers_defaults_and_again_for_a_recreated_se
     view = store.get_view("local/s1", "planner")
     assert view is not None
     assert (view.config["preset"], view.config["budget"]) == ("offline", 8000)
+    assert view.config["pins"] == ["todo", "rules"]  # an agent CLI's to-do list and rules
     assert store.get_view("local/s1", "default") is None
     # Deleted and made again under the same id: matched afresh, its view made again.
     rig.server.service.delete("local", "s1")

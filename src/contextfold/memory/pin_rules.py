@@ -65,6 +65,8 @@ PRESETS: dict[str, tuple[dict[str, Any], ...]] = {
     "plan": ({"filter": {"any": [{"tool": "ExitPlanMode"}, {"meta": {"kind": "plan"}}]}},),
 }
 """Pin presets by name: the rules each stands for."""
+AGENT_PINS = ("todo", "rules")
+"""What the proxy pins in the views it creates: an agent CLI's to-do list and rule files."""
 
 
 @dataclass(frozen=True)

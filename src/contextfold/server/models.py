@@ -243,6 +243,10 @@ class RenderReport(BaseModel):
     clipped: list[int] = Field(description="seq of the messages shortened to fit")
     whole: bool = Field(description="nothing left out or shortened")
     recalled: list[int] = Field(description="seq of the logged messages recalled into the prompt")
+    pinned: list[int] = Field(
+        default_factory=list,
+        description="seq of the logged messages the view's pins bring back after the folds",
+    )
     provisional: list[ProvisionalOut] = Field(
         default_factory=list,
         description="provisional folds in the prompt: made at render, without a model, where "
