@@ -182,7 +182,7 @@ def _cost(unit: Unit, messages: Sequence[Message], counter: TokenCounter) -> int
     return stored + sum(counter.message(m) for m in messages[len(unit) :])
 
 
-def with_pins(rendered: Rendered, pins: Pins) -> Rendered:
+def with_pinned(rendered: Rendered, pins: Pins) -> Rendered:
     """``rendered`` with ``pins`` after its folds (at ``recall_at``): the recall block,
     if any, goes after them."""
     if not pins.messages:
@@ -215,7 +215,7 @@ def pinned_prompt(
         return rendered
     budget = rendered.budget
     if budget is None:
-        return with_pins(rendered, fit_pins(outside, None, counter))
+        return with_pinned(rendered, fit_pins(outside, None, counter))
     cap = int(share * budget)
     need = fit_pins(outside, cap, counter).tokens
     if rendered.tokens + need > budget:
@@ -224,7 +224,7 @@ def pinned_prompt(
             rendered = replace(refit(budget - need), budget=budget)
         outside = _outside(units, rendered)
     room = min(cap, budget - rendered.tokens)
-    return with_pins(rendered, fit_pins(outside, room, counter))
+    return with_pinned(rendered, fit_pins(outside, room, counter))
 
 
 def _outside(units: Sequence[Unit], rendered: Rendered) -> list[Unit]:
