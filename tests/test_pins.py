@@ -5,6 +5,9 @@ waiting for its results is never folded (``strategies.base.job_for``)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from server_harness import make_service
 from contextfold import InvalidInput, Memory, Session, View
 from contextfold.core.messages import Message
 from contextfold.core.render import Rendered
+from contextfold.core.tokens import get_counter
 from contextfold.formats.anthropic import to_anthropic
 from contextfold.formats.checks import prompt_faults
 from contextfold.memory.bridge import standing
@@ -92,6 +96,8 @@ def after_folds(prompt: Rendered) -> list[Message]:
 
 
 def assert_valid(prompt: Rendered) -> None:
+    """Every provider takes it, and its count is exact."""
+    assert prompt.tokens == get_counter().messages(prompt.messages)
     assert prompt_faults(prompt.messages, "openai") == []
     system, turns = to_anthropic(prompt.messages)
     assert prompt_faults(turns, "anthropic", system=system) == []
@@ -184,12 +190,20 @@ def test_pins_come_back_beside_provisional_folds() -> None:
     assert_valid(prompt)
 
 
-def test_two_processes_render_the_same_pinned_prompt(tmp_path: Path) -> None:
+def test_another_process_renders_the_same_pinned_prompt(tmp_path: Path) -> None:
     path = str(tmp_path / "pins.db")
     s = session(Memory(path))
     first = folded(s.view("default", preset="offline", budget=1200, pins=["todo", "rules"]))
-    again = Memory(path).session("s1").view("default").render_report()
-    assert again.messages == first.messages and again.pinned == first.pinned
+    script = (
+        "import json, sys; from contextfold import Memory; "
+        "p = Memory(sys.argv[1]).session('s1').view('default').render_report(); "
+        "print(json.dumps([p.messages, p.pinned]))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run(
+        [sys.executable, "-c", script, path], capture_output=True, text=True, env=env, check=True
+    )
+    assert json.loads(out.stdout) == [first.messages, list(first.pinned)]
 
 
 @pytest.fixture(params=["ram", "sqlite", "postgres"])
@@ -305,3 +319,25 @@ def test_the_bridge_never_folds_a_call_still_waiting_for_results() -> None:
     assert standing(prompt.folds), "the render is bridged"
     assert all(end < waiting for _, _, end in standing(prompt.folds))
     assert prompt.messages[-2].get("tool_calls") and prompt.messages[-1]["tool_call_id"] == "run"
+
+
+@pytest.mark.parametrize("preset", ["offline", "tool-calls", "rolling"])
+def test_pins_beside_folds_of_every_role_are_valid_for_every_provider(preset: str) -> None:
+    # Folds render as user (offline), assistant (tool-calls) and system (rolling) messages.
+    s = session()
+    prompt = folded(s.view("default", preset=preset, budget=1200, pins=["todo", "rules"]))
+    assert RULES in contents(prompt) and "todo list 3 saved" in contents(prompt)
+    assert_valid(prompt)
+
+
+def test_pins_go_after_the_folds_and_before_the_recall_block() -> None:
+    s = session()
+    view = s.view("default", preset="offline", budget=1200, pins=["todo"], recall=True)
+    view.compact()
+    prompt = view.render_report(query="revision")
+    texts = contents(prompt)
+    block = next(i for i, t in enumerate(texts) if t.startswith("[contextfold: recalled"))
+    pinned = texts.index("todo list 3 saved")
+    fold = max(i for i, t in enumerate(texts) if t.startswith("[Folded"))
+    assert fold < pinned < block
+    assert_valid(prompt)

@@ -10,7 +10,8 @@ A view's ``pins`` setting is a list; each item is a preset's name or a rule::
 A rule selects messages with the view filter language
 (``contextfold.memory.filters``) and says how they come back: ``"latest"`` (the
 default) brings back only the newest message it selects, one per ``key`` when
-it has one (``"tool"``: the tool called; ``"path"``: the file the call names),
+it has one (``"tool"``: the tool called; ``"path"``: the file the call names; a
+message without that key is not pinned by the rule),
 and ``"all"`` every one. A selected message comes back with its tool unit (the
 call and all its results), since neither is valid in a prompt without the other.
 

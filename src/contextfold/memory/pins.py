@@ -47,7 +47,8 @@ Unit = tuple[LoggedMessage, ...]
 @dataclass(frozen=True)
 class PinScan:
     """What the rules select on a branch up to a seq: per rule, the newest seq by key
-    (``latest``) or every seq (``all``); and each call's keys, for its results."""
+    (``latest``; None for a rule without one) or every seq (``all``); and each call's
+    keys, for its results, when a rule has a key."""
 
     latest: tuple[Mapping[str | None, int], ...]
     every: tuple[tuple[int, ...], ...]
@@ -62,14 +63,12 @@ class PinScan:
         latest = [dict(found) for found in self.latest]
         every = [list(found) for found in self.every]
         call_keys = dict(self.call_keys)
+        keyed = {rule.key for rule in rules if rule.key is not None}
         for logged in messages:
             message = logged.message
-            for call in message.get("tool_calls") or ():
+            for call in message.get("tool_calls") or () if keyed else ():
                 one = {**message, "tool_calls": [call]}
-                call_keys[str(call["id"])] = {
-                    "tool": call_key(one, "tool"),
-                    "path": call_key(one, "path"),
-                }
+                call_keys[str(call["id"])] = {key: call_key(one, key) for key in keyed}
             for i, rule in enumerate(rules):
                 if not rule.selects(message):
                     continue
@@ -82,6 +81,8 @@ class PinScan:
                         key = call_keys.get(str(message.get("tool_call_id")), {}).get(rule.key)
                     else:
                         key = call_key(message, rule.key)
+                    if key is None:
+                        continue  # a keyed rule pins what has a key
                 latest[i][key] = logged.seq
         return PinScan(tuple(latest), tuple(tuple(e) for e in every), call_keys)
 
