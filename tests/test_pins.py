@@ -24,6 +24,7 @@ from contextfold.core.tokens import get_counter
 from contextfold.formats.anthropic import to_anthropic
 from contextfold.formats.checks import prompt_faults
 from contextfold.memory.bridge import standing
+from contextfold.memory.filters import compile_filter
 from contextfold.server.app import create_app
 from contextfold.strategies.masking import ObservationMasking
 from contextfold.strategies.pipeline import Pipeline
@@ -297,4 +298,33 @@ def test_pins_go_after_the_folds_and_before_the_recall_block() -> None:
     pinned = texts.index("todo list 3 saved")
     fold = max(i for i, t in enumerate(texts) if t.startswith("[Folded"))
     assert fold < pinned < block
+    assert_valid(prompt)
+
+
+def test_the_filter_keys_pins_use_see_tool_calls_and_their_text() -> None:
+    [read, result] = call("c1", "Read", {"file_path": "/repo/AGENTS.md"}, "be kind")
+    named = {**result, "name": "Read"}
+    by_tool = compile_filter({"tool": ["Read", "Write"]})
+    assert by_tool(read) and by_tool(named) and not by_tool(result)
+    by_text = compile_filter({"content": "AGENTS.md"})
+    assert by_text(read) and not by_text(result)
+    assert compile_filter({"content": "be kind"})(result)
+
+
+def test_the_plan_preset_pins_the_latest_plan() -> None:
+    log: list[Message] = [{"role": "user", "content": "Plan the migration, then do it."}]
+    log += call("p0", "ExitPlanMode", {"plan": "1. back up 2. migrate"}, "plan approved")
+    log += reads(0, 5)
+    log += [
+        {
+            "role": "assistant",
+            "content": "Revised plan: migrate, then back up.",
+            "meta": {"kind": "plan"},
+        }
+    ]
+    log += reads(10, 14)
+    s = session(log=log)
+    prompt = folded(s.view("default", preset="offline", budget=1000, pins=["plan"]))
+    assert "Revised plan: migrate, then back up." in contents(prompt)
+    assert "plan approved" not in contents(prompt)
     assert_valid(prompt)
