@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from agent_log import RULES, agent_log
 from fake_openai import openai_reply
 from fake_providers import FakeProvider, Reply, error_reply
 from server_harness import add_key, running
@@ -191,6 +192,18 @@ def test_the_upstream_is_sent_the_compacted_prompt(rig: Rig) -> None:
     assert sent[-1] == user("and now?")
     assert rig.log()[-2:] == [user("and now?"), {"role": "assistant", "content": "ok"}]
     assert len(rig.log()) == len(history) + 2
+
+
+def test_an_agents_latest_todo_list_and_rules_come_back_after_what_is_folded(rig: Rig) -> None:
+    conversation = [SYSTEM, *agent_log()]
+    rig.upstream.add(openai_reply("a"))
+    rig.client().chat.completions.create(
+        model="m", messages=conversation, extra_headers={"X-Contextfold-Budget": "1200"}
+    )
+    sent = [str(m.get("content")) for m in rig.sent()["messages"]]
+    assert any(text.startswith("[Folded") for text in sent)
+    assert [t for t in sent if t.startswith("todo list")] == ["todo list 3 saved"]
+    assert RULES in sent
 
 
 def test_a_budget_header_renders_for_that_budget(rig: Rig) -> None:
@@ -523,6 +536,7 @@ def test_the_view_is_made_with_the_servers_defaults_and_again_for_a_recreated_se
     view = store.get_view("local/s1", "planner")
     assert view is not None
     assert (view.config["preset"], view.config["budget"]) == ("offline", 8000)
+    assert view.config["pins"] == ["todo", "rules"]  # an agent CLI's to-do list and rules
     assert store.get_view("local/s1", "default") is None
     # Deleted and made again under the same id: matched afresh, its view made again.
     rig.server.service.delete("local", "s1")

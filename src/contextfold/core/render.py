@@ -55,6 +55,8 @@ class Rendered:
     recent raw messages that ends the prompt (``contextfold.memory.recalled``)."""
     recalled: tuple[int, ...] = ()
     """Seqs of the logged messages recalled into the prompt, in log order."""
+    pinned: tuple[int, ...] = ()
+    """Seqs of the logged messages pinned after the folds (``contextfold.memory.pins``)."""
 
 
 def floor(system_tokens: int, latest_user: Entry | LoggedMessage | None) -> int:

@@ -175,6 +175,12 @@ def _answered_within(
     return tuple(out[::-1]), answered, closed
 
 
+def with_answers(messages: Sequence[Message]) -> list[Message]:
+    """A tool unit taken out of the log's flow (a pinned one), each call it leaves
+    unanswered answered with ``NO_RESULT``, as render answers one another message follows."""
+    return list(_answered_within(messages, set(), True)[0])
+
+
 def _missing_ids(message: Message, answered: set[str]) -> list[str]:
     if message["role"] != "assistant":
         return []

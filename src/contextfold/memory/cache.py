@@ -40,8 +40,9 @@ ReadAfter = Callable[[int], list[LoggedMessage]]
 T = TypeVar("T")
 
 
-class _Grown(Generic[T]):
-    """One value built at a key (the versions it depends on) and a last seq.
+class Grown(Generic[T]):
+    """One value built at a key (the versions it depends on) and a last seq (the prompt,
+    the state, a view's pins: ``contextfold.memory.pins``).
 
     ``grow`` hands the value and the messages logged since to ``extend``, and
     keeps what it returns unless another thread moved the value meanwhile.
@@ -89,7 +90,7 @@ class PromptCache:
     it answered."""
 
     def __init__(self) -> None:
-        self._grown: _Grown[Rendered] = _Grown()
+        self._grown: Grown[Rendered] = Grown()
         self._block: tuple[tuple[int | None, ...], Block | None] | None = None
 
     def put(self, head: Head, budget: int | None, rendered: Rendered) -> None:
@@ -97,12 +98,21 @@ class PromptCache:
         self._grown.put(key, head.last_seq, _copy(rendered) if rendered.whole else None)
 
     def extend(
-        self, head: Head, budget: int | None, keep: MessageFilter | None, read_after: ReadAfter
+        self,
+        head: Head,
+        budget: int | None,
+        keep: MessageFilter | None,
+        read_after: ReadAfter,
+        pinned: MessageFilter | None = None,
     ) -> Rendered | None:
-        """The prompt at ``head`` from the cached one, or None when it must be rendered afresh."""
+        """The prompt at ``head`` from the cached one, or None when it must be rendered afresh
+        (also when a new message is one a pin rule selects: ``pinned``, which may make a pin
+        the prompt holds an old version)."""
 
         def extend(base: Rendered, new: list[LoggedMessage]) -> Rendered | None:
             if keep is not None and not all(keep(m.message) for m in new):
+                return None
+            if pinned is not None and any(pinned(m.message) for m in new):
                 return None
             messages = list(base.messages)
             for logged in new:
@@ -137,7 +147,7 @@ class StateCache:
     """The last view state of one view, keyed by fold version and config version."""
 
     def __init__(self) -> None:
-        self._grown: _Grown[ViewState] = _Grown()
+        self._grown: Grown[ViewState] = Grown()
 
     def put(self, head: Head, state: ViewState) -> None:
         self._grown.put((head.fold_version, head.view_version), head.last_seq, state)

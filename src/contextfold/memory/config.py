@@ -17,7 +17,7 @@ a config builds its pipeline, and the config keeps what it built.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypedDict
@@ -25,6 +25,7 @@ from typing import Any, TypedDict
 from contextfold.core.checks import check_budget
 from contextfold.core.errors import InvalidInput
 from contextfold.memory.filters import MessageFilter, compile_filter
+from contextfold.memory.pin_rules import DEFAULT_SHARE, PinRule, check_share, pin_rules
 from contextfold.memory.recalled import RecallSettings
 from contextfold.strategies.base import HIGH_WATER, LOW_WATER
 from contextfold.strategies.pipeline import Pipeline
@@ -73,6 +74,8 @@ class ViewChanges(TypedDict, total=False):
     local: bool
     recall: Mapping[str, Any] | bool | None
     wait_for_fold_s: float
+    pins: Sequence[str | Mapping[str, Any]]
+    pins_share: float
 
 
 MAX_WAIT_S = 60.0
@@ -111,9 +114,15 @@ def given_changes(
     high_water: float | None,
     low_water: float | None,
     recall: Mapping[str, Any] | bool | None,
+    pins: Sequence[str | Mapping[str, Any]] | None = None,
+    pins_share: float | None = None,
 ) -> ViewChanges:
     """The settings a caller gave (``Session.view``), None meaning not given."""
     changes = ViewChanges()
+    if pins is not None:
+        changes["pins"] = pins
+    if pins_share is not None:
+        changes["pins_share"] = pins_share
     if budget is not None:
         changes["budget"] = budget
     if filter is not None:
@@ -155,9 +164,15 @@ class ViewConfig:
     """How long a render that would leave messages out waits for a fold job of the view
     running in this process before it bridges them (``contextfold.memory.bridge``); 0
     bridges at once."""
+    pins: Sequence[str | Mapping[str, Any]] = ()
+    """Pin rules (``contextfold.memory.pins``): messages a fold covers that come back
+    verbatim right after the folds; a preset's name or ``{"filter", "mode", "key"}``."""
+    pins_share: float = DEFAULT_SHARE
+    """The most of the budget pinned messages take; the oldest beyond it are left out."""
     _built: Pipeline | None = field(default=None, init=False, repr=False, compare=False)
     _recall: RecallSettings | None = field(default=None, init=False, repr=False, compare=False)
     _filter: MessageFilter | None = field(default=None, init=False, repr=False, compare=False)
+    _pins: tuple[PinRule, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if _takes_default(self.preset, self.pipeline, self.local):
@@ -183,6 +198,9 @@ class ViewConfig:
             raise InvalidInput(
                 f"wait_for_fold_s is seconds from 0 to {MAX_WAIT_S:g}", field="wait_for_fold_s"
             )
+        object.__setattr__(self, "_pins", pin_rules(self.pins))
+        object.__setattr__(self, "pins", tuple(self.pins))  # frozen: one type, whatever was given
+        check_share(self.pins_share)
         # A record that cannot be built, or whose prompt templates, recall settings
         # or filter are wrong, is refused before it is stored. What is built is kept.
         pipeline = self._build()
@@ -247,6 +265,11 @@ class ViewConfig:
         """The declarative filter, compiled when the record was checked."""
         return self._filter
 
+    @property
+    def pin_rules(self) -> tuple[PinRule, ...]:
+        """The pin rules, presets expanded and filters compiled when the record was checked."""
+        return self._pins
+
     def changed(self, changes: ViewChanges) -> ViewConfig:
         """This config with ``changes``; itself, nothing built, when they change nothing."""
         unknown = sorted(set(changes) - set(SETTINGS))
@@ -257,11 +280,7 @@ class ViewConfig:
         return replace(self, **changes)
 
     def to_data(self) -> dict[str, Any]:
-        return {
-            name: dict(value) if isinstance(value, Mapping) else value
-            for name in SETTINGS
-            for value in [getattr(self, name)]
-        }
+        return {name: _data(getattr(self, name)) for name in SETTINGS}
 
     @classmethod
     def from_data(cls, data: Any) -> ViewConfig:
@@ -272,6 +291,15 @@ class ViewConfig:
         if unknown:
             raise InvalidInput(f"unknown view setting {unknown[0]!r}", field=unknown[0])
         return cls(**{**data, "options": data.get("options") or {}})
+
+
+def _data(value: Any) -> Any:
+    """A setting as stored: plain dicts and lists."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, tuple):
+        return [_data(v) for v in value]
+    return value
 
 
 def _same(stored: object, given: object) -> bool:

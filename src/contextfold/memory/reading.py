@@ -19,9 +19,10 @@ from contextfold.core.folds import Fold, active_facts, active_in_place, fold_cop
 from contextfold.core.log import LoggedMessage
 from contextfold.core.tokens import TokenCounter
 from contextfold.core.units import whole_units
-from contextfold.memory.cache import StateCache
+from contextfold.memory.cache import Grown, StateCache
 from contextfold.memory.filters import MessageFilter
 from contextfold.memory.heal import Checked, fold_faults, sound_folds
+from contextfold.memory.pins import PinScan
 from contextfold.store.base import Head, Store
 from contextfold.strategies.base import ViewState
 
@@ -38,11 +39,12 @@ def system_end(system: list[LoggedMessage]) -> int:
 
 @dataclass(eq=False)
 class ReadCaches:
-    """What reading keeps for one view in this process: the last live state, and the
-    folds found sound."""
+    """What reading keeps for one view in this process: the last live state, the folds
+    found sound, and what its pin rules select (``contextfold.memory.pins``)."""
 
     states: StateCache = field(default_factory=StateCache)
     checked: Checked = field(default_factory=Checked)
+    pins: Grown[PinScan] = field(default_factory=Grown)
 
 
 class ViewReader:

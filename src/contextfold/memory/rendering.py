@@ -9,6 +9,10 @@ prompt (``contextfold.memory.recall``): once per user message (a new query),
 and kept while the turn goes on and it still fits; a query given by the caller
 always searches, and its prompt is not cached.
 
+A fresh prompt then gets the view's pins after its folds
+(``contextfold.memory.pins``); a new message a pin rule selects renders
+afresh, so a pin shown is always its latest version.
+
 A fresh render that would leave messages out bridges them first
 (``contextfold.memory.bridge``): provisional folds, made without a model,
 stand where the cut would be until the view's own fold lands; a view with
@@ -17,7 +21,7 @@ stand where the cut would be until the view's own fold lands; a view with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from contextfold.core.entries import Entry
@@ -32,6 +36,8 @@ from contextfold.memory.bridge import FOLDING, Bridge, standing
 from contextfold.memory.cache import PromptCache
 from contextfold.memory.configuration import Configured
 from contextfold.memory.filters import MessageFilter
+from contextfold.memory.pin_rules import PinRule
+from contextfold.memory.pins import pinned_prompt, scanned, selected_units
 from contextfold.memory.reading import ViewReader, system_end
 from contextfold.memory.recall import recall_block, still_fits, turn_mark
 from contextfold.memory.recalled import Block, RecallSettings, with_block
@@ -63,12 +69,19 @@ def view_prompt(
             raise InvalidInput(
                 f"recall is off for view {reader.name!r}: turn it on with recall=", field="query"
             )
-        _, base, _ = fresh_prompt(reader, wanted, keep, target, bridge, wait_s)
+        at, base, _ = fresh_prompt(reader, wanted, keep, target, bridge, wait_s)
+        base = _pinned(
+            reader, configured, at, base, lambda b: _refit(reader, b, keep, target, bridge)
+        )
         block = _block(reader, base, query, settings, keep)
         return base if block is None else with_block(base, block)
-    cached = prompts.extend(head, wanted, keep, reader.read_after)
+    rules = configured.config.pin_rules
+    cached = prompts.extend(head, wanted, keep, reader.read_after, _selecting(rules))
     if cached is None:
         head, base, asked = fresh_prompt(reader, wanted, keep, target, bridge, wait_s)
+        base = _pinned(
+            reader, configured, head, base, lambda b: _refit(reader, b, keep, target, bridge)
+        )
         if not standing(base.folds):
             # A bridged prompt is rendered afresh each turn: its steps grow, a digest is
             # replaced by steps, a new user message joins two runs (``memory.bridge``).
@@ -151,6 +164,44 @@ def fresh_prompt(
     if not bridged.folds:
         return head, rendered, latest
     return head, fit(bridged.folds), latest
+
+
+def _pinned(
+    reader: ViewReader,
+    configured: Configured,
+    head: Head,
+    rendered: Rendered,
+    refit: Callable[[int], Rendered],
+) -> Rendered:
+    """``rendered`` with what the view's pin rules select and it does not show
+    (``contextfold.memory.pins``)."""
+    rules = configured.config.pin_rules
+    if not rules:
+        return rendered
+    store, session_id = reader.store, reader.session_id
+    end = system_end(reader.system())
+    scan = scanned(store, session_id, head, rules, end, reader.caches.pins)
+    units = selected_units(store, session_id, head, scan.seqs(), configured.filter)
+    share = configured.config.pins_share
+    return pinned_prompt(rendered, units, share, reader.counter, refit)
+
+
+def _refit(
+    reader: ViewReader,
+    budget: int,
+    keep: MessageFilter | None,
+    target: str | None,
+    bridge: Bridge | None,
+) -> Rendered:
+    """The prompt rendered afresh within ``budget``, to leave room for pins."""
+    return fresh_prompt(reader, budget, keep, target, bridge)[1]
+
+
+def _selecting(rules: Sequence[PinRule]) -> MessageFilter | None:
+    """Whether a message is one a pin rule selects (None: the view pins nothing)."""
+    if not rules:
+        return None
+    return lambda message: any(rule.selects(message) for rule in rules)
 
 
 def _block(

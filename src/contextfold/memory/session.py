@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from contextfold.core.checks import batch_of, check_key, check_limit, check_name
@@ -365,6 +365,8 @@ class Session(SessionBranches):
         low_water: float | None = None,
         local: bool = False,
         recall: Mapping[str, Any] | bool | None = None,
+        pins: Sequence[str | Mapping[str, Any]] | None = None,
+        pins_share: float | None = None,
         **preset_options: Any,
     ) -> View:
         """Open a view; with settings, store them (only those given change).
@@ -373,8 +375,10 @@ class Session(SessionBranches):
         ``preset`` and its options or a ``pipeline`` (registered strategies;
         with neither, the view folds with ``DEFAULT_PRESET``, ``offline``),
         ``budget``, a declarative ``filter`` (``contextfold.memory.filters``),
-        ``model`` as a ``get_model`` string, the water marks, and ``recall``
-        (``contextfold.memory.recall``; None keeps what is stored). What cannot
+        ``model`` as a ``get_model`` string, the water marks, ``recall``
+        (``contextfold.memory.recall``; None keeps what is stored), and ``pins``
+        with ``pins_share`` (``contextfold.memory.pin_rules``: what comes back
+        verbatim after the folds). What cannot
         be stored stays with this ``Memory``, for this process only: a Python
         callable as ``filter``, a model object as ``llm``, and, with
         ``local=True``, a pipeline holding Python code (a ``Predicate``
@@ -405,6 +409,8 @@ class Session(SessionBranches):
             high_water=high_water,
             low_water=low_water,
             recall=recall,
+            pins=pins,
+            pins_share=pins_share,
         )
         if preset is not None or pipeline is not None:
             changes.update(

@@ -155,6 +155,14 @@ class ViewIn(Closed):
         description="seconds a render that would leave messages out waits for the view's "
         "fold in flight before it stands provisional folds there; 0 (the default) waits not",
     )
+    pins: list[str | dict[str, Any]] | None = Field(
+        None,
+        description='what comes back verbatim after the folds: pin presets ("todo", "rules", '
+        '"plan") or rules {"filter": {...}, "mode": "latest" | "all", "key": "tool" | "path"}',
+    )
+    pins_share: StrictFloat | None = Field(
+        None, gt=0, lt=1, description="the most of the budget pins take (default 0.25)"
+    )
     expected_version: StrictInt | None = Field(
         None, ge=0, description="refuse the update (409) unless the view is at this version"
     )
@@ -235,6 +243,10 @@ class RenderReport(BaseModel):
     clipped: list[int] = Field(description="seq of the messages shortened to fit")
     whole: bool = Field(description="nothing left out or shortened")
     recalled: list[int] = Field(description="seq of the logged messages recalled into the prompt")
+    pinned: list[int] = Field(
+        default_factory=list,
+        description="seq of the logged messages the view's pins bring back after the folds",
+    )
     provisional: list[ProvisionalOut] = Field(
         default_factory=list,
         description="provisional folds in the prompt: made at render, without a model, where "

@@ -47,6 +47,7 @@ from contextfold.core.errors import InvalidInput
 from contextfold.core.tokens import get_counter
 from contextfold.llm.claude_calibration import Calibration, CountTokens
 from contextfold.llm.windows import Window, room
+from contextfold.memory.pin_rules import AGENT_PINS
 from contextfold.memory.session import Session
 from contextfold.server.proxy_messages import ANTHROPIC_VERSION
 from contextfold.server.proxy_upstream import Upstream, UpstreamError
@@ -218,12 +219,18 @@ def upstream_count(upstream: Upstream, path: str = "/messages/count_tokens") -> 
 
 def create_view(service: Service, session: Session, name: str, fitted: Fit, *, agent: bool) -> None:
     """The proxy's view on first use, with the server's preset (for an ``agent``'s traffic
-    or a chat's) and model and ``fitted``'s budget before the tools; how that budget was
-    found, and what the request's tools take of it on every call, go to the log and the
-    session's stream."""
+    or a chat's) and model, ``fitted``'s budget before the tools, and an agent CLI's to-do
+    list and rule files pinned (``AGENT_PINS``: they match nothing in a plain chat); how
+    that budget was found, and what the request's tools take of it on every call, go to
+    the log and the session's stream."""
     settings = service.settings
-    preset = settings.view_preset(agent=agent)
-    session.view(name, preset=preset, budget=fitted.room, model=settings.model)
+    session.view(
+        name,
+        preset=settings.view_preset(agent=agent),
+        budget=fitted.room,
+        model=settings.model,
+        pins=AGENT_PINS,
+    )
     level = logging.WARNING if fitted.source == "fallback" else logging.INFO
     log.log(level, "view %s of %s: budget %s", name, session.id, fitted.describe())
     data = {

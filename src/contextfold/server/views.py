@@ -157,6 +157,7 @@ async def render_body(
             "clipped": list(prompt.clipped),
             "whole": prompt.whole,
             "recalled": list(prompt.recalled),
+            "pinned": list(prompt.pinned),
             "provisional": [
                 {"id": i, "start": start, "end": end} for i, start, end in standing(prompt.folds)
             ],

@@ -18,7 +18,7 @@ from contextfold.core.folds import Fold, Placement, labelled, range_label
 from contextfold.core.log import LoggedMessage
 from contextfold.core.messages import Message, text_of
 from contextfold.core.tokens import REPLY_PRIMING, TokenCounter
-from contextfold.core.units import RoundSpan, round_spans, unit_spans
+from contextfold.core.units import RoundSpan, round_spans, unit_spans, waits_for_results
 from contextfold.llm.base import LLM
 
 HIGH_WATER = 0.9
@@ -74,6 +74,17 @@ class ViewState:
     @cached_property
     def units(self) -> list[tuple[int, int]]:
         return unit_spans(self.entries)
+
+    @cached_property
+    def waiting(self) -> int | None:
+        """Index of the newest unit's first entry while its call still waits for results
+        (a tool running, an approval the user has not given), else None: never folded,
+        since a fold over it would leave the results to come without their call."""
+        if not self.entries:
+            return None
+        first, last = self.units[-1]
+        raw = [e.messages[0] for e in self.entries[first : last + 1] if e.fold is None]
+        return first if len(raw) == last - first + 1 and waits_for_results(raw) else None
 
     @cached_property
     def rounds(self) -> list[RoundSpan]:
@@ -228,8 +239,12 @@ def keep_start(state: ViewState, room: int, *, keep_user: bool = True) -> int:
     return keep
 
 
-def job_for(strategy: str, state: ViewState, first: int, last: int, **params: Any) -> Job:
-    """A job over entries ``first..last`` (indices, inclusive) of ``state``."""
+def job_for(strategy: str, state: ViewState, first: int, last: int, **params: Any) -> Job | None:
+    """A job over entries ``first..last`` (indices, inclusive) of ``state``; None when
+    they reach a call still waiting for its results (``ViewState.waiting``): every
+    strategy chooses its range here, so none folds one, and it folds once they came."""
+    if state.waiting is not None and last >= state.waiting:
+        return None
     entries = state.entries[first : last + 1]
     return Job(
         strategy, state.view, state.version, entries[0].start, entries[-1].end, entries, params
