@@ -13,8 +13,10 @@ the fold reads as prose and "last week" can be placed in time. Message meta is
 read for session dates and ids only.
 
 Sizing follows the budget's low-water mark, which a cycle folds the view
-down to: the newest closed rounds stay verbatim while they fit
-``recent_share`` of it, and the fold text gets what is left. Only a fold the
+down to: the newest closed rounds stay verbatim while they fit the working
+set's share of it (``strategies.working_set``: ``recent_share`` when given,
+else the share of the view's ``kind``, read from the view when not given:
+a tenth for a chat, half for an agent), and the fold text gets what is left. Only a fold the
 budget did not ask for (another trigger fired below the high-water mark, or
 there is no budget) is cut to ``ratio`` of what it covers.
 
@@ -45,6 +47,7 @@ from contextfold.extract.salience import Frequencies, compose, select, weigh
 from contextfold.llm.base import LLM
 from contextfold.strategies.base import Job, ViewState, job_for, label_tokens, one_message_fold
 from contextfold.strategies.triggers import OverBudget, Trigger
+from contextfold.strategies.working_set import SHARES, Kind, check, rounds_before, view_kind
 
 SUMMARIZED = "[SUMMARIZED]"
 PREAMBLE = "Key sentences of these rounds, verbatim and in order; the full log keeps every message."
@@ -63,7 +66,8 @@ class ExtractiveSummary:
     from again, as a share of the most room a fold gets.
     """
 
-    recent_share: float = 0.1
+    recent_share: float | None = None
+    kind: Kind | None = None
     keep_rounds: int = 1
     ratio: float = 0.25
     min_tokens: int = 64
@@ -71,6 +75,9 @@ class ExtractiveSummary:
     spare: float = 1.0
     trigger: Trigger = field(default_factory=OverBudget)
     name: str = "extractive"
+
+    def __post_init__(self) -> None:
+        check(self.kind, self.recent_share)
 
     def plan(self, state: ViewState) -> Job | None:
         if not self.trigger(state):
@@ -101,11 +108,13 @@ class ExtractiveSummary:
             return sums[-1] - sums[closed[k - 1].last + 1]
 
         k = foldable
+        kind = self.kind or view_kind(state)
         if state.budget is None:
             target = pool = math.ceil(self.ratio * sums[closed[k - 1].last + 1])
         else:
             room = state.low_mark(state.budget) - (state.tokens - sums[-1])
-            k = next((n for n in range(1, foldable + 1) if after(n) <= self.recent_share * room), k)
+            share = self.recent_share if self.recent_share is not None else SHARES[kind]
+            k = rounds_before(state, share, keep_rounds)
             while room - after(k) < self.min_tokens and k < foldable:
                 k += 1
             target = max(room - after(k), self.min_tokens)
@@ -121,7 +130,9 @@ class ExtractiveSummary:
         if before <= target or (refold and not state.over_budget):
             return None
         rounds = sum(_rounds_in(state.entries[r.first]) for r in closed[:k])
-        return job_for(self.name, state, 0, last, target=target, rounds=rounds, pool=pool)
+        return job_for(
+            self.name, state, 0, last, target=target, rounds=rounds, pool=pool, kind=kind
+        )
 
     def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
         target: int = job.params["target"] - label_tokens(job, counter)
@@ -172,6 +183,7 @@ class ExtractiveSummary:
                 kind="summary",
                 data={
                     "rounds": [1, rounds],
+                    "kind": job.params.get("kind"),
                     "sentences": len(chosen),
                     "artifacts": list(dict.fromkeys(kept)),
                     "artifacts_dropped": len(every - set(kept)),
