@@ -104,9 +104,10 @@ def test_keeps_artifacts_and_constraints_in_the_fold() -> None:
     session = new_session(messages)
     # Must-keep items go first, up to must_share of the fold; prose gets the rest. At this
     # budget that share holds all five here (the constraint, the path, three tool lines),
-    # which the rare-word rounds would crowd out on information alone.
+    # which the rare-word rounds would crowd out on information alone. A chat's verbatim
+    # share: the tool round would make it an agent view, whose fold gets half the room.
     budget = full_tokens(session) * 2 // 5
-    view = session.view("v", preset="offline", budget=budget)
+    view = session.view("v", preset="offline", budget=budget, kind="chat")
     view.compact()
     (fold,) = summaries(view)
     assert fold.data["sentences"] < 0.5 * len(messages)
