@@ -202,7 +202,7 @@ def compose(
                 {
                     "session": source.session,
                     "speaker": source.speaker,
-                    "role": "user" if source.user else "other",
+                    "role": "user" if source.user else "other" if source.prose else "tool",
                     "text": c.text,
                 }
             )
@@ -248,7 +248,8 @@ def _text_sources(text: str) -> list[Source]:
         speaker = match.group(1) if match else ""
         body = block[match.end() :] if match else block
         if body.strip():
-            out.append(Source(None, speaker, body, speaker.split(" ")[0] == "user"))
+            role = speaker.split(" ")[0]
+            out.append(Source(None, speaker, body, role == "user", prose=role != "tool"))
     return out
 
 

@@ -34,6 +34,7 @@ more of the conversation shows them to be rare.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,7 @@ from contextfold.strategies.triggers import OverBudget, Trigger
 from contextfold.strategies.working_set import SHARES, Kind, check, rounds_before, view_kind
 
 SUMMARIZED = "[SUMMARIZED]"
+_TIME_OF_DAY = re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s*[ap]\.?m\.?)?(?:\s+on\b)?", re.I)
 PREAMBLE = "Key sentences of these rounds, verbatim and in order; the full log keeps every message."
 REFILLS = 2
 
@@ -227,6 +229,7 @@ def _sources(entries: Sequence[Entry], strategy: str) -> tuple[list[Source], Fre
                     str(line["text"]),
                     line.get("role") == "user",
                     counted=carried is not None,
+                    prose=line.get("role") != "tool",
                 )
                 for line in _pool(fold.data["lines"], fold.data.get("spare"))
             )
@@ -240,6 +243,7 @@ def _sources(entries: Sequence[Entry], strategy: str) -> tuple[list[Source], Fre
                         str(message.get("name") or message["role"]),
                         text,
                         message["role"] == "user",
+                        prose=message["role"] != "tool",
                     )
                 )
     return out, prior
@@ -291,12 +295,15 @@ def _sum(a: Frequencies, b: Frequencies) -> Frequencies:
 def _session_of(message: Message) -> str | None:
     """A session header from the only meta a strategy may read: session date, else id
     (LoCoMo's ``session_date_time`` / ``session``, LongMemEval's ``session_date`` /
-    ``session_id``)."""
+    ``session_id``). The date without its time of day: a header is paid for by the
+    first line under it, and the hour is rarely what is asked (on the tuning half,
+    LoCoMo at 10%, retention of questions other than temporal 0.338 with the hour,
+    0.354 without)."""
     meta = message.get("meta") or {}
     date = meta.get("session_date_time") or meta.get("session_date")
     session = meta.get("session", meta.get("session_id"))
     if date:
-        return f"{date}:"
+        return f"{_TIME_OF_DAY.sub('', str(date)).strip()}:"
     if session is not None:
         return f"Session {session}:"
     return None
