@@ -9,7 +9,8 @@ can say again) weigh less than a person's or a tool's. Sentences carrying must-k
 items (``contextfold.extract.artifacts``: paths, URLs, identifiers, numbers, dates,
 error lines, a user's constraints) go first, up to ``must_share`` of the room,
 so a tight budget still leaves room for prose. Kept sentences stay whole (only
-overlong ones are cut into clauses) and in order, prefixed with their speaker.
+overlong ones are cut into clauses, and prose loses its filler words:
+``candidates``) and in order, prefixed with their speaker.
 
 ``ExtractiveSummary`` (``strategies.extractive``) folds rounds with this
 selector and the offline stand-in model (``llm.offline``) answers with it

@@ -9,16 +9,17 @@ the old fold's sentences plus the rounds folded since).
 Sentences are chosen by ``contextfold.extract.salience`` for what they add per token,
 must-keep items first (up to ``must_share`` of the fold). Kept sentences stay
 in log order, prefixed with their speaker, under the date of their session, so
-the fold reads as prose and "last week" can be placed in time. Message meta is
+the fold reads as prose and "last week" can be placed in time; prose sentences
+without a must-keep item are quoted without their filler words ("oh", "really"). Message meta is
 read for session dates and ids only.
 
 Sizing follows the budget's low-water mark, which a cycle folds the view
 down to: the newest closed rounds stay verbatim while they fit the working
 set's share of it (``strategies.working_set``: ``recent_share`` when given,
-else the share of the view's ``kind``, read from the view when not given:
-a tenth for a chat, half for an agent), and the fold text gets what is left. Only a fold the
-budget did not ask for (another trigger fired below the high-water mark, or
-there is no budget) is cut to ``ratio`` of what it covers.
+else the share of the view's ``kind``, read from the view when not given: a
+tenth for a chat, half for an agent), and the fold text gets what is left.
+Only a fold the budget did not ask for (another trigger fired below the
+high-water mark, or there is no budget) is cut to ``ratio`` of what it covers.
 
 A conversation compacted as it arrives is folded again and again, each fold
 choosing from the last one's sentences and the rounds since; to choose as one
@@ -48,11 +49,11 @@ from contextfold.extract.salience import Frequencies, compose, select, weigh
 from contextfold.llm.base import LLM
 from contextfold.strategies.base import Job, ViewState, job_for, label_tokens, one_message_fold
 from contextfold.strategies.triggers import OverBudget, Trigger
-from contextfold.strategies.working_set import SHARES, Kind, check, rounds_before, view_kind
+from contextfold.strategies.working_set import Kind, check, kind_and_share, rounds_before
 
 SUMMARIZED = "[SUMMARIZED]"
 _TIME_OF_DAY = re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s*[ap]\.?m\.?)?(?:\s+on\b)?", re.I)
-PREAMBLE = "Key sentences of these rounds, verbatim and in order; the full log keeps every message."
+PREAMBLE = "Key sentences of these rounds, in order, filler words left out; the full log keeps every message."
 REFILLS = 2
 
 
@@ -110,12 +111,11 @@ class ExtractiveSummary:
             return sums[-1] - sums[closed[k - 1].last + 1]
 
         k = foldable
-        kind = self.kind or view_kind(state)
+        kind, share = kind_and_share(state, self.kind, self.recent_share)
         if state.budget is None:
             target = pool = math.ceil(self.ratio * sums[closed[k - 1].last + 1])
         else:
             room = state.low_mark(state.budget) - (state.tokens - sums[-1])
-            share = self.recent_share if self.recent_share is not None else SHARES[kind]
             k = rounds_before(state, share, keep_rounds)
             while room - after(k) < self.min_tokens and k < foldable:
                 k += 1

@@ -25,7 +25,7 @@ from contextfold.core.units import call_for
 from contextfold.llm.base import LLM
 from contextfold.strategies.base import Job, ViewState, job_for
 from contextfold.strategies.triggers import Always, Trigger
-from contextfold.strategies.working_set import SHARES, Kind, check, view_kind, working_set_start
+from contextfold.strategies.working_set import Kind, check, kind_and_share, working_set_start
 
 ARGS_CHARS = 80
 
@@ -103,9 +103,7 @@ class ObservationMasking:
         """The first entry no unit is masked from: the working set's, with ``working_set``."""
         if not self.working_set:
             return len(state.entries)
-        share = self.recent_share
-        if share is None:
-            share = SHARES[self.kind or view_kind(state)]
+        _, share = kind_and_share(state, self.kind, self.recent_share)
         return working_set_start(state, share, keep_rounds=1)
 
     def _worth(self, state: ViewState, span: tuple[int, int]) -> int:

@@ -21,9 +21,9 @@ from contextfold.strategies.base import ViewState
 Kind = Literal["chat", "agent"]
 SHARES: dict[str, float] = {"chat": 0.1, "agent": 0.5}
 """Each kind's verbatim share of the room at the low-water mark. Chat: tuned for LoCoMo
-answer retention. Agent: the share that keeps the last three rounds of the shipped demo
-and most agent runs of the dev data whole at a quarter of their tokens, while artifact
-retention stays at the chat share's (the measurement is in docs/recall.md)."""
+answer retention. Agent: the shipped demo at its 12,000-token budget keeps its last two
+rounds whole (one at 0.1, three at 0.7), for 0.527 of the log's paths and identifiers
+in the prompt instead of 0.538 (0.513 at 0.7); the table is in docs/recall.md."""
 
 
 def check(kind: str | None, recent_share: float | None) -> None:
@@ -51,6 +51,15 @@ def view_kind(state: ViewState) -> Kind:
             if message["role"] == "tool" or message.get("tool_calls"):
                 return "agent"
     return "chat"
+
+
+def kind_and_share(
+    state: ViewState, kind: Kind | None, recent_share: float | None
+) -> tuple[Kind, float]:
+    """The view's kind (``kind``, else read from it) and its verbatim share
+    (``recent_share``, else the kind's)."""
+    read = kind if kind is not None else view_kind(state)
+    return read, recent_share if recent_share is not None else SHARES[read]
 
 
 def rounds_before(state: ViewState, share: float, keep_rounds: int) -> int:
