@@ -26,7 +26,15 @@ that it was never said, and preferences, whose "answer" is a grading rubric).
 
 The measure (key words of the gold answers, recall, retention pooled over
 the conversations) is ``contextfold.evaluation.retention``, the one
-``contextfold eval`` reports; here it is taken per preset, budget and arm.
+``contextfold eval`` reports; here it is taken per preset, budget and arm,
+each scored three ways: every question (``retention_<arm>``), without the
+temporal ones (``_non_temporal``), and without date gains (``_dateless``:
+the answers' date words left out of their key words). Session dates are
+message meta the conversation's text lacks: a fold or recalled line that
+prints them gains on "when" questions, which says nothing of what it keeps of
+the content. Retention is already over the full conversation's recall, so the
+asked arms' figures are the asked/full ratios; ``offline_over_keep_recent_<budget>``
+are the once arms' ratios in each scoring.
 Only the public API is used, and every
 prompt is checked against its budget. ``--half`` limits the run to one half.
 """
@@ -45,7 +53,7 @@ from _common import conversations, parse_args, report
 from contextfold import Memory, View
 from contextfold.core.errors import BudgetError
 from contextfold.evaluation.replay import asked_prompt
-from contextfold.evaluation.retention import keyed_questions, prompt_words, recall
+from contextfold.evaluation.retention import dateless, keyed_questions, prompt_words, recall
 from contextfold.evaluation.split import HALVES, rows_of
 from contextfold.memory.recalled import HEADER
 
@@ -73,7 +81,10 @@ DATASETS: tuple[Dataset, ...] = (
         lambda q: q.get("category") == "temporal-reasoning",
     ),
 )
-Recalls = dict[str, list[tuple[bool, float]]]
+SCORINGS = ("", "_non_temporal", "_dateless")
+# per question: temporal, recall, recall of the dateless key words (None: the answer is a date)
+Score = tuple[bool, float, float | None]
+Recalls = dict[str, list[Score]]
 
 
 @dataclass
@@ -87,15 +98,21 @@ class Measured:
     skipped: int = 0
 
 
-def retention(recalls: Recalls, name: str, skip_temporal: bool = False) -> float:
-    """Mean recall of ``name`` over mean recall of the full conversation, pooled."""
+def retention(recalls: Recalls, name: str, scoring: str = "") -> float:
+    """Mean recall of ``name`` over mean recall of the full conversation, pooled, in
+    ``scoring`` (one of ``SCORINGS``)."""
 
     def mean(key: str) -> float:
-        return statistics.fmean(
-            r for temporal, r in recalls[key] if not skip_temporal or not temporal
-        )
+        if scoring == "_dateless":
+            return statistics.fmean(d for _, _, d in recalls[key] if d is not None)
+        skip = scoring == "_non_temporal"
+        return statistics.fmean(r for temporal, r, _ in recalls[key] if not (skip and temporal))
 
     return mean(name) / mean("full")
+
+
+def scores(keyed: Iterable[tuple[bool, set[str], set[str]]], seen: set[str]) -> list[Score]:
+    return [(t, recall(k, seen), recall(d, seen) if d else None) for t, k, d in keyed]
 
 
 def measure(
@@ -131,10 +148,11 @@ def _recalls(
 ) -> tuple[Recalls, dict[str, float]] | None:
     messages = row["messages"]
     keyed = [
-        (q, temporal(q), keys)
+        (q, temporal(q), keys, dateless(keys, str(q["answer"])))
         for q, keys in keyed_questions(messages, row["questions"])
         if counts(q)
     ]
+    keys = [(t, k, d) for _, t, k, d in keyed]
     if not keyed:
         return None
     memory = Memory()
@@ -143,9 +161,7 @@ def _recalls(
     full_view = session.view("full")
     full_tokens = full_view.state().tokens
     budgets = {key: int(full_tokens * share) for key, share in BUDGETS.items()}
-    recalls: Recalls = {
-        "full": [(t, recall(k, prompt_words(full_view.render()))) for _, t, k in keyed]
-    }
+    recalls: Recalls = {"full": scores(keys, prompt_words(full_view.render()))}
     shares: dict[str, float] = {}
     views: dict[str, View] = {}
     for preset_key, preset in PRESETS.items():
@@ -176,13 +192,16 @@ def _recalls(
         rendered = view.render_report()
         assert rendered.tokens <= budget, (row["id"], name, budget, rendered.tokens)
         seen = prompt_words(rendered.messages)
-        recalls[name] = [(t, recall(k, seen)) for _, t, k in keyed]
+        recalls[name] = scores(keys, seen)
         shares[name] = rendered.tokens / budget
         if name.startswith("offline_"):
             view.update(recall=True)
             recalls[name.replace("offline_", "offline_recall_")] = [
-                (t, recall(k, asked_words(view, str(q["question"]), budget, seen)))
-                for q, t, k in keyed
+                score
+                for q, t, k, d in keyed
+                for score in scores(
+                    [(t, k, d)], asked_words(view, str(q["question"]), budget, seen)
+                )
             ]
     return recalls, shares
 
@@ -202,21 +221,22 @@ def asked_words(view: View, question: str, budget: int, plain: set[str]) -> set[
 def figures_of(measured: Measured, prefix: str) -> dict[str, Any]:
     recalls = measured.recalls
     out: dict[str, Any] = {
-        f"{prefix}_retention_{name}": retention(recalls, name) for name in [*ARMS, *RECALL_ARMS]
+        f"{prefix}_retention_{name}{scoring}": retention(recalls, name, scoring)
+        for name in [*ARMS, *RECALL_ARMS]
+        for scoring in SCORINGS
     }
     out.update(
         {f"{prefix}_prompt_share_{name}": statistics.fmean(measured.shares[name]) for name in ARMS}
     )
-    # None when keep-recent keeps no key word at all (no ratio to give).
-    kept = out[f"{prefix}_retention_keep_recent_once_10pct"]
-    out[f"{prefix}_offline_over_keep_recent_10pct"] = (
-        out[f"{prefix}_retention_offline_once_10pct"] / kept if kept else None
-    )
-    # Session dates are message meta, absent from the full conversation's text:
-    # a fold that prints them can beat the full conversation on temporal answers.
-    for arm in ("offline_once_10pct", "offline_recall_once_10pct"):
-        out[f"{prefix}_retention_{arm}_non_temporal"] = retention(recalls, arm, skip_temporal=True)
-    out[f"{prefix}_full_conversation_recall"] = statistics.fmean(r for _, r in recalls["full"])
+    for budget in BUDGETS:
+        for scoring in SCORINGS:
+            # None when keep-recent keeps no key word at all (no ratio to give).
+            kept = out[f"{prefix}_retention_keep_recent_once_{budget}{scoring}"]
+            offline = out[f"{prefix}_retention_offline_once_{budget}{scoring}"]
+            out[f"{prefix}_offline_over_keep_recent_{budget}{scoring}"] = (
+                offline / kept if kept else None
+            )
+    out[f"{prefix}_full_conversation_recall"] = statistics.fmean(r for _, r, _ in recalls["full"])
     out[f"{prefix}_questions"] = len(recalls["full"])
     out[f"{prefix}_conversations"] = measured.conversations
     out[f"{prefix}_too_short_for_5pct"] = measured.skipped

@@ -8,6 +8,11 @@
 - Recall of a text is the share of a question's key words it contains.
   Retention is the mean recall over questions in the prompt divided by the
   mean recall over questions in the full conversation, pooled over conversations.
+- Without date gains (``dateless``): a question's key words less its answer's
+  date words (months, weekdays, years, "week", "ago", days of a month beside a month or in a
+  numeric date, "yesterday"...). A fold that prints session dates (meta the
+  messages' text lacks) gains on every "when" question; scored dateless, only
+  what it keeps of the conversation's content counts.
 """
 
 from __future__ import annotations
@@ -30,10 +35,38 @@ _STOPWORD_TEXT = """a about above after again against all am an and any are as a
     yourselves s t d ll m re ve don didn doesn isn wasn"""
 STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 _WORD = re.compile(r"[a-z0-9]+")
+_MONTHS = (
+    "january february march april may june july august september october november december "
+    "jan feb mar apr jun jul aug sep sept oct nov dec"
+)
+_DAYS = "monday tuesday wednesday thursday friday saturday sunday"
+_RELATIVE_DAYS = "yesterday today tomorrow tonight ago week weeks weekend month months year years"
+DATE_WORDS = frozenset(f"{_MONTHS} {_DAYS} {_RELATIVE_DAYS}".split())
+_MONTH = rf"(?:{'|'.join(_MONTHS.split())})"
+_DAY = r"\d{1,2}(?:st|nd|rd|th)?"
+_DATE = re.compile(
+    rf"\b(?:{_DAY}(?:\s+of)?\s+{_MONTH}|{_MONTH}\s+{_DAY}\b"
+    r"|\d{1,4}[-/.]\d{1,2}(?:[-/.]\d{1,4})?|(?:1[89]|20)\d{2})",
+    re.IGNORECASE,
+)
 
 
 def word_set(text: str) -> set[str]:
     return set(_WORD.findall(text.lower()))
+
+
+def date_words(text: str) -> set[str]:
+    """The words of ``text`` that say a date: month, weekday and relative-day names, and
+    the words of dates written out ("7 May", "May 7th", "2023", "2023-05-07")."""
+    found = {w for w in word_set(text) if w in DATE_WORDS}
+    for match in _DATE.finditer(text):
+        found |= word_set(match.group())
+    return found
+
+
+def dateless(keys: set[str], answer: str) -> set[str]:
+    """``keys`` less the date words of ``answer`` (empty: the answer is only a date)."""
+    return keys - date_words(answer)
 
 
 def key_words(question: Mapping[str, Any], df: Counter[str], limit: float) -> set[str]:

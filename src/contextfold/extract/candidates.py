@@ -4,7 +4,9 @@ Each source (a message, or a line of an earlier fold) is cut into sentences
 (``artifacts.sentences``), an overlong one into clauses; each keeps its content
 words, its must-keep items (``artifacts``: paths, URLs, identifiers, numbers,
 dates, error lines, a user's constraints) and its extra worth (names, numbers,
-relative times). ``salience`` chooses among them.
+relative times). A piece of prose (not a tool's output) without a must-keep
+item loses its filler words (``filler.terse``), so more facts fit a fold.
+``salience`` chooses among them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from contextfold.extract.artifacts import (
     is_error_line,
     sentences,
 )
+from contextfold.extract.filler import terse
 
 MAX_SENTENCE_TOKENS = 60
 # Texts whose candidates are kept between calls (a refold re-reads the lines kept before).
@@ -60,7 +63,8 @@ class Source:
     ``session`` is the header the source's lines go under (a date, a session
     id, or None); ``user`` marks a user's text, whose constraints must be kept;
     ``counted`` marks a source whose words the ``Frequencies`` given to ``weigh``
-    already count (an earlier fold's line, read before as a message).
+    already count (an earlier fold's line, read before as a message);
+    ``prose`` is False for a tool's output, whose words are all kept.
     """
 
     session: str | None
@@ -68,6 +72,7 @@ class Source:
     text: str
     user: bool
     counted: bool = False
+    prose: bool = True
 
 
 @dataclass(frozen=True)
@@ -97,10 +102,10 @@ def candidates_of(sources: Sequence[Source], counter: TokenCounter) -> list[Cand
     lines the one before it kept.
     """
     out: list[Candidate] = []
-    read: dict[tuple[str, bool, bool], tuple[Candidate, ...]] = {}
+    read: dict[tuple[str, bool, bool, bool], tuple[Candidate, ...]] = {}
     for index, source in enumerate(sources):
         prefix = counter.text(f"{source.speaker}: ") + 1
-        key = (source.text, source.user, bool(source.session))
+        key = (source.text, source.user, bool(source.session), source.prose)
         pieces = read.get(key)
         if pieces is None:
             pieces = read[key] = _read(*key, counter)
@@ -111,21 +116,25 @@ def candidates_of(sources: Sequence[Source], counter: TokenCounter) -> list[Cand
 
 
 @lru_cache(maxsize=READ_CACHE)
-def _read(text: str, user: bool, dated: bool, counter: TokenCounter) -> tuple[Candidate, ...]:
+def _read(
+    text: str, user: bool, dated: bool, prose: bool, counter: TokenCounter
+) -> tuple[Candidate, ...]:
     """The candidates of a source's ``text`` (``user``'s, under a session date when
-    ``dated``), with ``source`` unset and ``cost`` without the prefix."""
+    ``dated``, ``prose`` or a tool's output), with ``source`` unset and ``cost``
+    without the prefix."""
     out: list[Candidate] = []
     for _, sentence in sentences(text):
-        for piece in _pieces(sentence, counter):
+        for whole in _pieces(sentence, counter):
+            artifacts = [a.text for a in find_artifacts(whole, TOKEN_KINDS)]
+            if is_error_line(whole) or (user and is_constraint(whole)):
+                artifacts.append(whole)
+            piece = terse(whole) if prose and not artifacts else whole
             found = _WORD.findall(piece.lower())
             words = tuple(dict.fromkeys(w for w in found if w not in _STOPWORDS))
             if not words:
                 continue
             names = {w.lower() for w in _CAPITALIZED.findall(piece)}
             named = sum(w in names or w.isdigit() for w in words)
-            artifacts = [a.text for a in find_artifacts(piece, TOKEN_KINDS)]
-            if is_error_line(piece) or (user and is_constraint(piece)):
-                artifacts.append(piece)
             out.append(
                 Candidate(
                     source=-1,

@@ -9,7 +9,8 @@ can say again) weigh less than a person's or a tool's. Sentences carrying must-k
 items (``contextfold.extract.artifacts``: paths, URLs, identifiers, numbers, dates,
 error lines, a user's constraints) go first, up to ``must_share`` of the room,
 so a tight budget still leaves room for prose. Kept sentences stay whole (only
-overlong ones are cut into clauses) and in order, prefixed with their speaker.
+overlong ones are cut into clauses, and prose loses its filler words:
+``candidates``) and in order, prefixed with their speaker.
 
 ``ExtractiveSummary`` (``strategies.extractive``) folds rounds with this
 selector and the offline stand-in model (``llm.offline``) answers with it
@@ -202,7 +203,7 @@ def compose(
                 {
                     "session": source.session,
                     "speaker": source.speaker,
-                    "role": "user" if source.user else "other",
+                    "role": "user" if source.user else "other" if source.prose else "tool",
                     "text": c.text,
                 }
             )
@@ -248,7 +249,8 @@ def _text_sources(text: str) -> list[Source]:
         speaker = match.group(1) if match else ""
         body = block[match.end() :] if match else block
         if body.strip():
-            out.append(Source(None, speaker, body, speaker.split(" ")[0] == "user"))
+            role = speaker.split(" ")[0]
+            out.append(Source(None, speaker, body, role == "user", prose=role != "tool"))
     return out
 
 

@@ -9,14 +9,17 @@ the old fold's sentences plus the rounds folded since).
 Sentences are chosen by ``contextfold.extract.salience`` for what they add per token,
 must-keep items first (up to ``must_share`` of the fold). Kept sentences stay
 in log order, prefixed with their speaker, under the date of their session, so
-the fold reads as prose and "last week" can be placed in time. Message meta is
+the fold reads as prose and "last week" can be placed in time; prose sentences
+without a must-keep item are quoted without their filler words ("oh", "really"). Message meta is
 read for session dates and ids only.
 
 Sizing follows the budget's low-water mark, which a cycle folds the view
-down to: the newest closed rounds stay verbatim while they fit
-``recent_share`` of it, and the fold text gets what is left. Only a fold the
-budget did not ask for (another trigger fired below the high-water mark, or
-there is no budget) is cut to ``ratio`` of what it covers.
+down to: the newest closed rounds stay verbatim while they fit the working
+set's share of it (``strategies.working_set``: ``recent_share`` when given,
+else the share of the view's ``kind``, read from the view when not given: a
+tenth for a chat, half for an agent), and the fold text gets what is left.
+Only a fold the budget did not ask for (another trigger fired below the
+high-water mark, or there is no budget) is cut to ``ratio`` of what it covers.
 
 A conversation compacted as it arrives is folded again and again, each fold
 choosing from the last one's sentences and the rounds since; to choose as one
@@ -32,6 +35,7 @@ more of the conversation shows them to be rare.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,9 +49,11 @@ from contextfold.extract.salience import Frequencies, compose, select, weigh
 from contextfold.llm.base import LLM
 from contextfold.strategies.base import Job, ViewState, job_for, label_tokens, one_message_fold
 from contextfold.strategies.triggers import OverBudget, Trigger
+from contextfold.strategies.working_set import Kind, check, kind_and_share, rounds_before
 
 SUMMARIZED = "[SUMMARIZED]"
-PREAMBLE = "Key sentences of these rounds, verbatim and in order; the full log keeps every message."
+_TIME_OF_DAY = re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s*[ap]\.?m\.?)?(?:\s+on\b)?", re.I)
+PREAMBLE = "Key sentences of these rounds, in order, filler words left out; the full log keeps every message."
 REFILLS = 2
 
 
@@ -63,7 +69,8 @@ class ExtractiveSummary:
     from again, as a share of the most room a fold gets.
     """
 
-    recent_share: float = 0.1
+    recent_share: float | None = None
+    kind: Kind | None = None
     keep_rounds: int = 1
     ratio: float = 0.25
     min_tokens: int = 64
@@ -71,6 +78,9 @@ class ExtractiveSummary:
     spare: float = 1.0
     trigger: Trigger = field(default_factory=OverBudget)
     name: str = "extractive"
+
+    def __post_init__(self) -> None:
+        check(self.kind, self.recent_share)
 
     def plan(self, state: ViewState) -> Job | None:
         if not self.trigger(state):
@@ -101,11 +111,12 @@ class ExtractiveSummary:
             return sums[-1] - sums[closed[k - 1].last + 1]
 
         k = foldable
+        kind, share = kind_and_share(state, self.kind, self.recent_share)
         if state.budget is None:
             target = pool = math.ceil(self.ratio * sums[closed[k - 1].last + 1])
         else:
             room = state.low_mark(state.budget) - (state.tokens - sums[-1])
-            k = next((n for n in range(1, foldable + 1) if after(n) <= self.recent_share * room), k)
+            k = rounds_before(state, share, keep_rounds)
             while room - after(k) < self.min_tokens and k < foldable:
                 k += 1
             target = max(room - after(k), self.min_tokens)
@@ -121,7 +132,9 @@ class ExtractiveSummary:
         if before <= target or (refold and not state.over_budget):
             return None
         rounds = sum(_rounds_in(state.entries[r.first]) for r in closed[:k])
-        return job_for(self.name, state, 0, last, target=target, rounds=rounds, pool=pool)
+        return job_for(
+            self.name, state, 0, last, target=target, rounds=rounds, pool=pool, kind=kind
+        )
 
     def run(self, job: Job, llm: LLM, counter: TokenCounter) -> Sequence[Fold]:
         target: int = job.params["target"] - label_tokens(job, counter)
@@ -172,6 +185,7 @@ class ExtractiveSummary:
                 kind="summary",
                 data={
                     "rounds": [1, rounds],
+                    "kind": job.params.get("kind"),
                     "sentences": len(chosen),
                     "artifacts": list(dict.fromkeys(kept)),
                     "artifacts_dropped": len(every - set(kept)),
@@ -215,6 +229,7 @@ def _sources(entries: Sequence[Entry], strategy: str) -> tuple[list[Source], Fre
                     str(line["text"]),
                     line.get("role") == "user",
                     counted=carried is not None,
+                    prose=line.get("role") != "tool",
                 )
                 for line in _pool(fold.data["lines"], fold.data.get("spare"))
             )
@@ -228,6 +243,7 @@ def _sources(entries: Sequence[Entry], strategy: str) -> tuple[list[Source], Fre
                         str(message.get("name") or message["role"]),
                         text,
                         message["role"] == "user",
+                        prose=message["role"] != "tool",
                     )
                 )
     return out, prior
@@ -279,12 +295,15 @@ def _sum(a: Frequencies, b: Frequencies) -> Frequencies:
 def _session_of(message: Message) -> str | None:
     """A session header from the only meta a strategy may read: session date, else id
     (LoCoMo's ``session_date_time`` / ``session``, LongMemEval's ``session_date`` /
-    ``session_id``)."""
+    ``session_id``). The date without its time of day: a header is paid for by the
+    first line under it, and the hour is rarely what is asked (on the tuning half,
+    LoCoMo at 10%, retention of questions other than temporal 0.338 with the hour,
+    0.354 without)."""
     meta = message.get("meta") or {}
     date = meta.get("session_date_time") or meta.get("session_date")
     session = meta.get("session", meta.get("session_id"))
     if date:
-        return f"{date}:"
+        return f"{_TIME_OF_DAY.sub('', str(date)).strip()}:"
     if session is not None:
         return f"Session {session}:"
     return None

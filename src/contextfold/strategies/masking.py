@@ -5,7 +5,10 @@ context-management studies): the assistant's call stays as it was, each result
 is replaced by a line naming the tool, its arguments (abridged) and the size
 removed. The last ``keep_last`` tool units stay verbatim; when a budget is set
 and the view is still above its low-water mark, newer ones are masked too,
-down to ``min_keep``.
+down to ``min_keep``. With ``working_set`` (the ``offline`` preset), no unit
+of the view's working set (``strategies.working_set``: the newest rounds an
+``ExtractiveSummary`` of the same ``kind`` and ``recent_share`` keeps
+verbatim) is masked: an agent continues from those rounds' results.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from contextfold.core.units import call_for
 from contextfold.llm.base import LLM
 from contextfold.strategies.base import Job, ViewState, job_for
 from contextfold.strategies.triggers import Always, Trigger
+from contextfold.strategies.working_set import Kind, check, kind_and_share, working_set_start
 
 ARGS_CHARS = 80
 
@@ -34,18 +38,26 @@ class ObservationMasking:
     exclude_tools: Sequence[str] = ()
     trigger: Trigger = field(default_factory=Always)
     name: str = "masking"
+    working_set: bool = False
+    kind: Kind | None = None
+    recent_share: float | None = None
+
+    def __post_init__(self) -> None:
+        check(self.kind, self.recent_share)
 
     def plan(self, state: ViewState) -> Job | None:
         if not self.trigger(state):
             return None
         units = [(i, j) for i, j in state.units if _is_raw_tool_unit(state.entries[i : j + 1])]
         keep = max(self.keep_last, 0)
-        eligible = units[: max(len(units) - keep, 0)]
+        spared = self._spared_from(state)
+        eligible = [u for u in units[: max(len(units) - keep, 0)] if u[0] < spared]
         worth = [(u, self._worth(state, u)) for u in eligible]
         chosen = [u for u, saving in worth if saving > 0]
         if state.budget is not None:
             over = state.tokens - state.low_mark(state.budget)
-            extra = units[len(eligible) : max(len(units) - self.min_keep, len(eligible))]
+            newer = units[max(len(units) - keep, 0) : max(len(units) - self.min_keep, 0)]
+            extra = [u for u in newer if u[0] < spared]
             saved = sum(saving for _, saving in worth if saving > 0)
             for u in extra:
                 if saved >= over:
@@ -86,6 +98,13 @@ class ObservationMasking:
                 )
             )
         return folds
+
+    def _spared_from(self, state: ViewState) -> int:
+        """The first entry no unit is masked from: the working set's, with ``working_set``."""
+        if not self.working_set:
+            return len(state.entries)
+        _, share = kind_and_share(state, self.kind, self.recent_share)
+        return working_set_start(state, share, keep_rounds=1)
 
     def _worth(self, state: ViewState, span: tuple[int, int]) -> int:
         """Tokens masking the unit saves; 0 for a unit of an excluded tool."""

@@ -39,6 +39,7 @@ from contextfold.strategies.threshold import ThresholdSummarization
 from contextfold.strategies.token_budget import TokenBudget, token_budget
 from contextfold.strategies.tool_calls import ToolCallSummarization
 from contextfold.strategies.triggers import OverBudget
+from contextfold.strategies.working_set import Kind
 
 PresetFactory = Callable[..., Pipeline]
 DEFAULT_PRESET = "offline"
@@ -114,16 +115,30 @@ def default_preset(*, model: bool, agent: bool) -> str:
 
 
 def offline(
-    *, keep_last: int = 5, exclude_tools: tuple[str, ...] = (), **extractive: Any
+    *,
+    keep_last: int = 5,
+    exclude_tools: tuple[str, ...] = (),
+    kind: Kind | None = None,
+    recent_share: float | None = None,
+    **extractive: Any,
 ) -> Pipeline:
     """The default: mask old tool output, then fold old rounds extractively, and recall
-    what was folded away (``contextfold.memory.recall``). No model."""
+    what was folded away (``contextfold.memory.recall``). No model.
+
+    The newest rounds stay verbatim, tool results whole (``strategies.working_set``):
+    ``recent_share`` of the room, else the share of the view's ``kind`` (``"chat"`` or
+    ``"agent"``; read from the view when not given: tool calls make it an agent's)."""
     return Pipeline(
         [
             ObservationMasking(
-                keep_last=keep_last, exclude_tools=exclude_tools, trigger=OverBudget()
+                keep_last=keep_last,
+                exclude_tools=exclude_tools,
+                trigger=OverBudget(),
+                working_set=True,
+                kind=kind,
+                recent_share=recent_share,
             ),
-            ExtractiveSummary(**extractive),
+            ExtractiveSummary(kind=kind, recent_share=recent_share, **extractive),
         ],
         name="offline",
         recall=True,
