@@ -222,7 +222,9 @@ def test_an_over_long_json_answer_is_trimmed_string_by_string() -> None:
 
 
 def test_an_answer_longer_than_the_range_it_replaces_is_rejected() -> None:
-    answer = "I fixed app/db.py " + "and checked the logs again " * 10 + "and stopped"
+    answer = (
+        "I fixed app/db.py " + " ".join(f"and checked log {n}" for n in range(10)) + " and stopped"
+    )
     model = ScriptedModel([answer] * 3)
     with pytest.raises(SummaryRejected) as info:
         summarize_checked(model, PROMPT, source=SOURCE, max_tokens=500, tokens_before=20)

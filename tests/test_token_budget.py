@@ -356,7 +356,7 @@ def test_rejected_answers_drop_the_job_and_commit_nothing() -> None:
     session = Memory().session("s", system="You are a helpful assistant.")
     session.extend([m for i in range(20) for m in pair(i)])
     events: list[Event] = []
-    bad = ScriptedModel(default="not json at all")
+    bad = ScriptedModel(default='{"key_decisions": ["none"]}')
     view = session.view("v", pipeline=token_budget(), llm=bad)
     view.on_event.append(events.append)
     report = view.compact()
