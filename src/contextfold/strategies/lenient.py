@@ -69,7 +69,10 @@ def object_in(text: str) -> dict[str, Any] | None:
 
 
 def _closed(fragment: str) -> Any:
-    """An object cut off by a token cap, closed: whole, else at its last member boundaries."""
+    """An object cut off by a token cap, closed after its last whole member.
+
+    A string value cut off mid-sentence is taken only when it is the first member.
+    """
     stack: list[str] = []
     cuts: list[tuple[int, str]] = []
     in_string = escaped = False
@@ -90,9 +93,12 @@ def _closed(fragment: str) -> Any:
                 return None  # a mismatched or whole value: raw_decode already said no
         elif char == ",":
             cuts.append((i, "".join(reversed(stack))))
-    tail = fragment.rstrip().removesuffix("\\") + ('"' if in_string else "")
-    tried = [tail + "".join(reversed(stack))]
-    tried += [fragment[:i] + closing for i, closing in reversed(cuts[-_CUTS:])]
+    closing = "".join(reversed(stack))
+    # A string cut off mid-sentence is kept only when no whole member comes before it.
+    tail = fragment.rstrip().removesuffix("\\") + ('"' if in_string else "") + closing
+    tried = [] if in_string else [tail]
+    tried += [fragment[:i] + closed for i, closed in reversed(cuts[-_CUTS:])]
+    tried += [tail] if in_string else []
     for candidate in tried:
         try:
             return json.loads(candidate)
