@@ -21,8 +21,9 @@ here. The rules, in order (the first that fails names the reason):
      (``SHORT_WORDS`` words or fewer) or the wording is in its opening or
      closing sentence.
 5. **Degenerate**: a loop, not a summary (one sentence repeated, most of its
-   phrases repeated, next to nothing new: ``strategies.degenerate``). Checked
-   before any trimming, so a loop cut at a sentence end cannot pass.
+   phrases repeated, next to nothing new: ``strategies.degenerate``), in the
+   answer or in one of its JSON strings. Checked before any trimming, so a
+   loop cut at a sentence end cannot pass.
 6. **The wrong shape**: not a JSON object with the schema's required keys where
    JSON was asked for, then the strategy's own check (``accept``: goal batch's
    sections, rolling's prose, the concept answers, ...). JSON is read
@@ -253,6 +254,7 @@ def _content_problem(completion: Completion, expected: Expected) -> str | None:
     if is_error_body(data) and not set(data) <= asked:
         return f"answer is a JSON error body: {_shown(text)}"
     prose = text
+    pieces = [text]
     if expected.schema is not None and isinstance(data, Mapping | list):
         values = list(strings(data))
         if any(is_html(v) or is_error_body(parse_json(v)) for v in values):
@@ -260,12 +262,15 @@ def _content_problem(completion: Completion, expected: Expected) -> str | None:
         if values and all(is_null(v) or not v.strip() for v in values):
             return f"answer holds only empty or null values: {_shown(text)}"
         prose = "\n".join(values)
+        pieces = values
     wording = error_wording(prose, lambda: expected.material_words)
     if wording is not None:
         return wording
-    loop = degenerate(prose, lambda: expected.material)
-    if loop is not None:
-        return loop
+    # Each field on its own: groups of like work may be summarized alike.
+    for piece in pieces:
+        loop = degenerate(piece, lambda: expected.material)
+        if loop is not None:
+            return loop
     if expected.schema is not None:
         missing = schema_problem(completion.data, required_of(expected.schema, expected.least))
         if missing is not None:
