@@ -10,19 +10,21 @@ something:
   words or more) ``REPEATS`` times or more, making at least ``REPEATED_SHARE``
   of the answer.
 - **Repeated phrases**: at least ``REPEATED_RUNS`` of the answer's runs of
-  ``GRAM`` words already occurred earlier in it. A list of distinct paths or
+  ``GRAM`` words (within a sentence or line) already occurred earlier in it. A list of distinct paths or
   identifiers differs in every run, so it passes; tool output's JSON records
   repeat about half of theirs.
 - **Next to nothing new**: the answer compresses (zlib) to less than
   ``MIN_COMPRESSION`` of its size, where prose and lists of distinct items
   stay above it (a list of 100 paths that differ by a number, about 4%).
 
-A sign the folded material shows as well is not the model's: a faithful
-summary of a repetitive log may repeat too.
+Repetition the folded material holds itself is not the model's: a sentence
+it repeats, word runs it has (three quarters or more of the answer's distinct
+runs), a log that compresses as well.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import zlib
 from collections import Counter
@@ -51,34 +53,78 @@ def degenerate(text: str, material: Callable[[], str] = str) -> str | None:
     """Why ``text`` is a loop rather than a summary (starting "degenerate: "), or None.
 
     ``material`` gives what the model was asked to fold, read only when a sign
-    shows: a sign the material shows too is the material's repetition, which a
-    faithful summary of a repetitive log may keep.
+    shows: repetition the material holds itself (its sentence, its word runs)
+    is not the model's loop, since a faithful summary of a repetitive log may
+    repeat it.
     """
-    sign = _sign(text)
-    if sign is None or _sign(material()) is not None:
-        return None
-    return sign
-
-
-def _sign(text: str) -> str | None:
     words = _WORD.findall(text.lower())
     if len(words) < MIN_WORDS:
         return None
-    units = [" ".join(_WORD.findall(u.lower())) for u in _UNIT.split(text)]
+    source = _Source(material)
+    units = _units(text)
     counted = Counter(u for u in units if len(u.split()) >= MIN_UNIT_WORDS)
     if counted:
         unit, times = counted.most_common(1)[0]
-        if times >= REPEATS and times * len(unit.split()) >= REPEATED_SHARE * len(words):
+        if (
+            times >= REPEATS
+            and times * len(unit.split()) >= REPEATED_SHARE * len(words)
+            and f" {unit} " not in source.joined
+        ):
             return f"degenerate: one sentence repeated {times} times: {_shown(unit)}"
-    grams = [tuple(words[i : i + GRAM]) for i in range(len(words) - GRAM + 1)]
-    repeated = len(grams) - len(set(grams))
-    if repeated >= REPEATED_RUNS * len(grams):
-        return f"degenerate: {repeated * 100 // len(grams)}% of its {GRAM}-word runs repeat"
+    grams = _grams(units)
+    seen: set[tuple[str, ...]] = set()
+    repeated = 0
+    for gram in grams:
+        if gram in seen:
+            repeated += 1
+        seen.add(gram)
+    if grams and repeated >= REPEATED_RUNS * len(grams):
+        own = sum(1 for gram in set(grams) if gram not in source.grams)
+        if own * 4 >= len(seen):
+            return f"degenerate: {repeated * 100 // len(grams)}% of its {GRAM}-word runs repeat"
     raw = text.encode("utf-8")
     ratio = len(zlib.compress(raw, 9)) / len(raw)
-    if ratio < MIN_COMPRESSION:
+    if ratio < MIN_COMPRESSION and source.ratio >= MIN_COMPRESSION:
         return f"degenerate: compresses to {ratio:.0%} of its size"
     return None
+
+
+class _Source:
+    """The folded material's words, word runs and compression, each computed when first asked."""
+
+    def __init__(self, material: Callable[[], str]) -> None:
+        self._material = material
+
+    @functools.cached_property
+    def text(self) -> str:
+        return self._material()
+
+    @functools.cached_property
+    def joined(self) -> str:
+        return " " + " ".join(_WORD.findall(self.text.lower())) + " "
+
+    @functools.cached_property
+    def grams(self) -> set[tuple[str, ...]]:
+        return set(_grams(_units(self.text)))
+
+    @functools.cached_property
+    def ratio(self) -> float:
+        raw = self.text.encode("utf-8")
+        return len(zlib.compress(raw, 9)) / len(raw) if raw else 1.0
+
+
+def _units(text: str) -> list[str]:
+    """The sentences and lines of ``text``, as lower-case words joined by one space."""
+    return [" ".join(_WORD.findall(unit.lower())) for unit in _UNIT.split(text)]
+
+
+def _grams(units: list[str]) -> list[tuple[str, ...]]:
+    """The runs of ``GRAM`` words within each sentence or line (a loop's run crosses none)."""
+    runs: list[tuple[str, ...]] = []
+    for unit in units:
+        words = unit.split()
+        runs += [tuple(words[i : i + GRAM]) for i in range(len(words) - GRAM + 1)]
+    return runs
 
 
 def _shown(text: str) -> str:
