@@ -608,7 +608,7 @@ def test_pins_share_the_summary_token_cap() -> None:
     messages = [m for i in range(20) for m in pair(i)]
     for k in range(0, 40, 2):
         messages[k] = {"role": "user", "content": f"Keep /srv/data/archive/{tag(k)}/file_{k}.csv"}
-    responder = Responder(data={}, summary="Files were listed. " * 60)
+    responder = Responder(data={}, summary=" ".join(f"Listed {NATO[n % 26]}." for n in range(60)))
     session, view, _ = setup(messages, responder)
     view.compact()
     summary = active(view, "summary")
