@@ -365,13 +365,14 @@ def run_all(spec: str, model: str, args: argparse.Namespace) -> dict[str, Any]:
     messages = tau_run(args.quick)
     budget = forcing_budget(messages)
     seconds = args.preset_seconds or PRESET_SECONDS[args.quick]
+    job_seconds = args.job_seconds or JOB_SECONDS[args.quick]
     presets = model_presets()
     chosen = args.presets.split(",") if args.presets else list(presets)
     results = []
     began = time.monotonic()
     for name in chosen:
         llm = get_model(spec, timeout=args.call_timeout or CALL_TIMEOUT[args.quick])
-        limits = JobLimits(deadline_s=JOB_SECONDS[args.quick])
+        limits = JobLimits(deadline_s=job_seconds)
         result = run_preset(presets.get(name, [name]), messages, llm, budget, seconds, limits)
         print(describe(result), flush=True)
         results.append(result)
@@ -381,7 +382,8 @@ def run_all(spec: str, model: str, args: argparse.Namespace) -> dict[str, Any]:
         "conversation_chars": sum(len(text_of(m)) for m in messages),
         "budget": budget,
         "preset_seconds": seconds,
-        "job_seconds": JOB_SECONDS[args.quick],
+        "job_seconds": job_seconds,
+        "call_timeout": args.call_timeout or CALL_TIMEOUT[args.quick],
         "job_max_calls": JobLimits().max_calls,
         "presets_folding": sum(r["folds"] > 0 for r in results),
         "presets_folding_within_budget": sum(r["folds_within_budget"] for r in results),
@@ -418,6 +420,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset-seconds", type=float, help="time bound of each preset")
     parser.add_argument("--n-ctx", type=int, default=N_CTX, help="the server's context size")
     parser.add_argument("--call-timeout", type=float, help="seconds one model call may take")
+    parser.add_argument(
+        "--job-seconds", type=float, help="a job's deadline (a loaded machine needs more)"
+    )
 
 
 def show(figures: Mapping[str, Any], as_json: bool) -> None:
