@@ -18,7 +18,8 @@ folds the model made (``folds``), rescue folds made without it
 (``fallback_folds``: the extractive stand-in or a digest, after the rescue's
 model failed), jobs and model calls per job (``calls_per_job``: max and
 mean), seconds, jobs that failed, answers turned down and why (``reasons``,
-normalized: numbers become N, quoted text '…'), and examples of them; and
+normalized: numbers become N, quoted text '…'), and examples of them, calls
+that failed or jobs stopped without an answer (``failures``); and
 ``folds_within_budget``: the model made a fold and no job went past its call
 budget (``JobLimits.max_calls``), the goal for every preset. ``--quick`` runs the first 24 messages,
 45 s a preset.
@@ -268,10 +269,16 @@ def summary(
     max_calls: int,
 ) -> dict[str, Any]:
     reasons: Counter[str] = Counter()
+    failures: Counter[str] = Counter()
     turned_down: list[tuple[Answer, str]] = []
     for job, detail in tally.failures.items():
         job_reasons = reasons_of(detail)
-        reasons.update(reason_key(r) for r in job_reasons)
+        for reason in job_reasons:
+            # A call that failed or a job stopped (calls, deadline) turned no answer down.
+            rejected = detail.startswith("summary rejected: ") and not reason.startswith(
+                "call failed: "
+            )
+            (reasons if rejected else failures)[reason_key(reason)] += 1
         asked = [a for a in recorder.answers if a.job == job]
         turned_down += zip(asked, job_reasons, strict=False)
     # A job that went on to commit says why it asked again in its retries' notes.
@@ -307,6 +314,7 @@ def summary(
             max(int((f.data or {}).get("attempts", 1)) - 1, 0) for f in folds
         ),
         "reasons": dict(reasons.most_common()),
+        "failures": dict(failures.most_common()),
         "messages_appended": appended,
         "view_tokens": tokens,
         "output_tokens": sum(a.output_tokens for a in recorder.answers),
@@ -404,6 +412,7 @@ def describe(result: Mapping[str, Any]) -> str:
         f"within budget: {result['folds_within_budget']}"
     ]
     lines += [f"   {count} x {reason}" for reason, count in result["reasons"].items()]
+    lines += [f"   {count} x (no answer) {reason}" for reason, count in result["failures"].items()]
     for ex in result["examples"]:
         lines.append(
             f"   e.g. {ex['strategy']} (max_tokens {ex['max_tokens']}, json {ex['json']}, "

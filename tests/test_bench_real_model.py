@@ -21,6 +21,7 @@ import pytest
 from conftest import load_rows
 
 from contextfold import preset_names
+from contextfold.core.errors import ModelError
 from contextfold.core.messages import Message
 from contextfold.testing import ScriptedModel
 
@@ -153,3 +154,15 @@ def test_a_preset_whose_model_never_folds_is_not_within_budget(
     )
     assert result["folds"] == 0 and result["folds_within_budget"] is False
     assert 1 <= result["calls_per_job"]["max"] <= 4
+
+
+def test_calls_that_fail_are_failures_not_rejected_answers(
+    bench: ModuleType, tau_run: list[dict[str, Any]]
+) -> None:
+    model = ScriptedModel(default=ModelError("local: no answer within 40.0 s"))
+    result = bench.run_preset(
+        ["rolling"], tau_run[:12], model, bench.forcing_budget(tau_run[:12]), seconds=60
+    )
+    assert result["failed_jobs"] >= 1 and result["reasons"] == {}
+    assert result["rejected_answers"] == 0
+    assert result["failures"] == {"call failed: local: no answer within N s": result["calls"]}
