@@ -9,12 +9,13 @@
 2. A rejected answer is asked for again, and the retry says what was wrong:
    the prompt gains the previous answer (clipped) and a note naming the reason
    and the length cap, which is also sent as ``max_tokens``. A strategy that
-   asked for JSON and can use less (``Least``) asks for less instead, once:
+   asked for JSON and can use less (``Least``) asks for less from then on:
    the smaller task in plain prose, without the schema
-   (``strategies.lenient``), so no request is sent twice. A failed call is
-   retried as it was; every call counts against the job's ``JobLimits``. After ``attempts`` rejections (or failed calls) the job
-   is dropped with ``SummaryRejected``: the view keeps its previous folds, and
-   no rejected answer ever becomes a fold.
+   (``strategies.lenient``), so the request that failed is not sent again. A
+   failed call is retried as it was; every call counts against the job's
+   ``JobLimits``. After ``attempts`` rejections (or failed calls) the job is
+   dropped with ``SummaryRejected``: the view keeps its previous folds, and no
+   rejected answer ever becomes a fold.
 3. Must-keep items are extracted deterministically from the folded range with
    the same extractor the offline strategy uses (``extract.artifacts.find_facts``:
    paths, URLs, identifiers with their key, quantities, dates, error lines,

@@ -13,10 +13,11 @@ such answer is read the same way:
   missing fields filled in) and an answer that is prose and no JSON at all
   as ``key``'s text when ``key`` is all the schema requires (one group of
   tool calls, a summary) or the request was the smaller one below.
-- When the answer is still unusable, checked compaction asks once for less
-  (``smaller_request``): ``Least.note`` names the smaller task (one group, the
-  goal arc, the summary alone), answered in plain prose without a schema, so
-  the retry is never the request that failed. Its answer is read into ``key``.
+- When the answer is still unusable, checked compaction asks for less from
+  then on (``smaller_request``): ``Least.note`` names the smaller task (one
+  group, the goal arc, the summary alone), answered in plain prose without a
+  schema, so the request that failed is not sent again. Its answer is read
+  into ``key``.
 """
 
 from __future__ import annotations
