@@ -10,9 +10,9 @@ something:
   words or more) ``REPEATS`` times or more, making at least ``REPEATED_SHARE``
   of the answer.
 - **Repeated phrases**: at least ``REPEATED_RUNS`` of the answer's runs of
-  ``GRAM`` words (within a sentence or line) already occurred earlier in it. A list of distinct paths or
-  identifiers differs in every run, so it passes; tool output's JSON records
-  repeat about half of theirs.
+  ``GRAM`` words (within a sentence or line) already occurred earlier in it.
+  A list of distinct paths or identifiers differs in every run, so it
+  passes; tool output's JSON records repeat about half of theirs.
 - **Next to nothing new**: the answer compresses (zlib) to less than
   ``MIN_COMPRESSION`` of its size, where prose and lists of distinct items
   stay above it (a list of 100 paths that differ by a number, about 4%).

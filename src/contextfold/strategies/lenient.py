@@ -137,7 +137,7 @@ def required_of(schema: Mapping[str, Any], least: Least | None) -> Mapping[str, 
 
 
 def smaller_request(answer: str, reason: str, limit: int, least: Least) -> list[Message]:
-    """What the retry asking for less adds to the prompt: the rejected answer and the smaller task."""
+    """What a retry asking for less adds to the prompt: the rejected answer, the smaller task."""
     return [
         {"role": "assistant", "content": clipped(answer)},
         {
