@@ -16,9 +16,12 @@ no job starts after it, and the run goes on to the next preset.
 Figures per preset, from the events and from a recorder around the model:
 folds the model made (``folds``), rescue folds made without it
 (``fallback_folds``: the extractive stand-in or a digest, after the rescue's
-model failed), model calls, seconds, jobs that failed and why
-(``reasons``, normalized: numbers become N, quoted text '…'), and examples of
-the answers that were turned down. ``--quick`` runs the first 24 messages,
+model failed), jobs and model calls per job (``calls_per_job``: max and
+mean), seconds, jobs that failed, answers turned down and why (``reasons``,
+normalized: numbers become N, quoted text '…'), and examples of them, calls
+that failed or jobs stopped without an answer (``failures``); and
+``folds_within_budget``: the model made a fold and no job went past its call
+budget (``JobLimits.max_calls``), the goal for every preset. ``--quick`` runs the first 24 messages,
 45 s a preset.
 
 Where: ``--llama-python`` or ``$CONTEXTFOLD_LLAMA_PYTHON`` (default: this
@@ -66,6 +69,8 @@ CALL_TIMEOUT = {True: 40.0, False: 120.0}
 JOB_SECONDS = {True: 90.0, False: 240.0}
 """A job's deadline (``JobLimits``): a job started near the preset's end ends by it."""
 EXAMPLES = 4
+RETRY_NOTE = re.compile(r"That answer cannot be used: (.*?)\.\s+(?=[A-Z])", re.DOTALL)
+"""A retry's note (``strategies.checked``): the reason the job's previous answer was turned down."""
 ANSWER_HEAD = 240
 
 
@@ -123,6 +128,8 @@ class Answer:
     calls: int = 1
     text: str = ""
     error: str = ""
+    retried_for: str = ""
+    """Why the job's previous answer was turned down, as this retry's note says."""
 
 
 @dataclass
@@ -146,6 +153,8 @@ class Recorder:
         schema: Mapping[str, Any] | None = None,
     ) -> Completion:
         answer = Answer(self.job, self.strategy, max_tokens, schema is not None)
+        note = RETRY_NOTE.match(text_of(messages[-1])) if messages else None
+        answer.retried_for = note.group(1) if note else ""
         self.answers.append(answer)
         try:
             completion = self.llm.complete(messages, max_tokens=max_tokens, schema=schema)
@@ -236,7 +245,16 @@ def run_preset(
         cycle = run_cycle(view, may_plan=lambda: time.monotonic() < deadline, limits=limits)
         folds.extend(cycle.folds)
     elapsed = time.monotonic() - started
-    result = summary(names, recorder, tally, folds, view.state(budget).tokens, appended, elapsed)
+    result = summary(
+        names,
+        recorder,
+        tally,
+        folds,
+        view.state(budget).tokens,
+        appended,
+        elapsed,
+        limits.max_calls,
+    )
     return {**result, "options": options}
 
 
@@ -248,19 +266,34 @@ def summary(
     tokens: int,
     appended: int,
     elapsed: float,
+    max_calls: int,
 ) -> dict[str, Any]:
     reasons: Counter[str] = Counter()
+    failures: Counter[str] = Counter()
     turned_down: list[tuple[Answer, str]] = []
     for job, detail in tally.failures.items():
         job_reasons = reasons_of(detail)
-        reasons.update(reason_key(r) for r in job_reasons)
+        for reason in job_reasons:
+            # A call that failed or a job stopped (calls, deadline) turned no answer down.
+            rejected = detail.startswith("summary rejected: ") and not reason.startswith(
+                "call failed: "
+            )
+            (reasons if rejected else failures)[reason_key(reason)] += 1
         asked = [a for a in recorder.answers if a.job == job]
         turned_down += zip(asked, job_reasons, strict=False)
+    # A job that went on to commit says why it asked again in its retries' notes.
+    for answer in recorder.answers:
+        if answer.retried_for and answer.job not in tally.failures:
+            reasons[reason_key(answer.retried_for)] += 1
     pins = [p for f in folds for p in (f.data or {}).get("pinned", ())]
+    per_job = Counter[int]()
+    for answer in recorder.answers:
+        per_job[answer.job] += answer.calls
+    model_folds = sum(n for _, n, by_model in tally.committed if by_model)
     return {
         "preset": names[0],
         "aliases": list(names[1:]),
-        "folds": sum(n for _, n, by_model in tally.committed if by_model),
+        "folds": model_folds,
         "strategy_folds": sum(
             n for strategy, n, by_model in tally.committed if by_model and strategy != "rescue"
         ),
@@ -269,6 +302,11 @@ def summary(
         "call_errors": sum(bool(a.error) for a in recorder.answers),
         "seconds": round(elapsed, 1),
         "jobs": dict(tally.started),
+        "calls_per_job": {
+            "max": max(per_job.values(), default=0),
+            "mean": round(sum(per_job.values()) / len(per_job), 2) if per_job else 0.0,
+        },
+        "folds_within_budget": model_folds > 0 and max(per_job.values()) <= max_calls,
         "failed_jobs": tally.kinds["failed"],
         "degraded": tally.kinds["degraded"],
         "rejected_answers": sum(reasons.values()),
@@ -276,6 +314,7 @@ def summary(
             max(int((f.data or {}).get("attempts", 1)) - 1, 0) for f in folds
         ),
         "reasons": dict(reasons.most_common()),
+        "failures": dict(failures.most_common()),
         "messages_appended": appended,
         "view_tokens": tokens,
         "output_tokens": sum(a.output_tokens for a in recorder.answers),
@@ -334,13 +373,14 @@ def run_all(spec: str, model: str, args: argparse.Namespace) -> dict[str, Any]:
     messages = tau_run(args.quick)
     budget = forcing_budget(messages)
     seconds = args.preset_seconds or PRESET_SECONDS[args.quick]
+    job_seconds = args.job_seconds or JOB_SECONDS[args.quick]
     presets = model_presets()
     chosen = args.presets.split(",") if args.presets else list(presets)
     results = []
     began = time.monotonic()
     for name in chosen:
         llm = get_model(spec, timeout=args.call_timeout or CALL_TIMEOUT[args.quick])
-        limits = JobLimits(deadline_s=JOB_SECONDS[args.quick])
+        limits = JobLimits(deadline_s=job_seconds)
         result = run_preset(presets.get(name, [name]), messages, llm, budget, seconds, limits)
         print(describe(result), flush=True)
         results.append(result)
@@ -350,9 +390,12 @@ def run_all(spec: str, model: str, args: argparse.Namespace) -> dict[str, Any]:
         "conversation_chars": sum(len(text_of(m)) for m in messages),
         "budget": budget,
         "preset_seconds": seconds,
-        "job_seconds": JOB_SECONDS[args.quick],
+        "job_seconds": job_seconds,
+        "call_timeout": args.call_timeout or CALL_TIMEOUT[args.quick],
         "job_max_calls": JobLimits().max_calls,
         "presets_folding": sum(r["folds"] > 0 for r in results),
+        "presets_folding_within_budget": sum(r["folds_within_budget"] for r in results),
+        "folds_within_budget": all(r["folds_within_budget"] for r in results),
         "presets_run": len(results),
         "seconds_total": round(time.monotonic() - began, 1),
         "per_preset": {r["preset"]: r for r in results},
@@ -363,10 +406,13 @@ def describe(result: Mapping[str, Any]) -> str:
     lines = [
         f"== {result['preset']}: {result['folds']} model folds ({result['strategy_folds']} by the "
         f"preset's strategies), {result['fallback_folds']} rescue folds without the model, "
-        f"{result['calls']} calls, {result['seconds']} s, {result['failed_jobs']} failed jobs "
-        f"of {result['jobs']}, {result['messages_appended']} messages appended"
+        f"{result['calls']} calls (per job max {result['calls_per_job']['max']}, mean "
+        f"{result['calls_per_job']['mean']}), {result['seconds']} s, {result['failed_jobs']} "
+        f"failed jobs of {result['jobs']}, {result['messages_appended']} messages appended, "
+        f"within budget: {result['folds_within_budget']}"
     ]
     lines += [f"   {count} x {reason}" for reason, count in result["reasons"].items()]
+    lines += [f"   {count} x (no answer) {reason}" for reason, count in result["failures"].items()]
     for ex in result["examples"]:
         lines.append(
             f"   e.g. {ex['strategy']} (max_tokens {ex['max_tokens']}, json {ex['json']}, "
@@ -388,6 +434,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset-seconds", type=float, help="time bound of each preset")
     parser.add_argument("--n-ctx", type=int, default=N_CTX, help="the server's context size")
     parser.add_argument("--call-timeout", type=float, help="seconds one model call may take")
+    parser.add_argument(
+        "--job-seconds", type=float, help="a job's deadline (a loaded machine needs more)"
+    )
 
 
 def show(figures: Mapping[str, Any], as_json: bool) -> None:
@@ -401,8 +450,10 @@ def show(figures: Mapping[str, Any], as_json: bool) -> None:
             "seconds",
             "failed_jobs",
             "rejected_answers",
+            "folds_within_budget",
         ):
             table[f"{name}.{key}"] = result[key]
+        table[f"{name}.calls_per_job_max"] = result["calls_per_job"]["max"]
     report(table, as_json=False)
     if as_json:
         print(json.dumps(figures, sort_keys=True, ensure_ascii=False))

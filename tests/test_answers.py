@@ -226,7 +226,9 @@ def test_an_over_long_json_answer_is_trimmed_string_by_string() -> None:
 
 
 def test_an_answer_longer_than_the_range_it_replaces_is_rejected() -> None:
-    answer = "I fixed app/db.py " + "and checked the logs again " * 10 + "and stopped"
+    answer = (
+        "I fixed app/db.py " + " ".join(f"and checked log {n}" for n in range(10)) + " and stopped"
+    )
     model = ScriptedModel([answer] * 3)
     with pytest.raises(SummaryRejected) as info:
         summarize_checked(model, PROMPT, source=SOURCE, max_tokens=500, tokens_before=20)
@@ -293,3 +295,97 @@ def test_a_rejected_answer_is_a_failed_job_and_a_degraded_view() -> None:
     kinds = [e.kind for e in events]
     assert kinds[-2:] == ["failed", "degraded"] and "committed" not in kinds
     assert "summary rejected" in events[-2].detail and "refusal" in events[-2].detail
+
+
+# -- degenerate answers: a loop is rejected before any trimming -------------------------
+
+LOOPS = {
+    "sentence": "The user wants to book a flight to SFO. " * 300,
+    "line": "I fixed app/db.py.\n" + "- checked the api/v2 health endpoint again\n" * 40,
+    "phrase": "Summary: " + "the agent called get_user_details and then " * 100,
+    "preamble then loop": (
+        "The deploy of api/v2 failed with 502 Bad Gateway because app/db.py refused "
+        "connections. " + "I will keep trying to restart the database. " * 25
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(LOOPS))
+def test_a_loop_is_rejected_as_degenerate_even_when_a_trim_would_fit(name: str) -> None:
+    loop = LOOPS[name]
+    # A cap the loop is far over: trimming at a sentence end would leave a few repeats.
+    expected = Expected(SOURCE, 120, COUNTER.text)
+    verdict = judge(Completion(loop, Usage("m")), expected)
+    assert verdict.answer is None and str(verdict.reason).startswith("degenerate: ")
+    model = ScriptedModel([loop] * 3)
+    with pytest.raises(SummaryRejected) as info:
+        summarize_checked(model, PROMPT, source=SOURCE, max_tokens=120, counter=COUNTER)
+    assert all(reason.startswith("degenerate: ") for reason in info.value.reasons)
+
+
+def test_a_loop_inside_a_json_field_is_degenerate() -> None:
+    schema = {"type": "object", "required": ["summary"]}
+    expected = Expected(SOURCE, 4000, COUNTER.text, schema=schema)
+    answer = json.dumps({"summary": LOOPS["sentence"]})
+    verdict = judge(Completion(answer, Usage("m"), json.loads(answer)), expected)
+    assert str(verdict.reason).startswith("degenerate: one sentence repeated 300 times")
+
+
+def test_a_loop_is_a_failed_event_and_no_fold() -> None:
+    session = Memory().session("s")
+    session.extend(agent_runs(1))
+    events: list[Any] = []
+    view = session.view(
+        "v",
+        preset="rolling",
+        threshold=1,
+        retain_recent=1,
+        llm=ScriptedModel(default=LOOPS["line"]),
+    )
+    view.on_event.append(events.append)
+    report = view.compact()
+    assert report.failed == ("rolling",) and view.folds() == []
+    (failed,) = [e for e in events if e.kind == "failed"]
+    assert "degenerate: one sentence repeated 40 times" in failed.detail
+
+
+LEGIT = {
+    "paths": "Files changed:\n"
+    + "\n".join(f"- src/contextfold/strategies/module_{n}.py" for n in range(200)),
+    "paths with a note": "\n".join(
+        f"- /home/user/project/src/app/widgets/button_{n}/index.tsx: updated imports"
+        for n in range(100)
+    ),
+    "steps": " ".join(f"Step {n}: I checked log {n} and found no error." for n in range(40)),
+    "like groups": "\n".join(
+        "I looked up the reservation and the user's flights." for _ in range(3)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(LEGIT))
+def test_long_lists_and_steps_are_not_degenerate(name: str) -> None:
+    expected = Expected(SOURCE, 4000, COUNTER.text)
+    verdict = judge(Completion(LEGIT[name], Usage("m")), expected)
+    assert verdict.reason is None
+
+
+def test_real_messages_are_not_degenerate() -> None:
+    expected = Expected(SOURCE, 100_000, COUNTER.text)
+    texts = [str(m.get("content") or "") for m in agent_runs(20)]
+    long = [t for t in texts if len(t.split()) >= 40]
+    assert len(long) >= 20
+    reasons = [judge(Completion(t, Usage("m")), expected).reason or "" for t in long]
+    assert not [r for r in reasons if r.startswith("degenerate")]
+
+
+def test_repetition_the_material_holds_is_not_the_models_loop() -> None:
+    line = "Reminder: the flight to SFO leaves at 09:00 from gate B12."
+    repetitive = "\n".join(f"[tool reminder]: {line}" for _ in range(30))
+    answer = "\n".join([line] * 30)
+    assert (
+        judge(Completion(answer, Usage("m")), Expected(repetitive, 4000, COUNTER.text)).reason
+        is None
+    )
+    reason = judge(Completion(answer, Usage("m")), Expected(SOURCE, 4000, COUNTER.text)).reason
+    assert str(reason).startswith("degenerate: one sentence repeated 30 times")

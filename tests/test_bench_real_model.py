@@ -21,6 +21,7 @@ import pytest
 from conftest import load_rows
 
 from contextfold import preset_names
+from contextfold.core.errors import ModelError
 from contextfold.core.messages import Message
 from contextfold.testing import ScriptedModel
 
@@ -117,3 +118,51 @@ def test_reasons_count_together_whatever_their_numbers(bench: ModuleType) -> Non
     assert bench.reason_key("answer looks like an error message: 'Error: x; y'") == (
         "answer looks like an error message: '…'"
     )
+
+
+def test_retried_answers_count_their_reasons_and_calls_per_job(
+    bench: ModuleType, tau_run: list[dict[str, Any]]
+) -> None:
+    summary = "I looked up the reservation and the user's flights."
+    loop = "I looked up the reservation again. " * 30
+
+    def reply(messages: Sequence[Message]) -> str:
+        # The first answer of a job loops; its retry (a note follows it) is usable.
+        retry = "That answer cannot be used" in json.dumps(messages[-1])
+        return summary if retry else loop
+
+    model = ScriptedModel(default=reply)
+    result = bench.run_preset(
+        ["rolling"], tau_run, model, bench.forcing_budget(tau_run), seconds=60
+    )
+    # Every summary costs two calls: a rescue job folds in two summaries, a rolling job in one.
+    assert result["folds"] >= 1 and result["failed_jobs"] == 0
+    assert result["calls"] == len(model.calls) == 2 * result["retried_then_accepted"]
+    assert result["calls_per_job"]["max"] in (2, 4) and result["calls_per_job"]["mean"] >= 2
+    assert result["reasons"] == {
+        "degenerate: one sentence repeated N times: '…'": result["calls"] // 2
+    }
+    assert result["folds_within_budget"] is True
+
+
+def test_a_preset_whose_model_never_folds_is_not_within_budget(
+    bench: ModuleType, tau_run: list[dict[str, Any]]
+) -> None:
+    model = ScriptedModel(default=ERROR_TEXT)
+    result = bench.run_preset(
+        ["rolling"], tau_run[:12], model, bench.forcing_budget(tau_run[:12]), seconds=60
+    )
+    assert result["folds"] == 0 and result["folds_within_budget"] is False
+    assert 1 <= result["calls_per_job"]["max"] <= 4
+
+
+def test_calls_that_fail_are_failures_not_rejected_answers(
+    bench: ModuleType, tau_run: list[dict[str, Any]]
+) -> None:
+    model = ScriptedModel(default=ModelError("local: no answer within 40.0 s"))
+    result = bench.run_preset(
+        ["rolling"], tau_run[:12], model, bench.forcing_budget(tau_run[:12]), seconds=60
+    )
+    assert result["failed_jobs"] >= 1 and result["reasons"] == {}
+    assert result["rejected_answers"] == 0
+    assert result["failures"] == {"call failed: local: no answer within N s": result["calls"]}

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import load_rows
+from fault_server import FaultServer
 from test_render import agent_run, chat
 
 from contextfold.cli import DEMO_BUDGET, main
@@ -283,3 +284,32 @@ def test_console_script_runs_as_a_subprocess(tmp_path: Path) -> None:
     )
     assert failed.returncode == 2
     assert "budget of 5 tokens" in failed.stderr
+
+
+GARBAGE = "Sure! I can do that. " * 40
+
+
+def test_compact_with_a_model_answering_garbage_says_the_rescue_folded(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = write(tmp_path, "conv.json", chat(30))
+    with FaultServer("ok", text=GARBAGE) as server:
+        spec = server.spec()
+        code, _, err = run(
+            capsys, "compact", str(path), "--budget", "800", "--preset", "rolling", "--model", spec
+        )
+    assert code == 3
+    assert "no --model given" not in err
+    note = " ".join(err.split()).split("note: ", 1)[1]
+    assert note.startswith(f"1 job failed with {spec} (degenerate: one sentence repeated 40 times")
+    assert note.endswith("their ranges were folded by the offline rescue")
+
+
+def test_compact_without_a_model_says_so(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = write(tmp_path, "conv.json", chat(30))
+    code, _, err = run(capsys, "compact", str(path), "--budget", "800", "--preset", "rolling")
+    assert code == 0
+    assert "note: no --model given; model strategies ran on the offline stand-in" in err
+    assert "failed with" not in err

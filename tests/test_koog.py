@@ -227,7 +227,7 @@ def test_answers_take_their_concepts_shape() -> None:
 @pytest.mark.parametrize(
     "answer",
     [
-        {"goal": "ship"},
+        {"files": ["a.py"]},
         {"goal": 3, "files": []},
         {"goal": "ship", "files": [1, 2]},
         {"goal": " ", "files": []},

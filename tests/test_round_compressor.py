@@ -147,7 +147,7 @@ def test_code_view_keeps_variables_not_code() -> None:
 
 
 def test_rejected_answers_are_retried_then_the_view_keeps_its_folds() -> None:
-    model = ScriptedModel(["", "Error: upstream rate limit", "not json at all"])
+    model = ScriptedModel(["", "Error: upstream rate limit", '{"Summary": "wrong key"}'])
     session, view = build(5, RoundCompressor(), model)
     history = session.history()
     events: list[Event] = []
@@ -159,7 +159,7 @@ def test_rejected_answers_are_retried_then_the_view_keeps_its_folds() -> None:
     assert view.folds(include_superseded=True) == []
     assert session.history() == history
     assert [e.kind for e in events] == ["planned", "started", "failed", "degraded"]
-    assert "not the JSON object" in events[2].detail
+    assert "lacks the required key(s) ConversationSummary" in events[2].detail
 
 
 def test_json_without_a_summary_is_rejected() -> None:

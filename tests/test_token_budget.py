@@ -356,7 +356,7 @@ def test_rejected_answers_drop_the_job_and_commit_nothing() -> None:
     session = Memory().session("s", system="You are a helpful assistant.")
     session.extend([m for i in range(20) for m in pair(i)])
     events: list[Event] = []
-    bad = ScriptedModel(default="not json at all")
+    bad = ScriptedModel(default='{"key_decisions": ["none"]}')
     view = session.view("v", pipeline=token_budget(), llm=bad)
     view.on_event.append(events.append)
     report = view.compact()
@@ -608,7 +608,7 @@ def test_pins_share_the_summary_token_cap() -> None:
     messages = [m for i in range(20) for m in pair(i)]
     for k in range(0, 40, 2):
         messages[k] = {"role": "user", "content": f"Keep /srv/data/archive/{tag(k)}/file_{k}.csv"}
-    responder = Responder(data={}, summary="Files were listed. " * 60)
+    responder = Responder(data={}, summary=" ".join(f"Listed {NATO[n % 26]}." for n in range(60)))
     session, view, _ = setup(messages, responder)
     view.compact()
     summary = active(view, "summary")

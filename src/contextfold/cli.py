@@ -167,6 +167,8 @@ def _compact(args: argparse.Namespace, out: Console, err: Console) -> int:
             "note: no --model given; model strategies ran on the offline stand-in "
             "(extractive answers, usage model 'offline')"
         )
+    elif result.degraded:
+        err.print(Text(redact(_failed_with_model(result))), soft_wrap=True)
     if args.out is not None:
         write_prompt(args.out, result.messages)
     if args.json:
@@ -216,6 +218,26 @@ def _presets(args: argparse.Namespace, out: Console, err: Console) -> None:
         name = f"{p.name} (default)" if p.name == DEFAULT_PRESET else p.name
         table.add_row(name, "yes" if p.model else "no", Text(p.description))
     out.print(table)
+
+
+def _failed_with_model(result: CompactResult) -> str:
+    """What became of the jobs that failed with the model given."""
+    jobs = len(result.failed)
+    # A job's reason lists each attempt's ("summary rejected: a; b"): each is said once.
+    attempts = (
+        part
+        for reason in result.reasons
+        for part in reason.removeprefix("summary rejected: ").split("; ")
+    )
+    reasons = "; ".join(dict.fromkeys(attempts))
+    then = (
+        "their ranges were folded by the offline rescue"
+        if result.rescued
+        else "the view kept its previous folds"
+    )
+    return (
+        f"note: {jobs} job{'s' if jobs != 1 else ''} failed with {result.model} ({reasons}); {then}"
+    )
 
 
 def _report_table(result: CompactResult) -> Table:

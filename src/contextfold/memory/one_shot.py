@@ -65,7 +65,16 @@ class CompactResult:
 
     @property
     def stand_in(self) -> bool:
-        """True when model strategies ran on the offline stand-in (no ``--model``)."""
+        """True when model strategies ran on the offline stand-in: no model was given."""
+        return self.model is None and self._offline
+
+    @property
+    def rescued(self) -> bool:
+        """True when jobs failed with the model given and the offline rescue folded their ranges."""
+        return self.model is not None and self.degraded and self._offline
+
+    @property
+    def _offline(self) -> bool:
         return any((f.usage or {}).get("model") == "offline" for f in self.folds)
 
     def to_dict(self) -> dict[str, Any]:
@@ -76,6 +85,7 @@ class CompactResult:
             "preset": self.preset,
             "model": self.model,
             "stand_in": self.stand_in,
+            "rescued": self.rescued,
             "budget": self.budget,
             "encoding": self.encoding,
             "messages_before": self.messages_before,

@@ -20,10 +20,16 @@ here. The rules, in order (the first that fails names the reason):
      its ``<history>`` tags, does not hold it) and the answer is short
      (``SHORT_WORDS`` words or fewer) or the wording is in its opening or
      closing sentence.
-5. **The wrong shape**: not a JSON object with the schema's required keys where
+5. **Degenerate**: a loop, not a summary (one sentence repeated, most of its
+   phrases repeated, next to nothing new: ``strategies.degenerate``), in the
+   answer or in one of its JSON strings. Checked before any trimming, so a
+   loop cut at a sentence end cannot pass.
+6. **The wrong shape**: not a JSON object with the schema's required keys where
    JSON was asked for, then the strategy's own check (``accept``: goal batch's
-   sections, rolling's prose, the concept answers, ...).
-6. **Too long**: more tokens than its cap, or than the range it replaces. The
+   sections, rolling's prose, the concept answers, ...). JSON is read
+   leniently first (``strategies.lenient``: fenced, inside prose, cut off, and
+   with ``Expected.least`` partial or prose).
+7. **Too long**: more tokens than its cap, or than the range it replaces. The
    answer is first trimmed at sentence ends (prose whole, a JSON answer string
    by string); the trimmed answer is taken when it passes every rule.
 
@@ -42,6 +48,8 @@ from typing import Any
 
 from contextfold.core.messages import Message, text_of
 from contextfold.llm.base import HISTORY_CLOSE, HISTORY_OPEN, Completion, parse_json
+from contextfold.strategies.degenerate import degenerate
+from contextfold.strategies.lenient import Least, read_answer, required_of
 
 SHORT_WORDS = 60
 """An answer this short that holds foreign error or refusal wording is that error or refusal."""
@@ -145,7 +153,9 @@ class Expected:
     ``material`` is what the model was asked to fold (wording found there is
     quoted, not the answer's own); ``max_tokens`` the answer's cap and
     ``tokens_before`` the range it replaces (None: unknown); ``schema`` the
-    JSON asked for; ``accept`` the strategy's own check, returning a reason.
+    JSON asked for; ``accept`` the strategy's own check, returning a reason;
+    ``least`` what the strategy can use of a partial or prose answer, and
+    ``prose`` whether the request was its smaller one, asking for prose.
     """
 
     material: str
@@ -154,6 +164,8 @@ class Expected:
     tokens_before: int | None = None
     schema: Mapping[str, Any] | None = None
     accept: Callable[[Completion], str | None] | None = None
+    least: Least | None = None
+    prose: bool = False
 
     @functools.cached_property
     def material_words(self) -> str:
@@ -178,6 +190,8 @@ class Verdict:
 
 def judge(completion: Completion, expected: Expected) -> Verdict:
     """Accept ``completion``, a trimmed copy of it, or say why it is unusable."""
+    if expected.schema is not None:
+        completion = read_answer(completion, expected.schema, expected.least, prose=expected.prose)
     reason = _content_problem(completion, expected)
     if reason is not None:
         return Verdict(None, reason)
@@ -224,7 +238,7 @@ def _trimmed(completion: Completion, expected: Expected, tokens: int) -> Complet
 
 
 def _content_problem(completion: Completion, expected: Expected) -> str | None:
-    """Rules 1 to 5: everything but the length."""
+    """Rules 1 to 6: everything but the length."""
     if completion.refusal:
         return f"the model refused: {_shown(completion.refusal)}"
     text = completion.text.strip()
@@ -240,6 +254,7 @@ def _content_problem(completion: Completion, expected: Expected) -> str | None:
     if is_error_body(data) and not set(data) <= asked:
         return f"answer is a JSON error body: {_shown(text)}"
     prose = text
+    pieces = [text]
     if expected.schema is not None and isinstance(data, Mapping | list):
         values = list(strings(data))
         if any(is_html(v) or is_error_body(parse_json(v)) for v in values):
@@ -247,11 +262,17 @@ def _content_problem(completion: Completion, expected: Expected) -> str | None:
         if values and all(is_null(v) or not v.strip() for v in values):
             return f"answer holds only empty or null values: {_shown(text)}"
         prose = "\n".join(values)
+        pieces = values
     wording = error_wording(prose, lambda: expected.material_words)
     if wording is not None:
         return wording
+    # Each field on its own: groups of like work may be summarized alike.
+    for piece in pieces:
+        loop = degenerate(piece, lambda: expected.material)
+        if loop is not None:
+            return loop
     if expected.schema is not None:
-        missing = schema_problem(completion.data, expected.schema)
+        missing = schema_problem(completion.data, required_of(expected.schema, expected.least))
         if missing is not None:
             return missing
     if expected.accept is not None:

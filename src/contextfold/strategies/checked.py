@@ -8,10 +8,14 @@
    trimmed at a sentence end when the trimmed answer passes.
 2. A rejected answer is asked for again, and the retry says what was wrong:
    the prompt gains the previous answer (clipped) and a note naming the reason
-   and the length cap, which is also sent as ``max_tokens``. A failed call is
-   retried as it was. After ``attempts`` rejections (or failed calls) the job
-   is dropped with ``SummaryRejected``: the view keeps its previous folds, and
-   no rejected answer ever becomes a fold.
+   and the length cap, which is also sent as ``max_tokens``. A strategy that
+   asked for JSON and can use less (``Least``) asks for less from then on:
+   the smaller task in plain prose, without the schema
+   (``strategies.lenient``), so the request that failed is not sent again. A
+   failed call is retried as it was; every call counts against the job's
+   ``JobLimits``. After ``attempts`` rejections (or failed calls) the job is
+   dropped with ``SummaryRejected``: the view keeps its previous folds, and no
+   rejected answer ever becomes a fold.
 3. Must-keep items are extracted deterministically from the folded range with
    the same extractor the offline strategy uses (``extract.artifacts.find_facts``:
    paths, URLs, identifiers with their key, quantities, dates, error lines,
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from contextfold.core.errors import ModelError
@@ -35,13 +39,12 @@ from contextfold.core.tokens import TokenCounter
 from contextfold.extract.artifacts import Artifact, find_facts, missing_artifacts
 from contextfold.llm.base import LLM, Completion, Usage
 from contextfold.strategies.answers import Expected, judge, material_of
+from contextfold.strategies.lenient import Least, clipped, smaller_request
 
 PINNED_HEADER = "Pinned (verbatim from the folded messages):"
 # A transcript's speaker labels ("[assistant Planner -> User]: ") frame the
 # material; they are not part of it, so nothing in them is pinned.
 _LABEL = re.compile(r"^[ \t]*\[[^\]\n]{1,80}\]: ", re.MULTILINE)
-ECHO_CHARS = 600
-"""How much of a rejected answer its retry shows the model."""
 
 
 class SummaryRejected(ModelError):
@@ -79,15 +82,17 @@ def summarize_checked(
     accept: Callable[[Completion], str | None] | None = None,
     tokens_before: int | None = None,
     counter: TokenCounter | None = None,
+    least: Least | None = None,
 ) -> CheckedAnswer:
     """Ask ``llm``, judge the answer, pin what it dropped from ``source``.
 
     ``accept`` adds a strategy's own check (it returns a reason to reject);
     ``tokens_before`` is what the folded range costs, which no answer may
-    exceed. Tokens are ``counter``'s, or about four characters each without one.
-    ``ask_schema`` is JSON the model is asked for but not held to: a strategy that
-    also reads prose from a small model passes its schema here, and its ``accept``
-    reads whatever comes back.
+    exceed; ``least`` what a JSON-asking strategy can use of less (see
+    ``strategies.lenient``). Tokens are ``counter``'s, or about four
+    characters each without one. ``ask_schema`` is JSON the model is asked for
+    but not held to: a strategy that also reads prose from a small model passes
+    its schema here, and its ``accept`` reads whatever comes back.
     """
     expected = Expected(
         material_of(messages),
@@ -96,15 +101,15 @@ def summarize_checked(
         tokens_before,
         schema,
         accept,
+        least if schema is not None else None,
     )
     reasons: list[str] = []
     usage: Usage | None = None
     asked = list(messages)
+    asked_schema = schema if schema is not None else ask_schema
     for attempt in range(1, attempts + 1):
         try:
-            completion = llm.complete(
-                asked, max_tokens=max_tokens, schema=schema if schema is not None else ask_schema
-            )
+            completion = llm.complete(asked, max_tokens=max_tokens, schema=asked_schema)
         except ModelError as exc:
             reasons.append(f"call failed: {exc}")
             continue
@@ -113,7 +118,19 @@ def summarize_checked(
         if verdict.answer is None:
             reason = str(verdict.reason)
             reasons.append(reason)
-            asked = [*messages, *follow_up(completion.text, reason, expected.limit, schema)]
+            least_asked = expected.least
+            if least_asked is not None:
+                asked_schema = None
+                expected = replace(expected, prose=True)
+                asked = [
+                    *messages,
+                    *smaller_request(completion.text, reason, expected.limit, least_asked),
+                ]
+            else:
+                asked = [
+                    *messages,
+                    *follow_up(completion.text, reason, expected.limit, asked_schema),
+                ]
             continue
         answer = verdict.answer
         pinned, dropped = (
@@ -140,12 +157,9 @@ def follow_up(
     ``limit`` is the tokens the answer may have; the note asks for words, about
     three words for four tokens.
     """
-    shown = answer.strip()
-    if len(shown) > ECHO_CHARS:
-        shown = shown[:ECHO_CHARS] + " [...]"
     form = "one JSON object that follows the schema" if schema is not None else "plain text"
     return [
-        {"role": "assistant", "content": shown or "(no answer)"},
+        {"role": "assistant", "content": clipped(answer)},
         {
             "role": "user",
             "content": (

@@ -61,6 +61,7 @@ from contextfold.core.tokens import TokenCounter
 from contextfold.llm.base import LLM, Completion
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
 from contextfold.strategies.checked import summarize_checked, with_pins, without_pins
+from contextfold.strategies.lenient import Least
 from contextfold.strategies.templates import fill
 from contextfold.strategies.tool_calls import (
     SUMMARIZED,
@@ -89,6 +90,14 @@ SCHEMA: Mapping[str, Any] = {
     "required": [key for key, _ in SECTIONS],
     "additionalProperties": False,
 }
+
+LEAST = Least(
+    "goal_arc",
+    "Write only the Goal Arc: what the user wanted across these turns, what was done, "
+    "and how it ended.",
+    {key: "" for key, _ in SECTIONS},
+)
+"""A goal batch can do with its Goal Arc alone; the other sections are then empty."""
 
 
 @dataclass(frozen=True)
@@ -180,6 +189,7 @@ class GoalBatchCompaction:
             accept=_accept,
             tokens_before=job.tokens_before,
             counter=counter,
+            least=LEAST,
         )
         sections = sections_of(checked.data) or {}
         body = "\n\n".join(f"## {title}\n{text}" for title, text in sections.items())

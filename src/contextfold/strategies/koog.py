@@ -37,6 +37,7 @@ from contextfold.llm.base import LLM, Completion
 from contextfold.strategies.answers import prose_problem
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold, sub_job
 from contextfold.strategies.checked import summarize_checked, with_pins
+from contextfold.strategies.lenient import Least
 from contextfold.strategies.pipeline import Pipeline
 from contextfold.strategies.templates import fill, load_template
 from contextfold.strategies.transcript import material, transcript
@@ -259,6 +260,16 @@ class RetrieveFacts:
             "additionalProperties": False,
         }
 
+    @property
+    def _least(self) -> Least:
+        """The facts can do with the first concept's answer; the others then say nothing."""
+        first = self.concepts[0]
+        return Least(
+            first.id,
+            f"Answer only this question: {first.question}",
+            {c.id: "" if c.fact_type == "single" else [] for c in self.concepts},
+        )
+
     def plan(self, state: ViewState) -> Job | None:
         trigger = (
             self.trigger
@@ -303,6 +314,7 @@ class RetrieveFacts:
             accept=self._problem,
             tokens_before=sum(p.tokens_before for p in parts) + job.params["previous_facts_tokens"],
             counter=counter,
+            least=self._least,
         )
         answers = {c.id: _answer(c, checked.data[c.id]) for c in self.concepts}
         text = with_pins(facts_text(self.concepts, answers), checked.pinned)

@@ -32,6 +32,7 @@ from contextfold.core.units import round_spans
 from contextfold.llm.base import LLM, Completion
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold
 from contextfold.strategies.checked import newest_within, summarize_checked, with_pins
+from contextfold.strategies.lenient import Least
 from contextfold.strategies.rolling import rounds_covered
 from contextfold.strategies.templates import fill, load_template
 from contextfold.strategies.transcript import material, transcript
@@ -152,6 +153,7 @@ class RoundCompressor:
             accept=self._accept,
             tokens_before=job.tokens_before,
             counter=counter,
+            least=Least(SUMMARY, "Write only the conversation summary.", {VARIABLES: []}),
         )
         summary, variables = _parsed(checked.data)
         body = self._body(end, summary, variables)

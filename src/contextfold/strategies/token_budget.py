@@ -42,6 +42,7 @@ from contextfold.extract.artifacts import missing_artifacts
 from contextfold.llm.base import LLM, Completion
 from contextfold.strategies.base import Job, ViewState, job_for, keep_start, one_message_fold
 from contextfold.strategies.checked import newest_within, summarize_checked, with_pins
+from contextfold.strategies.lenient import Least
 from contextfold.strategies.pipeline import Pipeline
 from contextfold.strategies.templates import fill, load_template
 from contextfold.strategies.transcript import material, transcript
@@ -269,6 +270,7 @@ class TokenBudget:
             accept=_answer_problem,
             tokens_before=job.tokens_before + job.params["previous_data_tokens"],
             counter=counter,
+            least=Least(SUMMARY_FIELD, "Write only the conversation summary."),
         )
         extracted = {k: v for k, v in answer.data.items() if k != SUMMARY_FIELD}
         merged = merge_important_data(job.params["previous_data"], important_data(extracted))

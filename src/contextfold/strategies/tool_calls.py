@@ -51,6 +51,7 @@ from contextfold.core.tokens import TokenCounter
 from contextfold.llm.base import LLM, Completion
 from contextfold.strategies.base import Job, ViewState, job_for, one_message_fold, sub_job
 from contextfold.strategies.checked import answer_chars, pins, summarize_checked, with_pins
+from contextfold.strategies.lenient import Least
 from contextfold.strategies.templates import fill, load_template
 from contextfold.strategies.transcript import material, message_block, transcript
 from contextfold.strategies.triggers import Always, Trigger
@@ -311,7 +312,10 @@ def summarize_groups(
     ``groups`` are entry ranges of the job (inclusive). The answer is one JSON
     object, ``group_1`` ... holding each group's summary of up to
     ``max_tokens``; each is checked and pinned against its own messages, and
-    the call's usage sits on the first fold, so a commit counts it once.
+    the call's usage sits on the first fold, so a commit counts it once. The
+    groups answered are folded (``group_1`` at least); the rest stay as they
+    are for a later job. An unusable answer is asked again for Group 1 alone,
+    in prose.
     """
     keys = group_keys(len(groups))
     checked = summarize_checked(
@@ -329,11 +333,16 @@ def summarize_groups(
         accept=lambda completion: _groups_problem(completion, keys),
         tokens_before=job.tokens_before,
         counter=counter,
+        least=Least(
+            keys[0], "Write only Group 1's summary." if len(keys) > 1 else "Write only the summary."
+        ),
     )
     folds: list[Fold] = []
-    for n, ((first, last), key, extra) in enumerate(zip(groups, keys, data, strict=True)):
+    for (first, last), key, extra in zip(groups, keys, data, strict=True):
+        text = _group_text(checked.data, key)
+        if not text:
+            continue
         part = sub_job(job, first, last)
-        text = str(checked.data[key]).strip()
         pinned, _ = pins(transcript(part.entries), text, answer_chars(max_tokens))
         folds.append(
             summarized_fold(
@@ -343,19 +352,23 @@ def summarize_groups(
                 pinned,
                 extra,
                 counter,
-                usage=checked.usage.to_dict() if n == 0 else None,
+                usage=None if folds else checked.usage.to_dict(),
             )
         )
     return folds
 
 
 def _groups_problem(completion: Completion, keys: Sequence[str]) -> str | None:
-    """Why a grouped answer is unusable: a group without summary text."""
-    for key in keys:
-        value = completion.data.get(key)
-        if not isinstance(value, str) or not value.strip():
-            return f"answer has no summary text for {key}"
+    """Why a grouped answer is unusable: no summary text for the first group."""
+    if not _group_text(completion.data, keys[0]):
+        return f"answer has no summary text for {keys[0]}"
     return None
+
+
+def _group_text(data: Mapping[str, Any], key: str) -> str:
+    """One group's summary; empty when the answer left the group out."""
+    value = data.get(key)
+    return value.strip() if isinstance(value, str) else ""
 
 
 def summarized_fold(
