@@ -15,10 +15,13 @@ stalls the rest. On 2 busy cores one thread read a prompt 4x faster and wrote
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import re
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -183,3 +186,31 @@ def server_speed(log: str) -> dict[str, float | int]:
         "write_seconds": round(written_s, 1),
         "write_tokens_per_s": round(written_n / written_s, 1) if written_s else 0.0,
     }
+
+
+def skipped(reason: str, as_json: bool) -> int:
+    """Say why a real-model bench did not run; with ``--json`` also as its last line."""
+    print(f"skipped: {reason}")
+    if as_json:
+        print(json.dumps({"skipped": True, "reason": reason}))
+    return 0
+
+
+def find_server(args: argparse.Namespace) -> tuple[str, Path] | str:
+    """The python that runs llama.cpp's server and the GGUF file it loads, from
+    ``--llama-python``/``$CONTEXTFOLD_LLAMA_PYTHON`` and ``--gguf``/``$CONTEXTFOLD_GGUF``
+    or ``--model-package``; or why there is none."""
+    python = args.llama_python or os.environ.get("CONTEXTFOLD_LLAMA_PYTHON") or sys.executable
+    missing = llama_missing(python)
+    if missing:
+        return f"{missing}; install llama-cpp-python[server] (docs/benchmarks.md: A real model)"
+    given = args.gguf or os.environ.get("CONTEXTFOLD_GGUF")
+    gguf = Path(given) if given else shipped_gguf([sys.executable, python], args.model_package)
+    if gguf is None or not gguf.is_file():
+        if given:
+            return f"no GGUF model: {given} is not a file"
+        return (
+            "no GGUF model: pass --gguf or set CONTEXTFOLD_GGUF, or pip install "
+            f"{args.model_package}"
+        )
+    return python, gguf

