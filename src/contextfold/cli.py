@@ -50,7 +50,7 @@ from contextfold.memory.one_shot import (
     compact_messages,
     write_prompt,
 )
-from contextfold.options import positive_int
+from contextfold.options import positive_int, positive_seconds
 from contextfold.redact import redact
 from contextfold.server.commands import add_commands
 from contextfold.server.mcp_command import add_mcp_command
@@ -110,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     compact.add_argument(
         "--timeout",
-        type=_seconds,
+        type=positive_seconds,
         default=CLI_TIMEOUT_S,
         metavar="SECONDS",
         help=f"the most one compaction job may take, its model calls included "
@@ -133,16 +133,6 @@ def _parser() -> argparse.ArgumentParser:
     add_worker_command(sub)
     add_eval_command(sub)
     return parser
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
-    return value
 
 
 def _compact(args: argparse.Namespace, out: Console, err: Console) -> int:

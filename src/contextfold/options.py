@@ -13,8 +13,8 @@ default value. ``resolve`` fills every flag and remembers where each value came
 from, so a later check can name the variable or the file. A value that cannot
 be read, or a key no flag has, is an ``InvalidInput`` naming the key and where it
 came from (the CLI prints it on one line and exits 2). Values are never echoed
-for text flags: a database URL may carry a password. ``positive_int`` is the
-whole-number flag type every subcommand shares.
+for text flags: a database URL may carry a password. ``positive_int`` and
+``positive_seconds`` are the flag types every subcommand shares.
 """
 
 from __future__ import annotations
@@ -230,4 +230,15 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be more than 0, got {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """A command-line argument that must be seconds above 0 (an argparse ``type``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
     return value

@@ -34,7 +34,7 @@ from contextfold.evaluation.report import (
     write_report,
 )
 from contextfold.evaluation.run import EvalSettings, evaluate, total_steps
-from contextfold.options import positive_int
+from contextfold.options import positive_int, positive_seconds
 from contextfold.strategies.presets import preset_names
 
 
@@ -102,7 +102,7 @@ def add_eval_command(sub: Any) -> None:
     )
     cmd.add_argument(
         "--timeout",
-        type=_seconds,
+        type=positive_seconds,
         metavar="SECONDS",
         help="seconds an answer or a grade may take (default: 60 plus the prompt's tokens at "
         "50 a second); a call that fails is counted, never fatal",
@@ -152,17 +152,6 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    """Seconds above 0 (an argparse ``type``)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
     return value
 
 
