@@ -20,7 +20,7 @@ from contextfold.core.messages import text_of
 from contextfold.evaluation.asking import BASE_TIMEOUT_S, READ_RATE, call_seconds
 from contextfold.evaluation.budgets import parse_budgets
 from contextfold.evaluation.inputs import load_conversations
-from contextfold.evaluation.probes import PROBE_TYPES, make_probes, matches
+from contextfold.evaluation.probes import PROBE_TYPES, exact_match, make_probes
 from contextfold.evaluation.report import agreement_notes, probe_notes, probe_rows
 from contextfold.evaluation.run import EvalSettings, evaluate
 from contextfold.evaluation.scores import agreement, wilson
@@ -94,7 +94,7 @@ def test_each_type_is_made_from_the_folded_part_of_a_chat_only() -> None:
     for probe in probes:
         assert all(i < folded for i in probe.sources)
         assert probe.gold in early or probe.type == "continuation"
-        assert matches(probe.keys, early)
+        assert exact_match(probe.keys, early)
     by_type = {p.type: p for p in probes}
     assert "src/auth/session_store.py" in {p.gold for p in probes if p.type == "artifact"}
     assert "config/gateway.yaml" in "\n".join(p.gold for p in probes if p.type == "artifact")
@@ -123,7 +123,7 @@ def test_probes_are_made_from_an_agent_run_and_balanced_over_types() -> None:
         available = sum(p.type == kind for p in everything)
         assert types.count(kind) == min(available, max(types.count(k) for k in PROBE_TYPES))
     early = "\n".join(text_of(m) for m in messages[:folded])
-    assert all(max(p.sources) < folded and matches(p.keys, early) for p in probes)
+    assert all(max(p.sources) < folded and exact_match(p.keys, early) for p in probes)
     assert make_probes(messages, folded, 8) == probes  # deterministic
 
 

@@ -311,6 +311,7 @@ def test_render_reports_what_it_did(client: TestClient) -> None:
         "whole": True,
         "recalled": [],
         "provisional": [],
+        "pinned": [],
     }
     tight = client.get(f"{API}/s1/views/default/render", params={"budget": 800}).json()
     assert tight["report"]["budget"] == 800 and tight["report"]["tokens"] <= 800

@@ -26,7 +26,7 @@ from contextfold.core.errors import ContextfoldError, ModelError
 from contextfold.core.messages import Message, text_of
 from contextfold.core.tokens import TokenCounter
 from contextfold.evaluation.ledger import Ledger
-from contextfold.evaluation.probes import matches
+from contextfold.evaluation.probes import exact_match
 from contextfold.llm.base import LLM, call_limits
 
 BASE_TIMEOUT_S = 60.0
@@ -118,7 +118,7 @@ class Asker:
             "kind": "exact",
             "key": key,
             "prompt_tokens": self.counter.messages(messages),
-            "verdict": matches(keys, "\n".join(text_of(m) for m in messages)),
+            "verdict": exact_match(keys, "\n".join(text_of(m) for m in messages)),
             "error": None,
         }
         self.ledger.write(record)

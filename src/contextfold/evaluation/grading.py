@@ -40,7 +40,7 @@ from contextfold.evaluation.judge import (
     parse_verdict,
     probe_judge_messages,
 )
-from contextfold.evaluation.probes import Probe, matches
+from contextfold.evaluation.probes import Probe, exact_match
 from contextfold.evaluation.replay import Asked, ConversationResult, StepCallback
 from contextfold.evaluation.retention import key_words, word_set
 from contextfold.llm.base import LLM
@@ -158,7 +158,7 @@ def grade_questions(
             if not _answered(entry, record):
                 continue
             if keys[item]:
-                entry["exact"] = matches(keys[item], entry["answer"] or "")
+                entry["exact"] = exact_match(keys[item], entry["answer"] or "")
             answered[item].append((arm, entry))
     for item, _, text, gold in items:
         for arm, entry in answered[item]:
@@ -213,7 +213,7 @@ def grade_probes(
                 ANSWER_TOKENS,
             )
             if _answered(entry, record):
-                entry["exact"] = matches(probe.keys, entry["answer"] or "")
+                entry["exact"] = exact_match(probe.keys, entry["answer"] or "")
                 answered[(arm, probe.id)] = entry
     for probe in probes:
         sources = [messages[i] for i in probe.sources]

@@ -19,7 +19,7 @@ indexes of the messages it was made from:
 
 A probe's ``keys`` are the rare words of its gold the question does not give
 away (``retention.key_words``); a probe without keys is not made. Exact match
-(``matches``) is at least half of the keys in a text: in the compacted prompt
+(``exact_match``) is at least half of the keys in a text: in the compacted prompt
 it is the offline grade (retention), in an answer the check the judge is
 measured against. Probes are balanced over the types, taken evenly spread
 through the folded part.
@@ -86,7 +86,7 @@ class Probe:
         )
 
 
-def matches(keys: Sequence[str] | set[str], text: str) -> bool:
+def exact_match(keys: Sequence[str] | set[str], text: str) -> bool:
     """Exact match: at least half of ``keys`` (rounded up) are words of ``text``."""
     if not keys:
         return False

@@ -120,5 +120,8 @@ def agent_traffic(wire: str, body: dict[str, Any], messages: Sequence[Message]) 
     return (
         wire in AGENT_WIRES
         or bool(body.get("tools"))
-        or any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
+        or any(
+            isinstance(m, dict) and (m.get("role") == "tool" or bool(m.get("tool_calls")))
+            for m in messages
+        )
     )

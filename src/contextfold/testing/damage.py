@@ -76,7 +76,8 @@ def build(memory: Memory, n: int) -> None:
         placement="facts",
     )
     memory.store.commit_folds(SESSION, VIEW, [facts], memory.store.head(SESSION, VIEW).fold_version)
-    session.view(VIEW, preset="offline", budget=BUDGET).compact()
+    # The chat share of raw messages: the cases need several folds in place to damage.
+    session.view(VIEW, preset="offline", budget=BUDGET, recent_share=0.1).compact()
 
 
 @dataclass
