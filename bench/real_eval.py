@@ -46,7 +46,6 @@ import argparse
 import json
 import math
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -58,14 +57,10 @@ from typing import Any
 
 from _common import conversations, parse_args
 from _llama import (
-    ALIAS,
     SMOLLM_DIST,
-    ServerError,
-    find_server,
-    llama_server,
+    serve_and_run,
     server_speed,
     server_threads,
-    skipped,
 )
 
 from contextfold import preset_names
@@ -535,29 +530,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 def main() -> int:
     args = parse_args(__doc__ or "", add_options)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if args.base_url:
-        url, _, model = args.base_url.partition("#")
-        figures = run_all(f"openai-compatible:{url}#{model or ALIAS}", model or ALIAS, args)
-        show(figures, args.json)
-        return 0
-    found = find_server(args)
-    if isinstance(found, str):
-        return skipped(found, args.json)
-    python, gguf = found
-    try:
-        with (
-            tempfile.TemporaryDirectory(prefix="real-eval-server-") as tmp,
-            llama_server(python, gguf, args.n_ctx, args.threads, Path(tmp) / "log") as url,
-        ):
-            figures = run_all(
-                f"openai-compatible:{url}#{ALIAS}", gguf.name, args, Path(tmp) / "log"
-            )
-    except ServerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    show(figures, args.json)
-    return 0
+    return serve_and_run(
+        args, lambda spec, model, log: run_all(spec, model, args, log), show, keep_log=True
+    )
 
 
 if __name__ == "__main__":

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import signal
 import sys
 import time
 from collections import Counter
@@ -48,12 +47,8 @@ from typing import Any
 
 from _common import conversations, parse_args, report
 from _llama import (
-    ALIAS,
     SMOLLM_DIST,
-    ServerError,
-    find_server,
-    llama_server,
-    skipped,
+    serve_and_run,
 )
 
 from contextfold import JobLimits, Memory, get_model, get_preset, preset_names
@@ -466,25 +461,7 @@ def show(figures: Mapping[str, Any], as_json: bool) -> None:
 
 def main() -> int:
     args = parse_args(__doc__ or "", add_options)
-    # A plain kill still stops the server: SystemExit runs llama_server's cleanup.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if args.base_url:
-        url, _, model = args.base_url.partition("#")
-        figures = run_all(f"openai-compatible:{url}#{model or ALIAS}", model or ALIAS, args)
-        show(figures, args.json)
-        return 0
-    found = find_server(args)
-    if isinstance(found, str):
-        return skipped(found, args.json)
-    python, gguf = found
-    try:
-        with llama_server(python, gguf, args.n_ctx) as url:
-            figures = run_all(f"openai-compatible:{url}#{ALIAS}", gguf.name, args)
-    except ServerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    show(figures, args.json)
-    return 0
+    return serve_and_run(args, lambda spec, model, _log: run_all(spec, model, args), show)
 
 
 if __name__ == "__main__":
